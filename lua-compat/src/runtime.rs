@@ -1,0 +1,149 @@
+//! The per-backend record kept in shared memory.
+//!
+//! Each backend is stored twice: as canonical JSON, which `GET` returns, and as
+//! a compact postcard-encoded [`RuntimeBackend`], which every worker decodes when
+//! the backend changes. Decoding the compact form costs a fraction of parsing
+//! JSON, which keeps a worker's event loop from stalling on big updates.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::validate::{parse_backend, parse_backends, ValidationError};
+use crate::wire::Backend;
+
+/// What a worker needs in order to route to a backend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeBackend {
+    pub name: String,
+    pub endpoints: Vec<RuntimeEndpoint>,
+}
+
+/// One resolved endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeEndpoint {
+    pub addr: SocketAddr,
+    pub weight: u32,
+}
+
+/// Resolves the DNS name of an `ExternalName` endpoint. The module passes the
+/// system resolver; tests pass a table.
+pub type Resolver<'a> = &'a mut dyn FnMut(&str, u16) -> Vec<IpAddr>;
+
+impl RuntimeBackend {
+    /// Builds the routing record of a validated backend. DNS names (only valid
+    /// for `ExternalName` services) are resolved now; a name that does not
+    /// resolve contributes no endpoint, so the backend answers 503 as in Lua.
+    pub fn from_backend(backend: &Backend, resolve: Resolver<'_>) -> Self {
+        let mut endpoints = Vec::with_capacity(backend.endpoints.len());
+        for ep in &backend.endpoints {
+            let port = ep.port.0;
+            match ep.address.parse::<IpAddr>() {
+                Ok(ip) => endpoints.push(RuntimeEndpoint {
+                    addr: SocketAddr::new(ip, port),
+                    weight: 1,
+                }),
+                Err(_) => endpoints.extend(resolve(&ep.address, port).into_iter().map(|ip| {
+                    RuntimeEndpoint {
+                        addr: SocketAddr::new(ip, port),
+                        weight: 1,
+                    }
+                })),
+            }
+        }
+        RuntimeBackend {
+            name: backend.name.clone(),
+            endpoints,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing plain owned data into a Vec cannot fail.
+        postcard::to_allocvec(self).expect("postcard encoding of RuntimeBackend")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
+
+/// A validated backend, encoded and ready to be copied into shared memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prepared {
+    pub name: String,
+    /// Canonical JSON of the wire object, for `GET`.
+    pub json: Vec<u8>,
+    /// [`RuntimeBackend::encode`] output, for the balancer.
+    pub runtime: Vec<u8>,
+    pub endpoints: usize,
+}
+
+impl Prepared {
+    pub fn new(backend: &Backend, resolve: Resolver<'_>) -> Self {
+        let runtime = RuntimeBackend::from_backend(backend, resolve);
+        Prepared {
+            name: backend.name.clone(),
+            json: serde_json::to_vec(backend).expect("JSON encoding of Backend"),
+            endpoints: runtime.endpoints.len(),
+            runtime: runtime.encode(),
+        }
+    }
+}
+
+/// Parses, validates and encodes a full `POST /configuration/backends` body.
+pub fn prepare_backends(
+    body: &[u8],
+    resolve: Resolver<'_>,
+) -> Result<Vec<Prepared>, ValidationError> {
+    let backends = parse_backends(body)?;
+    Ok(backends
+        .iter()
+        .map(|b| Prepared::new(b, &mut *resolve))
+        .collect())
+}
+
+/// Parses, validates and encodes a `PUT /configuration/backends/{name}` body.
+pub fn prepare_backend(
+    body: &[u8],
+    url_name: &str,
+    resolve: Resolver<'_>,
+) -> Result<Prepared, ValidationError> {
+    Ok(Prepared::new(&parse_backend(body, url_name)?, resolve))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_dns(_: &str, _: u16) -> Vec<IpAddr> {
+        Vec::new()
+    }
+
+    #[test]
+    fn round_trips_and_formats_ipv6_like_lua() {
+        let body = br#"[{"name":"web","endpoints":[{"address":"10.0.0.1","port":"80"},{"address":"fd00::7","port":"8080"}]}]"#;
+        let prepared = prepare_backends(body, &mut no_dns).unwrap();
+        let rt = RuntimeBackend::decode(&prepared[0].runtime).unwrap();
+        let names: Vec<String> = rt.endpoints.iter().map(|e| e.addr.to_string()).collect();
+        assert_eq!(names, ["10.0.0.1:80", "[fd00::7]:8080"]);
+        assert_eq!(prepared[0].endpoints, 2);
+        let again: Backend = serde_json::from_slice(&prepared[0].json).unwrap();
+        assert_eq!(again.name, "web");
+        assert_eq!(again.endpoints[1].port.0, 8080);
+    }
+
+    #[test]
+    fn external_names_resolve_or_vanish() {
+        let body = br#"[{"name":"ext","service":{"spec":{"type":"ExternalName"}},
+                         "endpoints":[{"address":"db.example","port":"5432"}]},
+                        {"name":"gone","service":{"spec":{"type":"ExternalName"}},
+                         "endpoints":[{"address":"nx.example","port":"80"}]}]"#;
+        let mut table = |host: &str, _: u16| match host {
+            "db.example" => vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()],
+            _ => Vec::new(),
+        };
+        let prepared = prepare_backends(body, &mut table).unwrap();
+        assert_eq!(prepared[0].endpoints, 2);
+        assert_eq!(prepared[1].endpoints, 0);
+    }
+}
