@@ -1,0 +1,313 @@
+//! Configuration structs and the three directives:
+//! `dynamic_balancer_zone`, `dynamic_balancer` and `dynamic_balancer_api`.
+
+use std::ffi::{c_char, c_void};
+use std::ptr;
+
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
+use ngx::ffi::{
+    ngx_command_t, ngx_conf_t, ngx_http_core_loc_conf_t, ngx_http_get_variable_index,
+    ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_parse_size,
+    ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_thread_pool_add, ngx_uint_t, off_t,
+    NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+};
+use ngx::http::{
+    HttpModule, HttpModuleConfExt, HttpModuleLocationConf, HttpModuleMainConf,
+    HttpModuleServerConf, NgxHttpCoreModule, NgxHttpUpstreamModule,
+};
+use ngx::ngx_conf_log_error;
+
+use crate::guard::ffi_guard;
+use crate::zone::{init_zone, Zone};
+use crate::Module;
+
+/// Default zone size, as ingress-nginx's `configuration_data` dict is 20m and
+/// our blobs carry a second, compact copy.
+const DEFAULT_ZONE_SIZE: usize = 32 * 1024 * 1024;
+/// Below this the slab allocator has too few pages to be useful.
+const MIN_ZONE_SIZE: usize = 64 * 1024;
+const ZONE_NAME: &str = "dynamic_balancer";
+const DEFAULT_VARIABLE: &str = "proxy_upstream_name";
+const DEFAULT_THREAD_POOL: &str = "default";
+
+/// `http{}` level: the zone.
+pub struct MainConf {
+    pub shm_zone: *mut ngx_shm_zone_t,
+    /// Set by `dynamic_balancer` or `dynamic_balancer_api`; a default zone is
+    /// added only when the module is used.
+    used: bool,
+}
+
+impl Default for MainConf {
+    fn default() -> Self {
+        MainConf {
+            shm_zone: ptr::null_mut(),
+            used: false,
+        }
+    }
+}
+
+impl MainConf {
+    pub fn zone(&self) -> Option<Zone> {
+        // SAFETY: shm_zone, when set, is our zone; init_zone ran before workers.
+        unsafe { self.shm_zone.as_ref().and_then(|z| Zone::from_shm_zone(z)) }
+    }
+}
+
+/// `upstream{}` level: whether the peer hook is on, and the variable naming
+/// the backend.
+#[derive(Default)]
+pub struct UpstreamConf {
+    pub enabled: bool,
+    pub variable: ngx_uint_t,
+}
+
+/// `location{}` level: the API handler's settings.
+pub struct ApiConf {
+    pub enabled: bool,
+    /// The location's `client_max_body_size`, enforced by the handler itself
+    /// so that an oversize body gets a JSON 413 (0 means unlimited).
+    pub max_body: off_t,
+    pub thread_pool: ngx_str_t,
+}
+
+impl Default for ApiConf {
+    fn default() -> Self {
+        ApiConf {
+            enabled: false,
+            max_body: 0,
+            thread_pool: ngx_str_t::empty(),
+        }
+    }
+}
+
+/// The zone of the request's `http{}` block.
+pub fn zone_of(r: &ngx_http_request_t) -> Option<Zone> {
+    Module::main_conf(r)?.zone()
+}
+
+/// Our settings for upstream `us`, when `dynamic_balancer` is on there.
+///
+/// # Safety
+/// `us` is a live upstream srv conf.
+pub unsafe fn upstream_conf(
+    us: *const ngx_http_upstream_srv_conf_t,
+) -> Option<&'static UpstreamConf> {
+    let srv_conf = (*us).srv_conf;
+    if srv_conf.is_null() {
+        return None; // an implicit upstream (proxy_pass http://host:port)
+    }
+    let conf = (*srv_conf.add(crate::module_ctx_index()))
+        .cast::<UpstreamConf>()
+        .as_ref()?;
+    conf.enabled.then_some(conf)
+}
+
+fn args(cf: &ngx_conf_t) -> &[ngx_str_t] {
+    // SAFETY: nginx sets cf->args to the directive's words while calling `set`.
+    unsafe { (*cf.args).as_slice() }
+}
+
+/// `dynamic_balancer_zone size;` in `http{}`.
+pub unsafe extern "C" fn set_zone(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_zone", NGX_CONF_ERROR, || unsafe {
+        let mcf = &mut *conf.cast::<MainConf>();
+        if !mcf.shm_zone.is_null() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        let mut value = args(&*cf)[1];
+        let size = ngx_parse_size(&mut value);
+        if size == NGX_ERROR as isize || (size as usize) < MIN_ZONE_SIZE {
+            ngx_conf_log_error!(
+                NGX_LOG_EMERG,
+                cf,
+                "invalid zone size \"{value}\": at least 64k is required"
+            );
+            return NGX_CONF_ERROR;
+        }
+        add_zone(cf, mcf, size as usize)
+    })
+}
+
+unsafe fn add_zone(cf: *mut ngx_conf_t, mcf: &mut MainConf, size: usize) -> *mut c_char {
+    let mut name = ngx_str_t::from_str((*cf).pool, ZONE_NAME);
+    let zone = ngx_shared_memory_add(
+        cf,
+        &mut name,
+        size,
+        ptr::addr_of_mut!(crate::ngx_http_dynamic_balancer_module).cast(),
+    );
+    if zone.is_null() {
+        return NGX_CONF_ERROR;
+    }
+    if (*zone).data.is_null() {
+        (*zone).init = Some(init_zone);
+        // A marker until init_zone stores the header pointer.
+        (*zone).data = ptr::from_mut(mcf).cast();
+    }
+    mcf.shm_zone = zone;
+    NGX_CONF_OK
+}
+
+/// `init_main_conf`: adds the default zone when the module is used without
+/// `dynamic_balancer_zone`.
+pub unsafe extern "C" fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("init main conf", NGX_CONF_ERROR, || unsafe {
+        let mcf = &mut *conf.cast::<MainConf>();
+        if mcf.used && mcf.shm_zone.is_null() {
+            return add_zone(cf, mcf, DEFAULT_ZONE_SIZE);
+        }
+        NGX_CONF_OK
+    })
+}
+
+fn mark_used(cf: &ngx_conf_t) {
+    if let Some(mcf) = Module::main_conf_mut(cf) {
+        mcf.used = true;
+    }
+}
+
+/// `dynamic_balancer [$variable];` in `upstream{}`.
+pub unsafe extern "C" fn set_balancer(
+    cf: *mut ngx_conf_t,
+    cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer", NGX_CONF_ERROR, || unsafe {
+        let ucf = &mut *conf.cast::<UpstreamConf>();
+        if ucf.enabled {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        let mut name = match args(&*cf).get(1) {
+            None => ngx_str_t::from_str((*cf).pool, DEFAULT_VARIABLE),
+            Some(v) if v.len > 1 && *v.data == b'$' => ngx_str_t {
+                len: v.len - 1,
+                data: v.data.add(1),
+            },
+            Some(v) => {
+                ngx_conf_log_error!(
+                    NGX_LOG_EMERG,
+                    cf,
+                    "invalid variable name \"{v}\" in \"{}\"",
+                    (*cmd).name
+                );
+                return NGX_CONF_ERROR;
+            }
+        };
+        let index = ngx_http_get_variable_index(cf, &mut name);
+        if index == NGX_ERROR as ngx_int_t {
+            return NGX_CONF_ERROR;
+        }
+        let Some(uscf) = NgxHttpUpstreamModule::server_conf_mut(&*cf) else {
+            return NGX_CONF_ERROR;
+        };
+        if uscf.peer.init_upstream.is_some() {
+            // keepalive (or another balancer) already captured the previous
+            // method; replacing it now would silently drop keepalive.
+            ngx_conf_log_error!(
+                NGX_LOG_EMERG,
+                cf,
+                "\"dynamic_balancer\" must come before \"keepalive\" and cannot be combined with another balancing method"
+            );
+            return NGX_CONF_ERROR;
+        }
+        uscf.peer.init_upstream = Some(init_upstream);
+        ucf.enabled = true;
+        ucf.variable = index as ngx_uint_t;
+        mark_used(&*cf);
+        NGX_CONF_OK
+    })
+}
+
+/// `peer.init_upstream`: the upstream's `server` lines (the `0.0.0.1`
+/// placeholder) are ignored; peers come from the zone per request.
+unsafe extern "C" fn init_upstream(
+    _cf: *mut ngx_conf_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    ffi_guard("init upstream", NGX_ERROR as ngx_int_t, || unsafe {
+        (*us).peer.init = Some(crate::peer::init_peer);
+        NGX_OK as ngx_int_t
+    })
+}
+
+/// `dynamic_balancer_api [thread_pool=name];` in `location{}`.
+pub unsafe extern "C" fn set_api(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_api", NGX_CONF_ERROR, || unsafe {
+        let acf = &mut *conf.cast::<ApiConf>();
+        if acf.enabled {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        let mut pool = ngx_str_t::from_str((*cf).pool, DEFAULT_THREAD_POOL);
+        if let Some(arg) = args(&*cf).get(1) {
+            match arg.as_bytes().strip_prefix(b"thread_pool=") {
+                Some(name) if !name.is_empty() => {
+                    pool = ngx_str_t {
+                        len: name.len(),
+                        data: arg.data.add(12),
+                    }
+                }
+                _ => {
+                    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "invalid parameter \"{arg}\"");
+                    return NGX_CONF_ERROR;
+                }
+            }
+        }
+        if ngx_thread_pool_add(cf, &mut pool).is_null() {
+            return NGX_CONF_ERROR;
+        }
+        acf.thread_pool = pool;
+        acf.enabled = true;
+        let clcf = NgxHttpCoreModule::location_conf_mut(&*cf).expect("core location conf");
+        clcf.handler = Some(crate::api::api_handler);
+        mark_used(&*cf);
+        NGX_CONF_OK
+    })
+}
+
+/// `merge_loc_conf`: takes the API location's `client_max_body_size` over
+/// from nginx (whose own check would answer an HTML 413 before our handler).
+pub unsafe extern "C" fn merge_loc_conf(
+    cf: *mut ngx_conf_t,
+    _prev: *mut c_void,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("merge location conf", NGX_CONF_ERROR, || unsafe {
+        let acf = &mut *conf.cast::<ApiConf>();
+        if acf.enabled {
+            // During a merge cf->ctx is the merged location's, and the core
+            // module (merged first) already holds its final values.
+            let Some(mut clcf) = (*cf).http_location_conf_unchecked::<ngx_http_core_loc_conf_t>(
+                NgxHttpCoreModule::module(),
+            ) else {
+                return NGX_CONF_ERROR;
+            };
+            let clcf = clcf.as_mut();
+            if clcf.client_max_body_size != 0 {
+                acf.max_body = clcf.client_max_body_size;
+                clcf.client_max_body_size = 0;
+            }
+        }
+        NGX_CONF_OK
+    })
+}
+
+unsafe impl HttpModuleMainConf for Module {
+    type MainConf = MainConf;
+}
+
+unsafe impl HttpModuleServerConf for Module {
+    type ServerConf = UpstreamConf;
+}
+
+unsafe impl HttpModuleLocationConf for Module {
+    type LocationConf = ApiConf;
+}

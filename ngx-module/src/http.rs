@@ -1,0 +1,142 @@
+//! Small, safe-to-call wrappers over the nginx HTTP request API that ngx 0.5
+//! does not cover: JSON responses, whole request bodies (memory and temp
+//! file), indexed variables and pool memory that runs `Drop`.
+
+use std::ffi::c_void;
+use std::mem;
+use std::ptr::{self, NonNull};
+use std::slice;
+
+use ngx::ffi::{
+    ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable,
+    ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t,
+    ngx_pool_cleanup_add, ngx_pool_t, ngx_read_file, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
+};
+use ngx::http::Request;
+
+use crate::guard::ffi_guard;
+
+/// Sends `body` as `application/json` with `status`, plus an `Allow` header
+/// for 405 answers. Returns what the content phase should return.
+///
+/// # Safety
+/// `r` is a live request whose header has not been sent.
+pub unsafe fn send_json(
+    r: *mut ngx_http_request_t,
+    status: ngx_uint_t,
+    body: &[u8],
+    allow: Option<&str>,
+) -> ngx_int_t {
+    let req = &mut *r;
+    req.headers_out.status = status;
+    req.headers_out.content_length_n = body.len() as _;
+    req.headers_out.content_type = ngx_str_t {
+        len: 16,
+        data: c"application/json".as_ptr().cast_mut().cast(),
+    };
+    req.headers_out.content_type_len = 16;
+    req.headers_out.content_type_lowcase = ptr::null_mut();
+    if let Some(allow) = allow {
+        if Request::from_ngx_http_request(r)
+            .add_header_out("Allow", allow)
+            .is_none()
+        {
+            return NGX_ERROR as ngx_int_t;
+        }
+    }
+    let rc = ngx_http_send_header(r);
+    if rc == NGX_ERROR as ngx_int_t
+        || rc > NGX_OK as ngx_int_t
+        || req.header_only() != 0
+        || body.is_empty()
+    {
+        return rc;
+    }
+    let buf: *mut ngx_buf_t = ngx_create_temp_buf(req.pool, body.len());
+    if buf.is_null() {
+        return NGX_ERROR as ngx_int_t;
+    }
+    ptr::copy_nonoverlapping(body.as_ptr(), (*buf).pos, body.len());
+    (*buf).last = (*buf).pos.add(body.len());
+    (*buf).set_last_buf(if r == req.main { 1 } else { 0 });
+    (*buf).set_last_in_chain(1);
+    let mut chain = ngx_chain_t {
+        buf,
+        next: ptr::null_mut(),
+    };
+    ngx_http_output_filter(r, &mut chain)
+}
+
+/// The whole request body, from memory buffers and, when nginx spooled it,
+/// from its temp file.
+///
+/// # Safety
+/// `r` is a live request whose body was fully read.
+pub unsafe fn request_body(r: &ngx_http_request_t) -> Result<Vec<u8>, String> {
+    let rb = r.request_body;
+    if rb.is_null() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::with_capacity(usize::try_from(r.headers_in.content_length_n).unwrap_or(0));
+    let mut cl = (*rb).bufs;
+    while !cl.is_null() {
+        let b = &*(*cl).buf;
+        if b.temporary() != 0 || b.memory() != 0 || b.mmap() != 0 {
+            let len = b.last.offset_from(b.pos) as usize;
+            out.extend_from_slice(slice::from_raw_parts(b.pos, len));
+        } else if b.in_file() != 0 && !b.file.is_null() {
+            let len = (b.file_last - b.file_pos) as usize;
+            let start = out.len();
+            out.resize(start + len, 0);
+            let n = ngx_read_file(b.file, out.as_mut_ptr().add(start), len, b.file_pos);
+            if n != len as isize {
+                return Err(format!(
+                    "short read of the spooled request body ({n} of {len} bytes)"
+                ));
+            }
+        }
+        cl = (*cl).next;
+    }
+    Ok(out)
+}
+
+/// The value of indexed variable `index`, or `None` when it is not found.
+///
+/// # Safety
+/// `r` is a live request; `index` came from `ngx_http_get_variable_index`.
+pub unsafe fn variable<'r>(r: *mut ngx_http_request_t, index: ngx_uint_t) -> Option<&'r [u8]> {
+    let v = ngx_http_get_flushed_variable(r, index);
+    if v.is_null() || (*v).not_found() != 0 || (*v).data.is_null() {
+        return None;
+    }
+    Some(slice::from_raw_parts((*v).data, (*v).len() as usize))
+}
+
+/// Moves `value` into `pool` and drops it when the pool is destroyed (the end
+/// of the request for `r->pool`).
+///
+/// # Safety
+/// `pool` is a live nginx pool.
+pub unsafe fn pool_box<T>(pool: *mut ngx_pool_t, value: T) -> Option<NonNull<T>> {
+    const {
+        assert!(
+            mem::align_of::<T>() <= mem::size_of::<usize>(),
+            "nginx pools align to a word"
+        )
+    };
+    let cln = ngx_pool_cleanup_add(pool, mem::size_of::<T>());
+    if cln.is_null() {
+        return None;
+    }
+    let p = (*cln).data.cast::<T>();
+    p.write(value);
+    (*cln).handler = Some(drop_in_pool::<T>);
+    NonNull::new(p)
+}
+
+unsafe extern "C" fn drop_in_pool<T>(data: *mut c_void) {
+    ffi_guard("pool cleanup", (), || {
+        // SAFETY: data is the value pool_box wrote; the pool runs each cleanup once.
+        unsafe { ptr::drop_in_place(data.cast::<T>()) }
+    })
+}

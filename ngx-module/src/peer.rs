@@ -1,0 +1,106 @@
+//! The upstream peer hook that replaces `balancer_by_lua`: `init_peer` picks
+//! the backend named by the request's variable, `get_peer` hands nginx one
+//! endpoint per attempt, `free_peer` accounts for the attempt.
+//!
+//! `keepalive` placed after `dynamic_balancer` wraps these functions, so
+//! upstream connections are cached and reused per endpoint.
+
+use std::ffi::c_void;
+use std::rc::Rc;
+
+use lua_compat::tried::TriedSet;
+use ngx::ffi::{
+    ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_peer_connection_t, ngx_uint_t,
+    NGX_BUSY, NGX_ERROR, NGX_LOG_WARN, NGX_OK,
+};
+use ngx::ngx_log_error;
+
+use crate::config::{upstream_conf, zone_of};
+use crate::guard::ffi_guard;
+use crate::http::{pool_box, variable};
+use crate::worker_cache::{lookup, WorkerBackend};
+
+/// Per-request balancer state, in the request pool.
+struct PeerData {
+    /// Keeps the endpoints (and so `pc->name`, which `$upstream_addr` reads
+    /// in the log phase) alive even if a sync replaces the backend.
+    backend: Rc<WorkerBackend>,
+    tried: TriedSet,
+}
+
+/// `peer.init` of a `dynamic_balancer` upstream.
+pub unsafe extern "C" fn init_peer(
+    r: *mut ngx_http_request_t,
+    us: *mut ngx_http_upstream_srv_conf_t,
+) -> ngx_int_t {
+    ffi_guard("init peer", NGX_ERROR as ngx_int_t, || unsafe {
+        let u = &mut *(*r).upstream;
+        let backend = match (upstream_conf(us), zone_of(&*r)) {
+            (Some(conf), Some(zone)) => variable(r, conf.variable)
+                .and_then(|name| lookup(&zone, name))
+                .filter(|b| !b.endpoints.is_empty()),
+            _ => None,
+        };
+        let Some(backend) = backend else {
+            // The preaccess check answers 503 first in proxy_pass/grpc_pass
+            // locations; reaching here means the backend vanished since, or
+            // the upstream is used some other way. nginx then answers 502.
+            ngx_log_error!(
+                NGX_LOG_WARN,
+                (*(*r).connection).log,
+                "dynamic_balancer: no endpoints for this request's backend"
+            );
+            u.peer.data = std::ptr::null_mut();
+            u.peer.get = Some(get_no_peer);
+            u.peer.free = Some(free_peer);
+            u.peer.tries = 1;
+            return NGX_OK as ngx_int_t;
+        };
+        let tries = backend.endpoints.len();
+        let data = PeerData {
+            tried: TriedSet::new(tries),
+            backend,
+        };
+        let Some(data) = pool_box((*r).pool, data) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        u.peer.data = data.as_ptr().cast();
+        u.peer.get = Some(get_peer);
+        u.peer.free = Some(free_peer);
+        u.peer.tries = tries as ngx_uint_t;
+        NGX_OK as ngx_int_t
+    })
+}
+
+/// `peer.get`: the next untried endpoint in round-robin order.
+unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
+    ffi_guard("get peer", NGX_ERROR as ngx_int_t, || unsafe {
+        let pd = &mut *data.cast::<PeerData>();
+        let Some(i) = pd.backend.rr.borrow_mut().pick(&pd.tried) else {
+            return NGX_BUSY as ngx_int_t;
+        };
+        pd.tried.insert(i);
+        let peer = &pd.backend.endpoints[i];
+        let pc = &mut *pc;
+        pc.sockaddr = peer.sockaddr.as_ptr().cast_mut().cast();
+        pc.socklen = peer.sockaddr.len();
+        pc.name = (&peer.name as *const ngx::ffi::ngx_str_t).cast_mut();
+        NGX_OK as ngx_int_t
+    })
+}
+
+unsafe extern "C" fn get_no_peer(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) -> ngx_int_t {
+    NGX_BUSY as ngx_int_t
+}
+
+/// `peer.free`: one attempt fewer remains, as in nginx's round-robin.
+unsafe extern "C" fn free_peer(
+    pc: *mut ngx_peer_connection_t,
+    _data: *mut c_void,
+    _state: ngx_uint_t,
+) {
+    ffi_guard("free peer", (), || unsafe {
+        let pc = &mut *pc;
+        pc.tries = pc.tries.saturating_sub(1);
+    })
+}

@@ -1,0 +1,89 @@
+//! Answers 503 before proxying when the request's backend is unknown, empty
+//! or has no endpoints, as ingress-nginx's `balancer.rewrite()` does.
+//!
+//! The peer hook itself cannot choose the status: when it finds no peer,
+//! nginx's upstream core always answers 502. So this PREACCESS handler looks at
+//! the location's `proxy_pass`/`grpc_pass` upstream and, when it is a
+//! `dynamic_balancer` one, checks the backend first.
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ngx::ffi::{
+    ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_conf_t, ngx_int_t, NGX_DECLINED,
+    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_LOG_WARN,
+};
+use ngx::ngx_log_error;
+
+use crate::config::{upstream_conf, zone_of};
+use crate::guard::ffi_guard;
+use crate::http::variable;
+use crate::worker_cache::lookup;
+
+const ABSENT: usize = usize::MAX;
+
+/// `ctx_index` of the proxy and grpc modules, found by name at configuration
+/// time (they may be compiled out, so we do not link to their symbols).
+static UPSTREAM_USERS: [AtomicUsize; 2] = [AtomicUsize::new(ABSENT), AtomicUsize::new(ABSENT)];
+const UPSTREAM_USER_NAMES: [&CStr; 2] = [c"ngx_http_proxy_module", c"ngx_http_grpc_module"];
+
+/// Finds the proxy and grpc modules in `cycle`.
+///
+/// # Safety
+/// `cycle` is the cycle being configured, with its modules array set.
+pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t) {
+    let modules = std::slice::from_raw_parts((*cycle).modules, (*cycle).modules_n);
+    for (slot, wanted) in UPSTREAM_USERS.iter().zip(UPSTREAM_USER_NAMES) {
+        let found = modules
+            .iter()
+            .filter(|m| !m.is_null() && !(***m).name.is_null())
+            .find(|m| CStr::from_ptr((***m).name) == wanted)
+            .map_or(ABSENT, |m| (**m).ctx_index);
+        slot.store(found, Ordering::Relaxed);
+    }
+}
+
+/// The upstream the location proxies to. Both modules' location confs start
+/// with an `ngx_http_upstream_conf_t` whose first field is that upstream; this
+/// has held since grpc was added (1.13.10).
+unsafe fn location_upstream(
+    r: &ngx_http_request_t,
+) -> impl Iterator<Item = *mut ngx::ffi::ngx_http_upstream_srv_conf_t> + '_ {
+    UPSTREAM_USERS.iter().filter_map(move |slot| {
+        let index = slot.load(Ordering::Relaxed);
+        if index == ABSENT {
+            return None;
+        }
+        // SAFETY: r->loc_conf has an entry for every HTTP module's ctx_index.
+        let conf = unsafe {
+            (*r.loc_conf.add(index))
+                .cast::<ngx_http_upstream_conf_t>()
+                .as_ref()
+        }?;
+        (!conf.upstream.is_null()).then_some(conf.upstream)
+    })
+}
+
+/// The PREACCESS phase handler.
+pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    ffi_guard("preaccess handler", NGX_DECLINED as ngx_int_t, || unsafe {
+        let req = &*r;
+        let Some(conf) = location_upstream(req).find_map(|us| upstream_conf(us)) else {
+            return NGX_DECLINED as ngx_int_t;
+        };
+        let Some(zone) = zone_of(req) else {
+            return NGX_DECLINED as ngx_int_t;
+        };
+        let name = variable(r, conf.variable).unwrap_or_default();
+        if lookup(&zone, name).is_some_and(|b| !b.endpoints.is_empty()) {
+            return NGX_DECLINED as ngx_int_t;
+        }
+        let name = String::from_utf8_lossy(name);
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            (*req.connection).log,
+            "dynamic_balancer: no endpoints for backend \"{name}\""
+        );
+        NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t
+    })
+}

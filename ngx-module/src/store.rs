@@ -1,0 +1,295 @@
+//! The backends in shared memory: one immutable blob per backend and a sorted
+//! index of blobs.
+//!
+//! A write builds every new blob and the new index first, then swaps the index
+//! in under the write lock and bumps the generation, then frees what the old
+//! index alone referenced. A write that cannot allocate frees what it built and
+//! changes nothing, so a full zone never leaves a half-applied configuration.
+//! A backend whose bytes did not change keeps its blob and version, so workers
+//! re-decode only what changed.
+
+use std::mem;
+use std::ptr::{self, NonNull};
+use std::slice;
+use std::sync::atomic::Ordering;
+
+use lua_compat::runtime::Prepared;
+
+use crate::zone::{SlabGuard, Zone};
+
+/// Header of a backend blob; name, JSON and runtime bytes follow it.
+#[repr(C)]
+pub struct Blob {
+    /// The generation that wrote this blob.
+    pub version: u64,
+    alloc_size: usize,
+    name_len: u32,
+    json_len: u32,
+    runtime_len: u32,
+    pub endpoints: u32,
+}
+
+impl Blob {
+    fn tail(&self) -> &[u8] {
+        let len = self.name_len as usize + self.json_len as usize + self.runtime_len as usize;
+        // SAFETY: the blob was allocated with its three byte strings right after
+        // the header and is immutable while an index references it.
+        unsafe { slice::from_raw_parts((self as *const Blob).add(1).cast::<u8>(), len) }
+    }
+
+    pub fn name(&self) -> &[u8] {
+        &self.tail()[..self.name_len as usize]
+    }
+
+    pub fn json(&self) -> &[u8] {
+        let start = self.name_len as usize;
+        &self.tail()[start..start + self.json_len as usize]
+    }
+
+    pub fn runtime(&self) -> &[u8] {
+        &self.tail()[(self.name_len + self.json_len) as usize..]
+    }
+
+    fn same_content(&self, p: &Prepared) -> bool {
+        self.json() == p.json.as_slice() && self.runtime() == p.runtime.as_slice()
+    }
+}
+
+/// Blob pointers sorted by name.
+#[repr(C)]
+pub struct Index {
+    entries: *mut NonNull<Blob>,
+    len: usize,
+}
+
+impl Index {
+    pub const fn empty() -> Index {
+        Index {
+            entries: ptr::null_mut(),
+            len: 0,
+        }
+    }
+
+    pub fn blobs(&self) -> impl ExactSizeIterator<Item = &Blob> + '_ {
+        self.slice().iter().map(|b| {
+            // SAFETY: blobs referenced by a live index are valid (see module doc).
+            unsafe { b.as_ref() }
+        })
+    }
+
+    pub fn find(&self, name: &[u8]) -> Option<&Blob> {
+        let i = self.position(name).ok()?;
+        // SAFETY: as in blobs().
+        Some(unsafe { self.slice()[i].as_ref() })
+    }
+
+    fn slice(&self) -> &[NonNull<Blob>] {
+        if self.entries.is_null() {
+            &[]
+        } else {
+            // SAFETY: entries/len describe an array the writer allocated.
+            unsafe { slice::from_raw_parts(self.entries, self.len) }
+        }
+    }
+
+    fn position(&self, name: &[u8]) -> Result<usize, usize> {
+        self.slice().binary_search_by(|b| {
+            // SAFETY: as in blobs().
+            unsafe { b.as_ref() }.name().cmp(name)
+        })
+    }
+}
+
+/// One write to the store.
+pub enum Change {
+    /// `POST /configuration/backends`: the full set.
+    ReplaceAll(Vec<Prepared>),
+    /// `PUT /configuration/backends/{name}`.
+    Put(Prepared),
+    /// `DELETE /configuration/backends/{name}`.
+    Delete(String),
+}
+
+/// A write that took effect.
+#[derive(Debug, Clone, Copy)]
+pub struct Applied {
+    pub generation: u64,
+    /// For `Put`: the backend did not exist before.
+    pub created: bool,
+}
+
+/// A write that was refused; the store is unchanged.
+#[derive(Debug, Clone)]
+pub enum StoreError {
+    /// Not enough free memory in the zone for the new state (old and new
+    /// blobs must fit side by side until the swap).
+    ZoneFull {
+        needed: usize,
+        zone: usize,
+    },
+    NotFound,
+}
+
+/// Applies `change` atomically. Runs in a thread-pool thread or the event
+/// loop; it touches only shared memory.
+pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
+    let slab = zone.lock_slab();
+    let header = zone.header();
+    // Only writers modify the index and they are serialised by the slab mutex,
+    // so reading it here without the read lock is safe.
+    // SAFETY: data_ptr of a live lock; see above.
+    let old: &Index = unsafe { &*header.index.data_ptr() };
+    let generation = header.generation.load(Ordering::Relaxed) + 1;
+
+    let mut built = Built {
+        slab: &slab,
+        fresh: Vec::new(),
+        needed: 0,
+    };
+    let mut created = false;
+    let mut next: Vec<NonNull<Blob>> = match change {
+        Change::ReplaceAll(mut items) => {
+            items.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+            let mut out = Vec::with_capacity(items.len());
+            for item in &items {
+                out.push(built.reuse_or_build(old, item, generation));
+            }
+            out
+        }
+        Change::Put(item) => {
+            let mut out = old.slice().to_vec();
+            let blob = built.reuse_or_build(old, &item, generation);
+            match old.position(item.name.as_bytes()) {
+                Ok(i) => out[i] = blob,
+                Err(i) => {
+                    out.insert(i, blob);
+                    created = true;
+                }
+            }
+            out
+        }
+        Change::Delete(name) => {
+            let i = old
+                .position(name.as_bytes())
+                .map_err(|_| StoreError::NotFound)?;
+            let mut out = old.slice().to_vec();
+            out.remove(i);
+            out
+        }
+    };
+    if next.iter().any(|b| b.as_ptr() == dangling()) {
+        return Err(built.abandon(zone.size()));
+    }
+
+    let entries_size = next.len() * mem::size_of::<NonNull<Blob>>();
+    let entries: *mut NonNull<Blob> = if next.is_empty() {
+        ptr::null_mut()
+    } else {
+        match slab.alloc(entries_size) {
+            Some(p) => p.as_ptr().cast(),
+            None => {
+                built.needed += entries_size;
+                return Err(built.abandon(zone.size()));
+            }
+        }
+    };
+    if !entries.is_null() {
+        // SAFETY: entries has room for next.len() pointers.
+        unsafe { ptr::copy_nonoverlapping(next.as_ptr(), entries, next.len()) };
+    }
+
+    // SAFETY: every pointer in `next` is a live blob (dangling ones were refused).
+    let endpoints: u64 = next
+        .iter()
+        .map(|b| u64::from(unsafe { b.as_ref() }.endpoints))
+        .sum();
+    let (old_entries, old_len) = (old.entries, old.len);
+    let previous: Vec<NonNull<Blob>> = old.slice().to_vec();
+    {
+        let mut index = header.index.write();
+        *index = Index {
+            entries,
+            len: next.len(),
+        };
+        header.backends.store(next.len() as u64, Ordering::Relaxed);
+        header.endpoints.store(endpoints, Ordering::Relaxed);
+        header.generation.store(generation, Ordering::Release);
+    }
+
+    // Free what only the old index referenced.
+    next.sort_unstable();
+    for blob in previous {
+        if next.binary_search(&blob).is_err() {
+            // SAFETY: no index references it any more, and readers only touch
+            // blobs under the read lock, which the swap above excluded.
+            unsafe { slab.free(blob.cast(), blob.as_ref().alloc_size) };
+        }
+    }
+    if let Some(p) = NonNull::new(old_entries) {
+        // SAFETY: the old entries array is unreferenced after the swap.
+        unsafe { slab.free(p.cast(), old_len * mem::size_of::<NonNull<Blob>>()) };
+    }
+    Ok(Applied {
+        generation,
+        created,
+    })
+}
+
+fn dangling() -> *mut Blob {
+    NonNull::<Blob>::dangling().as_ptr()
+}
+
+/// Blobs allocated by one write, so that a failed write can free them.
+struct Built<'a> {
+    slab: &'a SlabGuard,
+    fresh: Vec<(NonNull<Blob>, usize)>,
+    needed: usize,
+}
+
+impl Built<'_> {
+    /// The existing blob when its content is unchanged, else a new one. On
+    /// allocation failure returns a dangling marker and keeps counting how
+    /// much memory the write would have needed.
+    fn reuse_or_build(&mut self, old: &Index, item: &Prepared, generation: u64) -> NonNull<Blob> {
+        if let Some(blob) = old.find(item.name.as_bytes()) {
+            if blob.same_content(item) {
+                return NonNull::from(blob);
+            }
+        }
+        let size = mem::size_of::<Blob>() + item.name.len() + item.json.len() + item.runtime.len();
+        self.needed += size;
+        let Some(p) = self.slab.alloc(size) else {
+            return NonNull::dangling();
+        };
+        let blob = p.cast::<Blob>();
+        // SAFETY: p has room for the header plus the three byte strings.
+        unsafe {
+            blob.as_ptr().write(Blob {
+                version: generation,
+                alloc_size: size,
+                name_len: item.name.len() as u32,
+                json_len: item.json.len() as u32,
+                runtime_len: item.runtime.len() as u32,
+                endpoints: item.endpoints as u32,
+            });
+            let mut dst = blob.as_ptr().add(1).cast::<u8>();
+            for part in [item.name.as_bytes(), &item.json, &item.runtime] {
+                ptr::copy_nonoverlapping(part.as_ptr(), dst, part.len());
+                dst = dst.add(part.len());
+            }
+        }
+        self.fresh.push((blob, size));
+        blob
+    }
+
+    fn abandon(self, zone: usize) -> StoreError {
+        for (blob, size) in &self.fresh {
+            // SAFETY: these blobs were never published.
+            unsafe { self.slab.free(blob.cast(), *size) };
+        }
+        StoreError::ZoneFull {
+            needed: self.needed,
+            zone,
+        }
+    }
+}

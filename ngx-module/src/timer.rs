@@ -1,0 +1,68 @@
+//! Worker start, stop, and the idle sync timer.
+//!
+//! Requests already sync on every request, so a busy worker is always current.
+//! The timer keeps an idle worker current too, so that `/configuration/status`
+//! shows every worker on the latest generation shortly after each write (the
+//! controller waits for that after a reload).
+
+use std::ptr;
+
+use ngx::ffi::{ngx_add_timer, ngx_cycle_t, ngx_event_t, ngx_int_t, NGX_OK};
+use ngx::http::HttpModuleConfExt;
+
+use crate::config::MainConf;
+use crate::guard::ffi_guard;
+use crate::worker_cache;
+
+/// How often an idle worker looks at the zone's generation, in ms.
+const SYNC_INTERVAL_MS: usize = 100;
+
+thread_local! {
+    static SYNC_EVENT: std::cell::Cell<*mut ngx_event_t> = const { std::cell::Cell::new(ptr::null_mut()) };
+}
+
+unsafe fn main_conf(cycle: *const ngx_cycle_t) -> Option<&'static MainConf> {
+    (*cycle)
+        .http_main_conf_unchecked::<MainConf>(crate::Module::module_ref())
+        .map(|p| p.as_ref())
+}
+
+/// `init_process`: sync once, report, and arm the timer.
+pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
+    ffi_guard("init process", NGX_OK as ngx_int_t, || unsafe {
+        let Some(zone) = main_conf(cycle).and_then(MainConf::zone) else {
+            return NGX_OK as ngx_int_t;
+        };
+        worker_cache::sync(&zone);
+        let ev: *mut ngx_event_t = Box::into_raw(Box::new(std::mem::zeroed()));
+        (*ev).handler = Some(on_timer);
+        (*ev).log = (*cycle).log;
+        (*ev).set_cancelable(1);
+        SYNC_EVENT.set(ev);
+        ngx_add_timer(ev, SYNC_INTERVAL_MS);
+        NGX_OK as ngx_int_t
+    })
+}
+
+unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
+    ffi_guard("sync timer", (), || unsafe {
+        if ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_quit != 0 || ngx::ffi::ngx_terminate != 0 {
+            return;
+        }
+        if let Some(zone) = main_conf(ngx::ffi::ngx_cycle).and_then(MainConf::zone) {
+            worker_cache::sync(&zone);
+        }
+        ngx_add_timer(ev, SYNC_INTERVAL_MS);
+    })
+}
+
+/// `exit_process`: give up the status slot and drop the cache.
+pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
+    ffi_guard("exit process", (), || unsafe {
+        if let Some(zone) = main_conf(cycle).and_then(MainConf::zone) {
+            zone.header()
+                .retire(ngx::ffi::ngx_worker, ngx::ffi::ngx_pid as i64);
+        }
+        worker_cache::clear();
+    })
+}

@@ -1,0 +1,199 @@
+//! The shared-memory zone: its header, the slab it allocates from, and the
+//! per-worker status slots.
+//!
+//! One zone (`dynamic_balancer_zone`) holds every backend. nginx maps it at the
+//! same address in the master and all workers, and hands it over unchanged to
+//! the next cycle on `nginx -s reload` when its name and size are unchanged,
+//! so the configuration survives a reload with no re-POST.
+
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use ngx::allocator::{AllocError, Allocator};
+use ngx::core::SlabPool;
+use ngx::ffi::{ngx_int_t, ngx_shm_zone_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK};
+use ngx::ngx_log_error;
+use ngx::sync::RwLock;
+
+use crate::guard::ffi_guard;
+use crate::store::Index;
+
+/// Changes whenever the layout of anything in the zone changes, so that a new
+/// module never reads a zone written by an incompatible one across a reload.
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0001; // "dynbal" v1
+
+/// Status slots, indexed by `ngx_worker`. More workers than this are still
+/// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
+pub const MAX_WORKERS: usize = 256;
+
+/// The root object of the zone, stored at `shpool->data`.
+#[repr(C)]
+pub struct ZoneHeader {
+    magic: u64,
+    /// Bumped by every successful write, under the index write lock.
+    pub generation: AtomicU64,
+    pub backends: AtomicU64,
+    pub endpoints: AtomicU64,
+    /// Sorted backend blobs; readers copy out under the read lock.
+    pub index: RwLock<Index>,
+    pub workers: [WorkerSlot; MAX_WORKERS],
+}
+
+/// What one worker reports: its pid and the generation it routes by.
+#[repr(C)]
+pub struct WorkerSlot {
+    pub pid: AtomicI64,
+    pub generation: AtomicU64,
+}
+
+/// A handle to the zone: its header and its slab pool.
+#[derive(Clone)]
+pub struct Zone {
+    header: NonNull<ZoneHeader>,
+    slab: SlabPool,
+    size: usize,
+}
+
+// SAFETY: the zone lives in shared memory for the whole life of the process;
+// all mutable state in it is atomic or behind the slab mutex or the index
+// rwlock, both of which are process- and thread-safe.
+unsafe impl Send for Zone {}
+unsafe impl Sync for Zone {}
+
+impl Zone {
+    /// The zone of an initialised `ngx_shm_zone_t`.
+    ///
+    /// # Safety
+    /// `shm_zone` must be this module's zone, after [`init_zone`] succeeded.
+    pub unsafe fn from_shm_zone(shm_zone: &ngx_shm_zone_t) -> Option<Zone> {
+        Some(Zone {
+            header: NonNull::new(shm_zone.data.cast())?,
+            slab: SlabPool::from_shm_zone(shm_zone)?,
+            size: shm_zone.shm.size,
+        })
+    }
+
+    pub fn header(&self) -> &ZoneHeader {
+        // SAFETY: the header was initialised by init_zone and is never freed.
+        unsafe { self.header.as_ref() }
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Bytes in use: the zone size minus its free pages.
+    pub fn used(&self) -> usize {
+        // SAFETY: ngx_pagesize is set at startup; pfree is a plain counter and a
+        // racy read only skews a statistic.
+        let free = self.slab.as_ref().pfree * unsafe { ngx::ffi::ngx_pagesize };
+        self.size.saturating_sub(free)
+    }
+
+    /// Takes the slab mutex. Writers hold it for their whole change, which
+    /// also serialises writers against each other.
+    pub fn lock_slab(&self) -> SlabGuard {
+        SlabGuard {
+            locked: self.slab.lock(),
+        }
+    }
+}
+
+/// Allocation from the zone while its mutex is held.
+pub struct SlabGuard {
+    locked: ngx::core::slab::LockedSlabPool,
+}
+
+impl SlabGuard {
+    /// Allocates `size` bytes aligned to 8, or `None` when the zone is full.
+    pub fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
+        let layout = std::alloc::Layout::from_size_align(size.max(1), 8).ok()?;
+        match self.locked.allocate(layout) {
+            Ok(p) => Some(p.cast()),
+            Err(AllocError) => None,
+        }
+    }
+
+    /// Frees what [`SlabGuard::alloc`] returned.
+    ///
+    /// # Safety
+    /// `p` came from `alloc(size)` on this zone and is not used afterwards.
+    pub unsafe fn free(&self, p: NonNull<u8>, size: usize) {
+        let layout = std::alloc::Layout::from_size_align_unchecked(size.max(1), 8);
+        self.locked.deallocate(p, layout);
+    }
+}
+
+/// `shm_zone->init`: creates the header in a new zone, or adopts the one the
+/// previous cycle left (reload), refusing an incompatible layout.
+pub unsafe extern "C" fn init_zone(
+    shm_zone: *mut ngx_shm_zone_t,
+    old_data: *mut std::ffi::c_void,
+) -> ngx_int_t {
+    ffi_guard("zone init", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx passes its live zone.
+        let shm_zone = &mut *shm_zone;
+        let log = (*ngx::ffi::ngx_cycle).log;
+        if !old_data.is_null() {
+            if (*old_data.cast::<ZoneHeader>()).magic != ZONE_MAGIC {
+                ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    log,
+                    "dynamic_balancer_zone was created by an incompatible module version; restart nginx or change the zone size"
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+            shm_zone.data = old_data;
+            return NGX_OK as ngx_int_t;
+        }
+        let slab: *mut ngx::ffi::ngx_slab_pool_t = shm_zone.shm.addr.cast();
+        if !(*slab).data.is_null() && (*(*slab).data.cast::<ZoneHeader>()).magic == ZONE_MAGIC {
+            // shm.exists (Windows): the zone outlived the process.
+            shm_zone.data = (*slab).data;
+            return NGX_OK as ngx_int_t;
+        }
+        // We answer 507 ourselves; nginx's own "no memory" alert would be noise.
+        (*slab).set_log_nomem(0);
+        let pool = SlabPool::from_shm_zone(shm_zone).expect("zone has a slab pool");
+        let header = match pool
+            .lock()
+            .allocate(std::alloc::Layout::new::<ZoneHeader>())
+        {
+            Ok(p) => p.cast::<ZoneHeader>().as_ptr(),
+            Err(_) => {
+                ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    log,
+                    "dynamic_balancer_zone is too small for its header"
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+        };
+        ptr::write_bytes(header, 0, 1);
+        ptr::addr_of_mut!((*header).index).write(RwLock::new(Index::empty()));
+        (*header).magic = ZONE_MAGIC;
+        (*slab).data = header.cast();
+        shm_zone.data = header.cast();
+        NGX_OK as ngx_int_t
+    })
+}
+
+impl ZoneHeader {
+    /// Records that worker `index` (pid `pid`) routes by `generation`.
+    pub fn report(&self, index: usize, pid: i64, generation: u64) {
+        if let Some(slot) = self.workers.get(index) {
+            slot.pid.store(pid, Ordering::Relaxed);
+            slot.generation.store(generation, Ordering::Release);
+        }
+    }
+
+    /// Clears worker `index`'s slot if `pid` still owns it (a newer worker
+    /// with the same index may already have taken it over).
+    pub fn retire(&self, index: usize, pid: i64) {
+        if let Some(slot) = self.workers.get(index) {
+            let _ = slot
+                .pid
+                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+}
