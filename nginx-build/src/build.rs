@@ -1,0 +1,180 @@
+//! The offline build of nginx + module.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+use std::{env, fs};
+
+/// Debian packages the vendored build needs: bindgen's libclang, and the
+/// libraries nginx's configure links (PCRE2 for the rewrite module, OpenSSL,
+/// zlib).
+const DEBIAN_PACKAGES: &[&str] = &[
+    "libclang-dev",
+    "libpcre2-dev",
+    "libssl-dev",
+    "zlib1g-dev",
+    "pkg-config",
+    "make",
+];
+
+pub const MODULE_FILE: &str = "ngx_http_dynamic_balancer_module.so";
+
+/// Where the build puts things.
+pub struct Artifacts {
+    pub prefix: PathBuf,
+    pub nginx: PathBuf,
+    pub module: PathBuf,
+}
+
+impl Artifacts {
+    pub fn locate() -> Artifacts {
+        let prefix = workspace_root().join("build/nginx");
+        Artifacts {
+            nginx: prefix.join("sbin/nginx"),
+            module: prefix.join("modules").join(MODULE_FILE),
+            prefix,
+        }
+    }
+
+    pub fn print(&self) {
+        println!("nginx:  {}", self.nginx.display());
+        println!("module: {}", self.module.display());
+        println!("use it: load_module {};", self.module.display());
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+pub fn build() -> Result<Artifacts, String> {
+    let started = Instant::now();
+    install_debian_packages()?;
+    let root = workspace_root();
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("nginx-build: cargo build --release -p ngx-module (builds nginx 1.28.3 from the nginx-src crate)");
+    let status = Command::new(&cargo)
+        .args(["build", "--release", "-p", "ngx-module"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build failed ({status})"));
+    }
+    let objs = newest_nginx_objs(&root.join("target/release/build"))?;
+    let out = Artifacts::locate();
+    for dir in ["sbin", "modules", "conf", "logs"] {
+        fs::create_dir_all(out.prefix.join(dir)).map_err(|e| format!("mkdir {dir}: {e}"))?;
+    }
+    copy(&objs.join("nginx"), &out.nginx)?;
+    copy(
+        &root.join("target/release/libngx_http_dynamic_balancer_module.so"),
+        &out.module,
+    )?;
+    if let Some(mime) = nginx_source_conf(&objs)
+        .map(|c| c.join("mime.types"))
+        .filter(|p| p.exists())
+    {
+        copy(&mime, &out.prefix.join("conf/mime.types"))?;
+    }
+    let version = Command::new(&out.nginx)
+        .arg("-v")
+        .output()
+        .map_err(|e| format!("cannot run nginx: {e}"))?;
+    eprintln!(
+        "nginx-build: {} in {:.1}s",
+        String::from_utf8_lossy(&version.stderr).trim(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(out)
+}
+
+fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    // Write beside the target and rename, so a running nginx keeps its inode.
+    let tmp = to.with_extension("tmp");
+    fs::copy(from, &tmp).map_err(|e| format!("copy {}: {e}", from.display()))?;
+    fs::rename(&tmp, to).map_err(|e| format!("rename {}: {e}", to.display()))
+}
+
+/// `target/release/build/nginx-sys-*/out/objs` holding the newest nginx binary.
+fn newest_nginx_objs(build_dir: &Path) -> Result<PathBuf, String> {
+    let entries = fs::read_dir(build_dir).map_err(|e| format!("{}: {e}", build_dir.display()))?;
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("nginx-sys-"))
+        .map(|e| e.path().join("out/objs"))
+        .filter_map(|objs| {
+            Some((
+                fs::metadata(objs.join("nginx")).ok()?.modified().ok()?,
+                objs,
+            ))
+        })
+        .max()
+        .map(|(_, objs)| objs)
+        .ok_or_else(|| "no nginx binary under target/release/build/nginx-sys-*/out/objs".into())
+}
+
+/// The `conf/` directory of the nginx source the build used, read from the
+/// Makefile configure wrote (`-I <src>/src/core`).
+fn nginx_source_conf(objs: &Path) -> Option<PathBuf> {
+    let makefile = fs::read_to_string(objs.join("Makefile")).ok()?;
+    let core = makefile
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("-I").filter(|p| p.ends_with("/src/core")))?;
+    Some(Path::new(core).parent()?.parent()?.join("conf"))
+}
+
+fn install_debian_packages() -> Result<(), String> {
+    if !Path::new("/usr/bin/dpkg-query").exists() {
+        eprintln!(
+            "nginx-build: not a Debian system; make sure these are installed: {}",
+            DEBIAN_PACKAGES.join(" ")
+        );
+        return Ok(());
+    }
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            let out = Command::new("dpkg-query")
+                .args(["-W", "-f=${db:Status-Status}", p])
+                .output();
+            !matches!(out, Ok(o) if o.stdout == b"installed")
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "nginx-build: installing Debian packages: {}",
+        missing.join(" ")
+    );
+    let sudo = if is_root() { vec![] } else { vec!["sudo"] };
+    let run = |args: &[&str]| -> Result<(), String> {
+        let mut argv = sudo.clone();
+        argv.extend_from_slice(args);
+        let status = Command::new(argv[0])
+            .args(&argv[1..])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", argv.join(" ")))?;
+        status
+            .success()
+            .then_some(())
+            .ok_or_else(|| format!("{} failed ({status})", argv.join(" ")))
+    };
+    run(&["apt-get", "update", "-qq"])?;
+    let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
+    install.extend(&missing);
+    run(&install)
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}

@@ -1,0 +1,37 @@
+//! `cargo run -p nginx-build [-- build|demo|paths]`
+//!
+//! - `build` (the default) installs the Debian packages the build needs when
+//!   they are missing, builds nginx 1.28.3 from the `nginx-src` crate (through
+//!   ngx's `vendored` feature) together with the module, and lays out
+//!   `build/nginx/{sbin/nginx, modules/ngx_http_dynamic_balancer_module.so, conf/mime.types}`.
+//!   Nothing is downloaded except Debian packages; the nginx source ships in
+//!   the crate.
+//! - `demo` builds, then runs nginx with the module, two demo upstreams and a
+//!   pushed configuration on 127.0.0.1 until Ctrl-C.
+//! - `paths` prints where the artifacts are.
+
+mod build;
+mod demo;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        None | Some("build") => build::build().map(|a| a.print()),
+        Some("paths") => Ok(build::Artifacts::locate().print()),
+        Some("demo") => build::build().and_then(|a| demo::run(&a, &args[1..])),
+        Some("-h" | "--help") => {
+            println!("usage: cargo run -p nginx-build [-- build | demo [--port N] | paths]");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command {other:?}; try --help")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nginx-build: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
