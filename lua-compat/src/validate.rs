@@ -94,8 +94,15 @@ pub fn parse_backend(body: &[u8], url_name: &str) -> Result<Backend, ValidationE
 
 fn deserialize<T: DeserializeOwned>(body: &[u8]) -> Result<T, ValidationError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de)
-        .map_err(|e| ValidationError::at(format_path(e.path()), e.inner().to_string()))?;
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        // Malformed JSON has no meaningful path: it concerns the whole body.
+        let path = if e.inner().is_syntax() || e.inner().is_eof() {
+            String::new()
+        } else {
+            format_path(e.path())
+        };
+        ValidationError::at(path, e.inner().to_string())
+    })?;
     de.end()
         .map_err(|e| ValidationError::at("", e.to_string()))?;
     Ok(value)
@@ -225,7 +232,10 @@ mod tests {
 
     #[test]
     fn malformed_json_and_wrong_shapes() {
-        assert!(err("[{").message.contains("EOF"));
+        let e = err("[{");
+        assert!(e.message.contains("EOF"));
+        assert_eq!(e.path, "");
+        assert_eq!(err(r#"[{"name":"a",}]"#).path, "");
         assert_eq!(err(r#"{"name":"a"}"#).path, "");
         assert_eq!(err(r#"[{"name":"a"}] trailing"#).path, "");
         let e = err(r#"[{"name":"a","endpoints":{}}]"#);

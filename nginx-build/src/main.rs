@@ -19,7 +19,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         None | Some("build") => build::build().map(|a| a.print()),
-        Some("paths") => Ok(build::Artifacts::locate().print()),
+        Some("paths") => {
+            build::Artifacts::locate().print();
+            Ok(())
+        }
         Some("demo") => build::build().and_then(|a| demo::run(&a, &args[1..])),
         Some("-h" | "--help") => {
             println!("usage: cargo run -p nginx-build [-- build | demo [--port N] | paths]");

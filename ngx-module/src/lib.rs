@@ -127,7 +127,3 @@ pub static mut ngx_http_dynamic_balancer_module: ngx_module_t = ngx_module_t {
     exit_process: Some(timer::exit_process),
     ..ngx_module_t::default()
 };
-
-// Silence "unused" for the trait import used only through method resolution.
-#[allow(unused_imports)]
-use HttpModuleMainConf as _;

@@ -50,7 +50,8 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
             return;
         }
         if let Some(zone) = main_conf(ngx::ffi::ngx_cycle).and_then(MainConf::zone) {
-            worker_cache::sync(&zone);
+            let generation = worker_cache::sync(&zone);
+            worker_cache::report(&zone, generation);
         }
         ngx_add_timer(ev, SYNC_INTERVAL_MS);
     })

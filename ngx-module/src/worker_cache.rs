@@ -124,8 +124,10 @@ pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
     CACHE.with_borrow(|cache| cache.backends.get(name).cloned())
 }
 
-/// Publishes this worker's generation in its status slot.
-fn report(zone: &Zone, generation: u64) {
+/// Publishes this worker's generation in its status slot. Called on every
+/// change and on every timer tick, so a slot an exiting worker of the previous
+/// cycle cleared is taken back within one tick.
+pub fn report(zone: &Zone, generation: u64) {
     // SAFETY: plain reads of globals nginx sets before a worker runs modules.
     let (process, worker, pid) = unsafe {
         (
@@ -134,7 +136,12 @@ fn report(zone: &Zone, generation: u64) {
             ngx::ffi::ngx_pid,
         )
     };
-    if process == ngx::ffi::NGX_PROCESS_WORKER as usize {
+    // A worker of the previous cycle shares its slot index with its
+    // successor; once shutting down it must not take the slot back.
+    let leaving = unsafe {
+        ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_quit != 0 || ngx::ffi::ngx_terminate != 0
+    };
+    if process == ngx::ffi::NGX_PROCESS_WORKER as usize && !leaving {
         zone.header().report(worker, pid as i64, generation);
     }
 }

@@ -1,1 +1,74 @@
+//! Test harness: a real nginx with the module under a temporary prefix, real
+//! upstream HTTP servers in the test process, and a real HTTP client.
+//!
+//! Every test builds its own [`Nginx`] and [`Upstream`]s on ports the kernel
+//! hands out, so tests run in parallel without colliding, and every process is
+//! stopped (by PID) when its handle drops.
 
+pub mod nginx;
+pub mod upstream;
+
+pub use nginx::{Nginx, NginxBuilder, Response};
+pub use upstream::Upstream;
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The nginx binary and module that `cargo run -p nginx-build` produced.
+pub fn artifacts() -> (PathBuf, PathBuf) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("build/nginx");
+    let nginx = root.join("sbin/nginx");
+    let module = root.join("modules/ngx_http_dynamic_balancer_module.so");
+    assert!(
+        nginx.exists() && module.exists(),
+        "{} or {} is missing: run `cargo run -p nginx-build` first",
+        nginx.display(),
+        module.display()
+    );
+    (nginx, module)
+}
+
+/// A loopback port nobody in this process has been given yet.
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if given.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}
+
+/// A port with nothing listening on it: connections are refused.
+pub fn dead_port() -> u16 {
+    free_port()
+}
+
+/// A backend object as ingress-nginx sends it.
+pub fn backend(name: &str, endpoints: &[serde_json::Value]) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "port": 80,
+        "sslPassthrough": false,
+        "endpoints": endpoints,
+        "sessionAffinityConfig": {"name": "", "mode": "", "cookieSessionAffinity": {"name": ""}},
+        "upstreamHashByConfig": {},
+        "noServer": false,
+        "trafficShapingPolicy": {"weight": 0, "weightTotal": 0, "header": "", "headerValue": "", "headerPattern": "", "cookie": ""}
+    })
+}
+
+/// An endpoint that refuses connections.
+pub fn dead_endpoint() -> serde_json::Value {
+    serde_json::json!({"address": "127.0.0.1", "port": dead_port().to_string()})
+}

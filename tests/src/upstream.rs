@@ -1,0 +1,110 @@
+//! An upstream HTTP server that answers with its own identity.
+//!
+//! Responses carry `X-Upstream: <identity>` and `X-Peer: <client addr>`. The
+//! client address is nginx's side of the upstream connection, so equal values
+//! across requests prove that nginx reused the connection (keepalive).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use tiny_http::{Header, Response, Server};
+
+pub struct Upstream {
+    pub port: u16,
+    pub identity: String,
+    server: Arc<Server>,
+    thread: Option<JoinHandle<()>>,
+    hits: Arc<AtomicUsize>,
+    peers: Arc<Mutex<Vec<String>>>,
+}
+
+impl Upstream {
+    /// Listens on 127.0.0.1 (or `[::1]` when `ipv6`), on a free port.
+    pub fn start() -> Upstream {
+        Self::start_on(false)
+    }
+
+    pub fn start_v6() -> Upstream {
+        Self::start_on(true)
+    }
+
+    fn start_on(ipv6: bool) -> Upstream {
+        let (server, port) = loop {
+            let port = crate::free_port();
+            let addr = if ipv6 {
+                format!("[::1]:{port}")
+            } else {
+                format!("127.0.0.1:{port}")
+            };
+            if let Ok(server) = Server::http(addr) {
+                break (Arc::new(server), port);
+            }
+        };
+        let identity = if ipv6 {
+            format!("up6-{port}")
+        } else {
+            format!("up-{port}")
+        };
+        let hits = Arc::new(AtomicUsize::new(0));
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (server, identity, hits, peers) = (
+                server.clone(),
+                identity.clone(),
+                hits.clone(),
+                peers.clone(),
+            );
+            std::thread::spawn(move || {
+                for request in server.incoming_requests() {
+                    hits.fetch_add(1, Ordering::Relaxed);
+                    let peer = request
+                        .remote_addr()
+                        .map(|a| a.to_string())
+                        .unwrap_or_default();
+                    peers.lock().unwrap().push(peer.clone());
+                    let response = Response::from_string(identity.clone())
+                        .with_header(Header::from_bytes("X-Upstream", identity.as_bytes()).unwrap())
+                        .with_header(Header::from_bytes("X-Peer", peer.as_bytes()).unwrap());
+                    let _ = request.respond(response);
+                }
+            })
+        };
+        Upstream {
+            port,
+            identity,
+            server,
+            thread: Some(thread),
+            hits,
+            peers,
+        }
+    }
+
+    /// `{"address": .., "port": ".."}` as ingress-nginx sends it.
+    pub fn endpoint(&self) -> serde_json::Value {
+        let address = if self.identity.starts_with("up6-") {
+            "::1"
+        } else {
+            "127.0.0.1"
+        };
+        serde_json::json!({"address": address, "port": self.port.to_string()})
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// nginx-side addresses of the connections requests arrived on, in order.
+    pub fn peers(&self) -> Vec<String> {
+        self.peers.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
