@@ -86,7 +86,7 @@ mod tests {
 
     fn picks(rr: &mut RoundRobin, count: usize) -> Vec<usize> {
         (0..count)
-            .map(|_| rr.pick(&TriedSet::new(rr.len())).unwrap())
+            .map(|_| rr.pick(&TriedSet::new()).unwrap())
             .collect()
     }
 
@@ -107,7 +107,7 @@ mod tests {
     fn skips_tried_and_ends_when_all_tried() {
         for weights in [vec![1, 1, 1], vec![3, 1, 2]] {
             let mut rr = RoundRobin::new(weights, 0);
-            let mut tried = TriedSet::new(3);
+            let mut tried = TriedSet::new();
             let mut order = Vec::new();
             while let Some(i) = rr.pick(&tried) {
                 assert!(!tried.contains(i));
@@ -117,7 +117,7 @@ mod tests {
             order.sort();
             assert_eq!(order, [0, 1, 2]);
         }
-        assert_eq!(RoundRobin::new([], 0).pick(&TriedSet::new(0)), None);
+        assert_eq!(RoundRobin::new([], 0).pick(&TriedSet::new()), None);
     }
 
     proptest! {

@@ -21,7 +21,7 @@ use ngx::ffi::{
 use ngx::http::HttpModuleLocationConf;
 use ngx::ngx_log_error;
 
-use crate::config::{zone_of, ApiConf};
+use crate::config::{zone_of, LocConf};
 use crate::guard::ffi_guard;
 use crate::http::{pool_box, request_body, send_json};
 use crate::offload::offload;
@@ -170,7 +170,7 @@ unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
             Ok(body) => body,
             Err(e) => return finish_now(error(r, 500, &e, None)),
         };
-        let max = Module::location_conf(req).map_or(0, |c: &ApiConf| c.max_body);
+        let max = Module::location_conf(req).map_or(0, |c: &LocConf| c.max_body);
         if max > 0 && body.len() as i64 > max {
             // A chunked body carries no Content-Length to check up front.
             return finish_now(too_large(r, max));

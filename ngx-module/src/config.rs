@@ -62,8 +62,11 @@ pub struct UpstreamConf {
     pub variable: ngx_uint_t,
 }
 
-/// `location{}` level: the API handler's settings.
-pub struct ApiConf {
+/// `location{}` level: the API handler's settings, and the static backend
+/// name of `dynamic_balancer_backend`.
+pub struct LocConf {
+    /// `dynamic_balancer_backend name;`, inherited by nested locations.
+    pub backend: Option<ngx_str_t>,
     pub enabled: bool,
     /// The location's `client_max_body_size`, enforced by the handler itself
     /// so that an oversize body gets a JSON 413 (0 means unlimited).
@@ -71,9 +74,10 @@ pub struct ApiConf {
     pub thread_pool: ngx_str_t,
 }
 
-impl Default for ApiConf {
+impl Default for LocConf {
     fn default() -> Self {
-        ApiConf {
+        LocConf {
+            backend: None,
             enabled: false,
             max_body: 0,
             thread_pool: ngx_str_t::empty(),
@@ -84,6 +88,21 @@ impl Default for ApiConf {
 /// The zone of the request's `http{}` block.
 pub fn zone_of(r: &ngx_http_request_t) -> Option<Zone> {
     Module::main_conf(r)?.zone()
+}
+
+/// The name of the request's backend: the location's
+/// `dynamic_balancer_backend` if set, else the upstream's variable.
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn backend_name<'r>(
+    r: *mut ngx_http_request_t,
+    conf: &UpstreamConf,
+) -> Option<&'r [u8]> {
+    match Module::location_conf(&*r).and_then(|l| l.backend) {
+        Some(name) => Some(std::slice::from_raw_parts(name.data, name.len)),
+        None => crate::http::variable(r, conf.variable),
+    }
 }
 
 /// Our settings for upstream `us`, when `dynamic_balancer` is on there.
@@ -242,7 +261,7 @@ pub unsafe extern "C" fn set_api(
     conf: *mut c_void,
 ) -> *mut c_char {
     ffi_guard("dynamic_balancer_api", NGX_CONF_ERROR, || unsafe {
-        let acf = &mut *conf.cast::<ApiConf>();
+        let acf = &mut *conf.cast::<LocConf>();
         if acf.enabled {
             return c"is duplicate".as_ptr().cast_mut();
         }
@@ -273,15 +292,45 @@ pub unsafe extern "C" fn set_api(
     })
 }
 
-/// `merge_loc_conf`: takes the API location's `client_max_body_size` over
-/// from nginx (whose own check would answer an HTML 413 before our handler).
+/// `dynamic_balancer_backend name;` in `http`, `server` or `location`.
+pub unsafe extern "C" fn set_backend(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_backend", NGX_CONF_ERROR, || unsafe {
+        let lcf = &mut *conf.cast::<LocConf>();
+        if lcf.backend.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        let name = args(&*cf)[1];
+        if name.is_empty() || name.as_bytes().contains(&b'$') {
+            ngx_conf_log_error!(
+                NGX_LOG_EMERG,
+                cf,
+                "invalid backend name \"{name}\": a literal name is expected"
+            );
+            return NGX_CONF_ERROR;
+        }
+        lcf.backend = Some(name);
+        NGX_CONF_OK
+    })
+}
+
+/// `merge_loc_conf`: inherits `dynamic_balancer_backend`, and takes the API
+/// location's `client_max_body_size` over from nginx (whose own check would
+/// answer an HTML 413 before our handler).
 pub unsafe extern "C" fn merge_loc_conf(
     cf: *mut ngx_conf_t,
-    _prev: *mut c_void,
+    prev: *mut c_void,
     conf: *mut c_void,
 ) -> *mut c_char {
     ffi_guard("merge location conf", NGX_CONF_ERROR, || unsafe {
-        let acf = &mut *conf.cast::<ApiConf>();
+        let parent = &*prev.cast::<LocConf>();
+        let acf = &mut *conf.cast::<LocConf>();
+        if acf.backend.is_none() {
+            acf.backend = parent.backend;
+        }
         if acf.enabled {
             // During a merge cf->ctx is the merged location's, and the core
             // module (merged first) already holds its final values.
@@ -309,5 +358,5 @@ unsafe impl HttpModuleServerConf for Module {
 }
 
 unsafe impl HttpModuleLocationConf for Module {
-    type LocationConf = ApiConf;
+    type LocationConf = LocConf;
 }

@@ -9,8 +9,8 @@ use std::slice;
 
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable,
-    ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t,
-    ngx_pool_cleanup_add, ngx_pool_t, ngx_read_file, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
+    ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_palloc,
+    ngx_pool_cleanup_t, ngx_pool_t, ngx_read_file, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
 };
 use ngx::http::Request;
 
@@ -115,23 +115,36 @@ pub unsafe fn variable<'r>(r: *mut ngx_http_request_t, index: ngx_uint_t) -> Opt
 /// Moves `value` into `pool` and drops it when the pool is destroyed (the end
 /// of the request for `r->pool`).
 ///
+/// Unlike `ngx_pool_cleanup_add`, the cleanup record and the value share one
+/// allocation: this runs on every proxied request, and request pools are small.
+///
 /// # Safety
 /// `pool` is a live nginx pool.
 pub unsafe fn pool_box<T>(pool: *mut ngx_pool_t, value: T) -> Option<NonNull<T>> {
+    #[repr(C)]
+    struct WithCleanup<T> {
+        cleanup: ngx_pool_cleanup_t,
+        value: T,
+    }
     const {
         assert!(
             mem::align_of::<T>() <= mem::size_of::<usize>(),
             "nginx pools align to a word"
         )
     };
-    let cln = ngx_pool_cleanup_add(pool, mem::size_of::<T>());
-    if cln.is_null() {
+    let p = ngx_palloc(pool, mem::size_of::<WithCleanup<T>>()).cast::<WithCleanup<T>>();
+    if p.is_null() {
         return None;
     }
-    let p = (*cln).data.cast::<T>();
-    p.write(value);
-    (*cln).handler = Some(drop_in_pool::<T>);
-    NonNull::new(p)
+    let value_ptr = ptr::addr_of_mut!((*p).value);
+    value_ptr.write(value);
+    ptr::addr_of_mut!((*p).cleanup).write(ngx_pool_cleanup_t {
+        handler: Some(drop_in_pool::<T>),
+        data: value_ptr.cast(),
+        next: (*pool).cleanup,
+    });
+    (*pool).cleanup = ptr::addr_of_mut!((*p).cleanup);
+    NonNull::new(value_ptr)
 }
 
 unsafe extern "C" fn drop_in_pool<T>(data: *mut c_void) {

@@ -28,8 +28,8 @@ use ngx::ffi::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_http_module_t,
     ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_int_t, ngx_module_t, ngx_uint_t, NGX_CONF_NOARGS,
     NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
-    NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF,
-    NGX_OK,
+    NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET,
+    NGX_HTTP_UPS_CONF, NGX_OK,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_string;
@@ -86,7 +86,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(config::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 4] = [
+static mut COMMANDS: [ngx_command_t; 5] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
@@ -107,6 +107,15 @@ static mut COMMANDS: [ngx_command_t; 4] = [
         name: ngx_string!("dynamic_balancer_api"),
         type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(config::set_api),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_backend"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1)
+            as ngx_uint_t,
+        set: Some(config::set_backend),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),

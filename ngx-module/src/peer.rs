@@ -6,6 +6,7 @@
 //! upstream connections are cached and reused per endpoint.
 
 use std::ffi::c_void;
+use std::ptr::NonNull;
 use std::rc::Rc;
 
 use lua_compat::tried::TriedSet;
@@ -15,17 +16,56 @@ use ngx::ffi::{
 };
 use ngx::ngx_log_error;
 
-use crate::config::{upstream_conf, zone_of};
+use crate::config::{backend_name, upstream_conf, zone_of, UpstreamConf};
 use crate::guard::ffi_guard;
-use crate::http::{pool_box, variable};
+use crate::http::pool_box;
 use crate::worker_cache::{lookup, WorkerBackend};
+use crate::zone::Zone;
 
 /// Per-request balancer state, in the request pool.
-struct PeerData {
+pub struct PeerData {
     /// Keeps the endpoints (and so `pc->name`, which `$upstream_addr` reads
     /// in the log phase) alive even if a sync replaces the backend.
     backend: Rc<WorkerBackend>,
     tried: TriedSet,
+}
+
+/// Finds the request's backend and allocates its per-request state; `None`
+/// when the backend is unknown or has no endpoints.
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn prepare(
+    r: *mut ngx_http_request_t,
+    conf: &UpstreamConf,
+    zone: &Zone,
+) -> Option<NonNull<PeerData>> {
+    let backend = lookup(zone, backend_name(r, conf)?).filter(|b| !b.endpoints.is_empty())?;
+    pool_box(
+        (*r).pool,
+        PeerData {
+            tried: TriedSet::new(),
+            backend,
+        },
+    )
+}
+
+/// Hands state prepared in the preaccess phase over to `init_peer`, so the
+/// backend is looked up once per request.
+///
+/// # Safety
+/// `r` is a live request; `data` lives in its pool.
+pub unsafe fn stash(r: *mut ngx_http_request_t, data: NonNull<PeerData>) {
+    *(*r).ctx.add(crate::module_ctx_index()) = data.as_ptr().cast();
+}
+
+/// Takes the stashed state if it is for backend `name`.
+unsafe fn take_stash(r: *mut ngx_http_request_t, name: &[u8]) -> Option<NonNull<PeerData>> {
+    let slot = (*r).ctx.add(crate::module_ctx_index());
+    let data = NonNull::new((*slot).cast::<PeerData>())?;
+    *slot = std::ptr::null_mut();
+    // A later phase (auth_request_set, say) may have renamed the backend.
+    (data.as_ref().backend.name.as_ref() == name).then_some(data)
 }
 
 /// `peer.init` of a `dynamic_balancer` upstream.
@@ -35,13 +75,14 @@ pub unsafe extern "C" fn init_peer(
 ) -> ngx_int_t {
     ffi_guard("init peer", NGX_ERROR as ngx_int_t, || unsafe {
         let u = &mut *(*r).upstream;
-        let backend = match (upstream_conf(us), zone_of(&*r)) {
-            (Some(conf), Some(zone)) => variable(r, conf.variable)
-                .and_then(|name| lookup(&zone, name))
-                .filter(|b| !b.endpoints.is_empty()),
+        let data = match (upstream_conf(us), zone_of(&*r)) {
+            (Some(conf), Some(zone)) => {
+                let name = backend_name(r, conf).unwrap_or_default();
+                take_stash(r, name).or_else(|| prepare(r, conf, &zone))
+            }
             _ => None,
         };
-        let Some(backend) = backend else {
+        let Some(data) = data else {
             // The preaccess check answers 503 first in proxy_pass/grpc_pass
             // locations; reaching here means the backend vanished since, or
             // the upstream is used some other way. nginx then answers 502.
@@ -56,18 +97,10 @@ pub unsafe extern "C" fn init_peer(
             u.peer.tries = 1;
             return NGX_OK as ngx_int_t;
         };
-        let tries = backend.endpoints.len();
-        let data = PeerData {
-            tried: TriedSet::new(tries),
-            backend,
-        };
-        let Some(data) = pool_box((*r).pool, data) else {
-            return NGX_ERROR as ngx_int_t;
-        };
+        u.peer.tries = data.as_ref().backend.endpoints.len() as ngx_uint_t;
         u.peer.data = data.as_ptr().cast();
         u.peer.get = Some(get_peer);
         u.peer.free = Some(free_peer);
-        u.peer.tries = tries as ngx_uint_t;
         NGX_OK as ngx_int_t
     })
 }

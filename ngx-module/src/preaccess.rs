@@ -15,10 +15,9 @@ use ngx::ffi::{
 };
 use ngx::ngx_log_error;
 
-use crate::config::{upstream_conf, zone_of};
+use crate::config::{backend_name, upstream_conf, zone_of};
 use crate::guard::ffi_guard;
-use crate::http::variable;
-use crate::worker_cache::lookup;
+use crate::peer;
 
 const ABSENT: usize = usize::MAX;
 
@@ -74,11 +73,11 @@ pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_in
         let Some(zone) = zone_of(req) else {
             return NGX_DECLINED as ngx_int_t;
         };
-        let name = variable(r, conf.variable).unwrap_or_default();
-        if lookup(&zone, name).is_some_and(|b| !b.endpoints.is_empty()) {
+        if let Some(data) = peer::prepare(r, conf, &zone) {
+            peer::stash(r, data);
             return NGX_DECLINED as ngx_int_t;
         }
-        let name = String::from_utf8_lossy(name);
+        let name = String::from_utf8_lossy(backend_name(r, conf).unwrap_or_default());
         ngx_log_error!(
             NGX_LOG_WARN,
             (*req.connection).log,

@@ -8,7 +8,6 @@
 //! routed by the very next request on any worker (read-your-writes).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -17,6 +16,7 @@ use lua_compat::round_robin::RoundRobin;
 use lua_compat::runtime::RuntimeBackend;
 use ngx::ffi::{ngx_str_t, NGX_LOG_ERR};
 use ngx::ngx_log_error;
+use rustc_hash::FxHashMap;
 use socket2::SockAddr;
 
 use crate::zone::Zone;
@@ -47,6 +47,7 @@ impl PeerAddr {
 /// A backend as this worker routes it. Requests hold an `Rc` to it, so a sync
 /// that replaces it never frees memory an in-flight request still points at.
 pub struct WorkerBackend {
+    pub name: Box<[u8]>,
     pub version: u64,
     pub endpoints: Box<[PeerAddr]>,
     pub rr: RefCell<RoundRobin>,
@@ -55,14 +56,16 @@ pub struct WorkerBackend {
 struct WorkerCache {
     /// `None` until the first sync.
     generation: Option<u64>,
-    backends: HashMap<Box<[u8]>, Rc<WorkerBackend>>,
+    /// Keyed by backend name. FxHash: the keys come from our own validated
+    /// zone, not from clients, and SipHash would cost more than the lookup.
+    backends: FxHashMap<Box<[u8]>, Rc<WorkerBackend>>,
 }
 
 thread_local! {
     // nginx runs each worker's event loop on one thread; thread-pool threads
     // never touch this.
     static CACHE: RefCell<WorkerCache> =
-        RefCell::new(WorkerCache { generation: None, backends: HashMap::new() });
+        RefCell::new(WorkerCache { generation: None, backends: FxHashMap::default() });
 }
 
 /// Brings this worker's view up to the zone's generation; returns it.
@@ -77,7 +80,7 @@ pub fn sync(zone: &Zone) -> u64 {
         // Stable while we hold the read lock: writers bump it under the write lock.
         let generation = header.generation.load(Ordering::Acquire);
         let start = worker_seed();
-        let mut next = HashMap::with_capacity(index.blobs().len());
+        let mut next = FxHashMap::with_capacity_and_hasher(index.blobs().len(), Default::default());
         for blob in index.blobs() {
             if let Some(kept) = cache
                 .backends
@@ -92,6 +95,7 @@ pub fn sync(zone: &Zone) -> u64 {
                     let rr = RoundRobin::new(rt.endpoints.iter().map(|e| e.weight), start);
                     let endpoints = rt.endpoints.iter().map(|e| PeerAddr::new(e.addr)).collect();
                     let backend = WorkerBackend {
+                        name: blob.name().into(),
                         version: blob.version,
                         endpoints,
                         rr: RefCell::new(rr),

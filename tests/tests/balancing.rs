@@ -191,3 +191,28 @@ fn the_backend_variable_is_configurable() {
         "$proxy_upstream_name is not used"
     );
 }
+
+/// A literal name per location, with no rewrite script; it wins over the variable.
+#[test]
+fn a_location_can_name_its_backend_literally() {
+    let ng = Nginx::builder()
+        .location_extra("dynamic_balancer_backend web;")
+        .start();
+    let (a, b) = (Upstream::start(), Upstream::start());
+    let body = json!([
+        backend("web", &[a.endpoint()]),
+        backend("other", &[b.endpoint()])
+    ]);
+    assert_eq!(ng.post_backends(&body).status, 201);
+    assert_eq!(
+        ng.get("other").body,
+        a.identity,
+        "the literal name wins over $proxy_upstream_name"
+    );
+    assert_eq!(ng.get_with(&[]).body, a.identity);
+    assert_eq!(
+        ng.api("DELETE", "/configuration/backends/web", None).status,
+        204
+    );
+    assert_eq!(ng.get("other").status, 503);
+}

@@ -1,0 +1,180 @@
+//! Shared pieces of the benchmarks (`src/bin/bench-*.rs`): nginx processes
+//! started from a config string, wrk runs, and a worker's CPU time.
+//!
+//! Benchmarks report ratios measured side by side in one run; absolute
+//! numbers on a shared 2-core machine swing too much to mean anything alone.
+
+use std::fs;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::artifacts;
+
+/// An nginx started from a literal nginx.conf (the module is loaded first).
+pub struct Proc {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Proc {
+    pub fn start(conf: &str) -> Proc {
+        let (binary, module) = artifacts();
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("logs")).unwrap();
+        let text = format!(
+            "load_module {};\nerror_log logs/error.log warn;\npid logs/nginx.pid;\ndaemon off;\n{conf}",
+            module.display()
+        );
+        fs::write(dir.path().join("nginx.conf"), text).unwrap();
+        let child = Command::new(binary)
+            .arg("-p")
+            .arg(format!("{}/", dir.path().display()))
+            .args(["-c", "nginx.conf", "-e", "logs/error.log"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let p = Proc { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.worker_pids().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not start: {}",
+                p.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p
+    }
+
+    pub fn error_log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("logs/error.log")).unwrap_or_default()
+    }
+
+    /// Worker PIDs: the master's children.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        let path = format!(
+            "/proc/{}/task/{}/children",
+            self.child.id(),
+            self.child.id()
+        );
+        fs::read_to_string(path)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the master we started.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGQUIT) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// utime + stime of a process, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// What one wrk run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct WrkRun {
+    pub requests: u64,
+    pub rps: f64,
+    pub max_latency_ms: f64,
+    pub non_2xx: u64,
+}
+
+/// Runs `wrk` for `seconds` against `url` with `headers`.
+pub fn wrk(url: &str, seconds: u32, connections: u32, headers: &[&str]) -> WrkRun {
+    let mut cmd = Command::new("wrk");
+    cmd.args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s")]);
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd
+        .arg(url)
+        .output()
+        .expect("wrk is not installed: apt-get install wrk");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let number = |prefix: &str, idx: usize| -> Option<String> {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .and_then(|l| l.split_whitespace().nth(idx).map(str::to_string))
+    };
+    let requests = text
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let rps = number("Requests/sec:", 1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let max_latency_ms = number("Latency", 3)
+        .map(|v| parse_duration_ms(&v))
+        .unwrap_or(f64::NAN);
+    let non_2xx = number("Non-2xx", 4)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    WrkRun {
+        requests,
+        rps,
+        max_latency_ms,
+        non_2xx,
+    }
+}
+
+fn parse_duration_ms(v: &str) -> f64 {
+    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: f64 = n.parse().unwrap_or(f64::NAN);
+    match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "m" => n * 60_000.0,
+        _ => f64::NAN,
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// The upstream side of every benchmark: one nginx worker answering on two ports.
+pub fn upstream_pair() -> (Proc, u16, u16) {
+    let (a, b) = (crate::free_port(), crate::free_port());
+    let conf = format!(
+        "worker_processes 1;\nevents {{ worker_connections 4096; }}\nhttp {{ access_log off; keepalive_requests 100000;\n\
+         server {{ listen 127.0.0.1:{a}; location / {{ return 200 \"a\\n\"; }} }}\n\
+         server {{ listen 127.0.0.1:{b}; location / {{ return 200 \"b\\n\"; }} }} }}\n"
+    );
+    (Proc::start(&conf), a, b)
+}
