@@ -1,8 +1,9 @@
 //! The `/configuration` API content handler (`dynamic_balancer_api`).
 //!
 //! Reads run on the event loop: they copy blobs out of the zone under its read
-//! lock. Writes with a body are parsed, validated and applied on the thread
-//! pool (see [`crate::offload`]), so a 1 MB POST never stalls traffic.
+//! lock. Writes with a body are parsed, validated and applied on a low-priority
+//! background thread (see [`crate::offload`]), so a 1 MB POST never stalls
+//! traffic.
 
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
@@ -149,8 +150,10 @@ struct WriteJob {
     zone: Zone,
     put_name: Option<String>,
     body: Vec<u8>,
-    outcome: Option<Result<(u64, bool), WriteError>>,
 }
+
+/// What the thread hands back: the PUT name and the outcome.
+type WriteOutcome = (Option<String>, Result<(u64, bool), WriteError>);
 
 enum WriteError {
     Invalid(ValidationError),
@@ -179,17 +182,13 @@ unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
             zone,
             put_name: pending.put_name.take(),
             body,
-            outcome: None,
         };
-        let pool = Module::location_conf(req)
-            .map(|c| c.thread_pool)
-            .unwrap_or_default();
-        offload(r, &pool, job, run_write, finish_write);
+        offload(r, job, run_write, finish_write);
     })
 }
 
-/// On the thread pool: parse, validate, resolve `ExternalName`s, store.
-fn run_write(job: &mut WriteJob) {
+/// On the parser thread: parse, validate, resolve `ExternalName`s, store.
+fn run_write(job: WriteJob) -> WriteOutcome {
     let mut resolve = |host: &str, port: u16| -> Vec<IpAddr> {
         (host, port)
             .to_socket_addrs()
@@ -200,38 +199,38 @@ fn run_write(job: &mut WriteJob) {
         None => prepare_backends(&job.body, &mut resolve).map(Change::ReplaceAll),
         Some(name) => prepare_backend(&job.body, name, &mut resolve).map(Change::Put),
     };
-    job.outcome = Some(match change {
+    let outcome = match change {
         Err(e) => Err(WriteError::Invalid(e)),
         Ok(change) => apply(&job.zone, change)
             .map(|a| (a.generation, a.created))
             .map_err(WriteError::Store),
-    });
+    };
+    (job.put_name, outcome)
 }
 
-/// Back on the event loop: answer and finalize.
-fn finish_write(r: *mut ngx_http_request_t, job: WriteJob, panicked: bool) {
+/// Back on the event loop: answer and finalize. `None` means the parser
+/// panicked (it was caught; nothing was stored).
+fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
     // SAFETY: r is alive until this finalize (offload's contract).
     unsafe {
-        let name = job.put_name.as_deref().unwrap_or("");
-        let rc = match job.outcome {
-            _ if panicked => error(
+        let rc = match outcome {
+            None => error(
                 r,
                 500,
                 "internal error while applying the configuration",
                 None,
             ),
-            None => error(r, 500, "the write did not run", None),
-            Some(Ok((generation, created))) => {
+            Some((put_name, Ok((generation, created)))) => {
                 log_write(
                     r,
-                    if job.put_name.is_some() {
+                    if put_name.is_some() {
                         "stored backend"
                     } else {
                         "replaced all backends"
                     },
                     generation,
                 );
-                let status = if job.put_name.is_some() && !created {
+                let status = if put_name.is_some() && !created {
                     OK
                 } else {
                     CREATED
@@ -243,8 +242,12 @@ fn finish_write(r: *mut ngx_http_request_t, job: WriteJob, panicked: bool) {
                     None,
                 )
             }
-            Some(Err(WriteError::Invalid(e))) => error(r, BAD_REQUEST, &e.message, Some(&e.path)),
-            Some(Err(WriteError::Store(e))) => store_error(r, &e, name),
+            Some((_, Err(WriteError::Invalid(e)))) => {
+                error(r, BAD_REQUEST, &e.message, Some(&e.path))
+            }
+            Some((put_name, Err(WriteError::Store(e)))) => {
+                store_error(r, &e, put_name.as_deref().unwrap_or(""))
+            }
         };
         ngx_http_finalize_request(r, rc);
     }

@@ -8,8 +8,8 @@ use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
     ngx_command_t, ngx_conf_t, ngx_http_core_loc_conf_t, ngx_http_get_variable_index,
     ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_parse_size,
-    ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_thread_pool_add, ngx_uint_t, off_t,
-    NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+    ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t, NGX_ERROR, NGX_LOG_EMERG,
+    NGX_OK,
 };
 use ngx::http::{
     HttpModule, HttpModuleConfExt, HttpModuleLocationConf, HttpModuleMainConf,
@@ -28,7 +28,6 @@ const DEFAULT_ZONE_SIZE: usize = 32 * 1024 * 1024;
 const MIN_ZONE_SIZE: usize = 64 * 1024;
 const ZONE_NAME: &str = "dynamic_balancer";
 const DEFAULT_VARIABLE: &str = "proxy_upstream_name";
-const DEFAULT_THREAD_POOL: &str = "default";
 
 /// `http{}` level: the zone.
 pub struct MainConf {
@@ -71,7 +70,6 @@ pub struct LocConf {
     /// The location's `client_max_body_size`, enforced by the handler itself
     /// so that an oversize body gets a JSON 413 (0 means unlimited).
     pub max_body: off_t,
-    pub thread_pool: ngx_str_t,
 }
 
 impl Default for LocConf {
@@ -80,7 +78,6 @@ impl Default for LocConf {
             backend: None,
             enabled: false,
             max_body: 0,
-            thread_pool: ngx_str_t::empty(),
         }
     }
 }
@@ -254,7 +251,7 @@ unsafe extern "C" fn init_upstream(
     })
 }
 
-/// `dynamic_balancer_api [thread_pool=name];` in `location{}`.
+/// `dynamic_balancer_api;` in `location{}`.
 pub unsafe extern "C" fn set_api(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
@@ -265,25 +262,6 @@ pub unsafe extern "C" fn set_api(
         if acf.enabled {
             return c"is duplicate".as_ptr().cast_mut();
         }
-        let mut pool = ngx_str_t::from_str((*cf).pool, DEFAULT_THREAD_POOL);
-        if let Some(arg) = args(&*cf).get(1) {
-            match arg.as_bytes().strip_prefix(b"thread_pool=") {
-                Some(name) if !name.is_empty() => {
-                    pool = ngx_str_t {
-                        len: name.len(),
-                        data: arg.data.add(12),
-                    }
-                }
-                _ => {
-                    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "invalid parameter \"{arg}\"");
-                    return NGX_CONF_ERROR;
-                }
-            }
-        }
-        if ngx_thread_pool_add(cf, &mut pool).is_null() {
-            return NGX_CONF_ERROR;
-        }
-        acf.thread_pool = pool;
         acf.enabled = true;
         let clcf = NgxHttpCoreModule::location_conf_mut(&*cf).expect("core location conf");
         clcf.handler = Some(crate::api::api_handler);

@@ -105,7 +105,7 @@ static mut COMMANDS: [ngx_command_t; 5] = [
     },
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_api"),
-        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1) as ngx_uint_t,
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS) as ngx_uint_t,
         set: Some(config::set_api),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,

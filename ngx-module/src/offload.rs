@@ -1,103 +1,181 @@
-//! Runs a request's heavy work (JSON parsing of a large POST) on nginx's
-//! thread pool, so the worker's event loop keeps serving traffic, then
-//! finishes the request back on the event loop.
+//! Runs a request's heavy work (parsing a large POST) off the event loop, on
+//! one background thread per worker, then finishes the request back on the
+//! event loop.
 //!
-//! The request stays alive meanwhile: the reference that reading its body
-//! took is released only when `done` finalizes it.
+//! The thread runs at the lowest CPU priority (nice 19), so on a busy machine
+//! the event loop, which serves traffic, keeps the CPU and the parse takes the
+//! idle time. nginx's thread pools do not fit: an unprivileged worker could
+//! lower a pool thread's priority but never restore it, and those threads also
+//! serve `aio threads`.
+//!
+//! Finished jobs are collected by a short timer that is armed only while jobs
+//! are in flight. The request stays alive meanwhile: the reference that reading
+//! its body took is released only when its finisher finalizes it.
 
-use std::ffi::c_void;
-use std::mem;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::mpsc::{self, Receiver, Sender};
 
 use ngx::ffi::{
-    ngx_cycle, ngx_event_t, ngx_http_request_t, ngx_http_run_posted_requests, ngx_log_t, ngx_str_t,
-    ngx_thread_pool_get, ngx_thread_task_alloc, ngx_thread_task_post, NGX_OK,
+    ngx_add_timer, ngx_event_t, ngx_http_request_t, ngx_http_run_posted_requests, NGX_LOG_WARN,
 };
+use ngx::ngx_log_error;
 
 use crate::guard::ffi_guard;
 
-struct Task<J> {
-    job: J,
-    /// Set when `work` panicked in the thread.
-    panicked: bool,
-    work: fn(&mut J),
-    done: fn(*mut ngx_http_request_t, J, bool),
-    request: *mut ngx_http_request_t,
+/// How often the event loop collects finished jobs while any are pending, ms.
+const POLL_MS: usize = 2;
+
+/// Finishes a request on the event loop.
+type Finish = Box<dyn FnOnce(*mut ngx_http_request_t) + Send>;
+
+/// A request pointer carried to the thread and back. The thread never
+/// dereferences it; only the event loop does.
+struct RequestPtr(*mut ngx_http_request_t);
+// SAFETY: see above.
+unsafe impl Send for RequestPtr {}
+
+struct Job {
+    request: RequestPtr,
+    run: Box<dyn FnOnce() -> Finish + Send>,
+    on_panic: Finish,
 }
 
-/// Runs `work(&mut job)` on thread pool `pool`, then `done(r, job, panicked)`
-/// on the event loop. Without a usable pool (nginx built without threads, or a
-/// worker shutting down) both run right here.
+struct Offloader {
+    jobs: Sender<Job>,
+    finished: Receiver<(RequestPtr, Finish)>,
+}
+
+thread_local! {
+    static OFFLOADER: RefCell<Option<Offloader>> = const { RefCell::new(None) };
+    static PENDING: Cell<usize> = const { Cell::new(0) };
+    static POLL_EVENT: Cell<*mut ngx_event_t> = const { Cell::new(ptr::null_mut()) };
+}
+
+/// Runs `work(job)` on the background thread, then `done(r, result)` on the
+/// event loop; `result` is `None` if `work` panicked. If the thread cannot be
+/// started, both run right here.
 ///
 /// # Safety
 /// `r` is a live request that the caller keeps referenced until `done`.
-pub unsafe fn offload<J: Send + 'static>(
+pub unsafe fn offload<J, R>(
     r: *mut ngx_http_request_t,
-    pool: &ngx_str_t,
     job: J,
-    work: fn(&mut J),
-    done: fn(*mut ngx_http_request_t, J, bool),
-) {
-    let tp = ngx_thread_pool_get(ngx_cycle, pool as *const _ as *mut _);
-    let task = if tp.is_null() {
-        std::ptr::null_mut()
-    } else {
-        ngx_thread_task_alloc((*r).pool, mem::size_of::<Task<J>>())
+    work: fn(J) -> R,
+    done: fn(*mut ngx_http_request_t, Option<R>),
+) where
+    J: Send + 'static,
+    R: Send + 'static,
+{
+    let job = Job {
+        request: RequestPtr(r),
+        run: Box::new(move || -> Finish {
+            let result = work(job);
+            Box::new(move |r| done(r, Some(result)))
+        }),
+        on_panic: Box::new(move |r| done(r, None)),
     };
-    if task.is_null() {
-        run_inline(r, job, work, done);
-        return;
-    }
-    const { assert!(mem::align_of::<Task<J>>() <= mem::size_of::<usize>()) };
-    let ctx = (*task).ctx.cast::<Task<J>>();
-    ctx.write(Task {
-        job,
-        panicked: false,
-        work,
-        done,
-        request: r,
+    let job = match submit(job) {
+        Ok(()) => return,
+        Err(job) => job,
+    };
+    ngx_log_error!(
+        NGX_LOG_WARN,
+        (*(*r).connection).log,
+        "dynamic_balancer: no parser thread; parsing inline"
+    );
+    let finish = catch_unwind(AssertUnwindSafe(job.run)).unwrap_or(job.on_panic);
+    finish(r);
+}
+
+/// Queues `job` for the thread (starting it on first use) and arms the poll.
+fn submit(job: Job) -> Result<(), Job> {
+    let sent = OFFLOADER.with_borrow_mut(|slot| {
+        if slot.is_none() {
+            *slot = start_thread();
+        }
+        match slot {
+            Some(offloader) => offloader.jobs.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
     });
-    (*task).handler = Some(run_in_thread::<J>);
-    (*task).event.data = ctx.cast();
-    (*task).event.handler = Some(complete::<J>);
-    if ngx_thread_task_post(tp, task) != NGX_OK as isize {
-        let Task { job, .. } = ctx.read();
-        run_inline(r, job, work, done);
+    if sent.is_ok() {
+        PENDING.set(PENDING.get() + 1);
+        arm_poll();
+    }
+    sent
+}
+
+fn start_thread() -> Option<Offloader> {
+    let (jobs, inbox) = mpsc::channel::<Job>();
+    let (outbox, finished) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("dynbal-parse".into())
+        .spawn(move || {
+            // SAFETY: plain libc calls on this thread only. Signals are for the
+            // event loop (nginx blocks them in its own threads too), and the
+            // priority drop affects this thread alone.
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &all, ptr::null_mut());
+                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+            }
+            for Job {
+                request,
+                run,
+                on_panic,
+            } in inbox
+            {
+                let finish = catch_unwind(AssertUnwindSafe(run)).unwrap_or(on_panic);
+                if outbox.send((request, finish)).is_err() {
+                    break;
+                }
+            }
+        });
+    spawned.ok().map(|_| Offloader { jobs, finished })
+}
+
+fn arm_poll() {
+    let mut ev = POLL_EVENT.get();
+    if ev.is_null() {
+        // SAFETY: a zeroed ngx_event_t is its valid initial state; it is
+        // leaked on purpose and lives as long as the worker.
+        ev = Box::into_raw(Box::new(unsafe { std::mem::zeroed::<ngx_event_t>() }));
+        unsafe {
+            (*ev).handler = Some(on_poll);
+            (*ev).log = (*ngx::ffi::ngx_cycle).log;
+        }
+        POLL_EVENT.set(ev);
+    }
+    // SAFETY: ev is our event; not cancelable, so a graceful shutdown waits
+    // for pending jobs.
+    unsafe {
+        if (*ev).timer_set() == 0 {
+            ngx_add_timer(ev, POLL_MS);
+        }
     }
 }
 
-fn run_inline<J>(
-    r: *mut ngx_http_request_t,
-    mut job: J,
-    work: fn(&mut J),
-    done: fn(*mut ngx_http_request_t, J, bool),
-) {
-    let panicked = catch_unwind(AssertUnwindSafe(|| work(&mut job))).is_err();
-    done(r, job, panicked);
-}
-
-unsafe extern "C" fn run_in_thread<J>(data: *mut c_void, _log: *mut ngx_log_t) {
-    // SAFETY: data is the Task written by offload; only this thread touches it
-    // until the completion event runs.
-    let task = unsafe { &mut *data.cast::<Task<J>>() };
-    let work = task.work;
-    task.panicked = catch_unwind(AssertUnwindSafe(|| work(&mut task.job))).is_err();
-}
-
-unsafe extern "C" fn complete<J>(ev: *mut ngx_event_t) {
-    ffi_guard("thread task completion", (), || {
-        // SAFETY: event.data is our Task; the thread is done with it, and it is
-        // read out exactly once here (the pool memory is freed with the request).
-        let Task {
-            job,
-            panicked,
-            done,
-            request,
-            ..
-        } = unsafe { (*ev).data.cast::<Task<J>>().read() };
-        let c = unsafe { (*request).connection };
-        done(request, job, panicked);
-        // SAFETY: as nginx's own thread completions do, run what finalizing posted.
-        unsafe { ngx_http_run_posted_requests(c) };
+unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
+    ffi_guard("offload poll", (), || {
+        loop {
+            let next =
+                OFFLOADER.with_borrow(|o| o.as_ref().and_then(|o| o.finished.try_recv().ok()));
+            let Some((RequestPtr(r), finish)) = next else {
+                break;
+            };
+            PENDING.set(PENDING.get().saturating_sub(1));
+            // SAFETY: r is alive until finish finalizes it (offload's contract);
+            // read its connection first.
+            let c = unsafe { (*r).connection };
+            finish(r);
+            // SAFETY: as nginx's own async completions do after finalizing.
+            unsafe { ngx_http_run_posted_requests(c) };
+        }
+        if PENDING.get() > 0 {
+            arm_poll();
+        }
     })
 }

@@ -1,9 +1,9 @@
 //! Worker start, stop, and the idle sync timer.
 //!
-//! Requests already sync on every request, so a busy worker is always current.
-//! The timer keeps an idle worker current too, so that `/configuration/status`
-//! shows every worker on the latest generation shortly after each write (the
-//! controller waits for that after a reload).
+//! Requests validate their backend against the zone, so routing is always
+//! current. The timer reports the worker's generation for
+//! `/configuration/status` (the controller waits for it after a reload) and
+//! sweeps stale cache entries in small batches.
 
 use std::ptr;
 
@@ -14,7 +14,7 @@ use crate::config::MainConf;
 use crate::guard::ffi_guard;
 use crate::worker_cache;
 
-/// How often an idle worker looks at the zone's generation, in ms.
+/// How often a worker reports and sweeps, in ms.
 const SYNC_INTERVAL_MS: usize = 100;
 
 thread_local! {
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         let Some(zone) = main_conf(cycle).and_then(MainConf::zone) else {
             return NGX_OK as ngx_int_t;
         };
-        worker_cache::sync(&zone);
+        worker_cache::observe(&zone);
         let ev: *mut ngx_event_t = Box::into_raw(Box::new(std::mem::zeroed()));
         (*ev).handler = Some(on_timer);
         (*ev).log = (*cycle).log;
@@ -50,7 +50,8 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
             return;
         }
         if let Some(zone) = main_conf(ngx::ffi::ngx_cycle).and_then(MainConf::zone) {
-            let generation = worker_cache::sync(&zone);
+            worker_cache::sweep(&zone);
+            let generation = worker_cache::observe(&zone);
             worker_cache::report(&zone, generation);
         }
         ngx_add_timer(ev, SYNC_INTERVAL_MS);

@@ -2,23 +2,31 @@
 //!
 //! A request needs its backend's endpoints as `sockaddr`s, plus that worker's
 //! round-robin state. Building those from shared memory on every request would
-//! cost a lock and a decode per request, so each worker keeps them here and
-//! re-syncs only when the zone's generation moves: one atomic load per request
-//! in the common case. Because the check runs on every request, a write is
-//! routed by the very next request on any worker (read-your-writes).
+//! cost a lock and a decode per request, so each worker keeps them here.
+//!
+//! Validation is lazy and per backend. A write bumps the zone's generation;
+//! the next request for a backend notices (one atomic load), looks the backend
+//! up in the shared index (a binary search under the read lock), and decodes
+//! it only if its blob changed. A write therefore routes from the very next
+//! request on any worker (read-your-writes), yet no request pays for
+//! re-decoding thousands of backends it does not use. The sync timer sweeps
+//! the remaining stale entries in small batches, so idle backends are
+//! refreshed or dropped without a long pause.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use lua_compat::round_robin::RoundRobin;
 use lua_compat::runtime::RuntimeBackend;
-use ngx::ffi::{ngx_str_t, NGX_LOG_ERR};
+use ngx::ffi::{ngx_str_t, NGX_LOG_ERR, NGX_LOG_INFO};
 use ngx::ngx_log_error;
 use rustc_hash::FxHashMap;
 use socket2::SockAddr;
 
+use crate::store::{Blob, Index};
 use crate::zone::Zone;
 
 /// One endpoint in the form `ngx_peer_connection_t` wants.
@@ -44,93 +52,158 @@ impl PeerAddr {
     }
 }
 
-/// A backend as this worker routes it. Requests hold an `Rc` to it, so a sync
-/// that replaces it never frees memory an in-flight request still points at.
+/// A backend as this worker routes it. Requests hold an `Rc` to it, so
+/// replacing it never frees memory an in-flight request still points at.
 pub struct WorkerBackend {
     pub name: Box<[u8]>,
+    /// The generation that wrote its blob.
     pub version: u64,
     pub endpoints: Box<[PeerAddr]>,
     pub rr: RefCell<RoundRobin>,
 }
 
+struct Entry {
+    backend: Rc<WorkerBackend>,
+    /// The zone generation at which `backend` was last found current.
+    checked: u64,
+}
+
+#[derive(Default)]
 struct WorkerCache {
-    /// `None` until the first sync.
+    /// The zone generation this worker last observed.
     generation: Option<u64>,
     /// Keyed by backend name. FxHash: the keys come from our own validated
-    /// zone, not from clients, and SipHash would cost more than the lookup.
-    backends: FxHashMap<Box<[u8]>, Rc<WorkerBackend>>,
+    /// zone, and SipHash would cost more than the rest of the lookup.
+    backends: FxHashMap<Box<[u8]>, Entry>,
 }
 
 thread_local! {
     // nginx runs each worker's event loop on one thread; thread-pool threads
     // never touch this.
-    static CACHE: RefCell<WorkerCache> =
-        RefCell::new(WorkerCache { generation: None, backends: FxHashMap::default() });
+    static CACHE: RefCell<WorkerCache> = RefCell::new(WorkerCache::default());
 }
 
-/// Brings this worker's view up to the zone's generation; returns it.
-pub fn sync(zone: &Zone) -> u64 {
-    let header = zone.header();
-    let current = header.generation.load(Ordering::Acquire);
+/// Backends the timer revalidates per tick: bounded so a tick stays well
+/// under a millisecond even right after a write that changed everything.
+const SWEEP_BUDGET: usize = 200;
+
+/// The backend named `name`, current as of the zone's latest generation.
+pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
+    let current = observe(zone);
     CACHE.with_borrow_mut(|cache| {
-        if cache.generation == Some(current) {
-            return current;
-        }
-        let index = header.index.read();
-        // Stable while we hold the read lock: writers bump it under the write lock.
-        let generation = header.generation.load(Ordering::Acquire);
-        let start = worker_seed();
-        let mut next = FxHashMap::with_capacity_and_hasher(index.blobs().len(), Default::default());
-        for blob in index.blobs() {
-            if let Some(kept) = cache
-                .backends
-                .get(blob.name())
-                .filter(|b| b.version == blob.version)
-            {
-                next.insert(blob.name().into(), Rc::clone(kept));
-                continue;
-            }
-            match RuntimeBackend::decode(blob.runtime()) {
-                Ok(rt) => {
-                    let rr = RoundRobin::new(rt.endpoints.iter().map(|e| e.weight), start);
-                    let endpoints = rt.endpoints.iter().map(|e| PeerAddr::new(e.addr)).collect();
-                    let backend = WorkerBackend {
-                        name: blob.name().into(),
-                        version: blob.version,
-                        endpoints,
-                        rr: RefCell::new(rr),
-                    };
-                    next.insert(blob.name().into(), Rc::new(backend));
-                }
-                Err(e) => {
-                    // Cannot happen unless the zone is corrupt: the writer encoded it.
-                    let log = unsafe { (*ngx::ffi::ngx_cycle).log };
-                    let name = String::from_utf8_lossy(blob.name());
-                    ngx_log_error!(
-                        NGX_LOG_ERR,
-                        log,
-                        "dynamic_balancer: cannot decode backend \"{name}\": {e}"
-                    );
-                }
+        if let Some(entry) = cache.backends.get(name) {
+            if entry.checked == current {
+                return Some(Rc::clone(&entry.backend));
             }
         }
+        let index = zone.header().index.read();
+        let found = refresh(cache, &index, name, current);
         drop(index);
-        cache.backends = next;
-        cache.generation = Some(generation);
-        report(zone, generation);
-        generation
+        found
     })
 }
 
-/// The backend named `name` after a sync, if it exists.
-pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
-    sync(zone);
-    CACHE.with_borrow(|cache| cache.backends.get(name).cloned())
+/// Brings the entry for `name` up to `generation` from the index: keeps it if
+/// its blob is unchanged, decodes the new blob, or drops it when gone.
+fn refresh(
+    cache: &mut WorkerCache,
+    index: &Index,
+    name: &[u8],
+    generation: u64,
+) -> Option<Rc<WorkerBackend>> {
+    let Some(blob) = index.find(name) else {
+        cache.backends.remove(name);
+        return None;
+    };
+    if let Some(entry) = cache.backends.get_mut(name) {
+        if entry.backend.version == blob.version {
+            entry.checked = generation;
+            return Some(Rc::clone(&entry.backend));
+        }
+    }
+    let backend = Rc::new(decode(blob)?);
+    cache.backends.insert(
+        name.into(),
+        Entry {
+            backend: Rc::clone(&backend),
+            checked: generation,
+        },
+    );
+    Some(backend)
 }
 
-/// Publishes this worker's generation in its status slot. Called on every
-/// change and on every timer tick, so a slot an exiting worker of the previous
-/// cycle cleared is taken back within one tick.
+fn decode(blob: &Blob) -> Option<WorkerBackend> {
+    match RuntimeBackend::decode(blob.runtime()) {
+        Ok(rt) => Some(WorkerBackend {
+            name: blob.name().into(),
+            version: blob.version,
+            endpoints: rt.endpoints.iter().map(|e| PeerAddr::new(e.addr)).collect(),
+            rr: RefCell::new(RoundRobin::new(
+                rt.endpoints.iter().map(|e| e.weight),
+                worker_seed(),
+            )),
+        }),
+        Err(e) => {
+            // Cannot happen unless the zone is corrupt: the writer encoded it.
+            let name = String::from_utf8_lossy(blob.name());
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                cycle_log(),
+                "dynamic_balancer: cannot decode backend \"{name}\": {e}"
+            );
+            None
+        }
+    }
+}
+
+/// Notes the zone's current generation (and reports it when it moved).
+/// Every lookup validates against it, so from here this worker routes by it.
+pub fn observe(zone: &Zone) -> u64 {
+    let current = zone.header().generation.load(Ordering::Acquire);
+    CACHE.with_borrow_mut(|cache| {
+        if cache.generation != Some(current) {
+            cache.generation = Some(current);
+            report(zone, current);
+        }
+    });
+    current
+}
+
+/// Revalidates up to [`SWEEP_BUDGET`] stale entries (timer work).
+pub fn sweep(zone: &Zone) {
+    let current = observe(zone);
+    CACHE.with_borrow_mut(|cache| {
+        let stale: Vec<Box<[u8]>> = cache
+            .backends
+            .iter()
+            .filter(|(_, e)| e.checked != current)
+            .take(SWEEP_BUDGET)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let before = cache.backends.len();
+        let index = zone.header().index.read();
+        for name in &stale {
+            refresh(cache, &index, name, current);
+        }
+        drop(index);
+        let (left, us) = (cache.backends.len(), started.elapsed().as_micros());
+        ngx_log_error!(
+            NGX_LOG_INFO,
+            cycle_log(),
+            "dynamic_balancer: revalidated {} backends for generation {current} ({} dropped) in {us} us",
+            stale.len(),
+            before - left
+        );
+    })
+}
+
+/// Publishes this worker's generation in its status slot. Called when the
+/// generation moves and on every timer tick, so a slot an exiting worker of
+/// the previous cycle cleared is taken back within one tick.
 pub fn report(zone: &Zone, generation: u64) {
     // SAFETY: plain reads of globals nginx sets before a worker runs modules.
     let (process, worker, pid) = unsafe {
@@ -156,10 +229,12 @@ fn worker_seed() -> usize {
     (unsafe { ngx::ffi::ngx_pid } as usize).wrapping_mul(0x9e37_79b9)
 }
 
+fn cycle_log() -> *mut ngx::ffi::ngx_log_t {
+    // SAFETY: ngx_cycle and its log live as long as the worker.
+    unsafe { (*ngx::ffi::ngx_cycle).log }
+}
+
 /// Clears this worker's view (worker exit).
 pub fn clear() {
-    CACHE.with_borrow_mut(|cache| {
-        cache.backends.clear();
-        cache.generation = None;
-    });
+    CACHE.with_borrow_mut(|cache| *cache = WorkerCache::default());
 }

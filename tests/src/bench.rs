@@ -22,7 +22,7 @@ impl Proc {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("logs")).unwrap();
         let text = format!(
-            "load_module {};\nerror_log logs/error.log warn;\npid logs/nginx.pid;\ndaemon off;\n{conf}",
+            "load_module {};\nerror_log logs/error.log info;\npid logs/nginx.pid;\ndaemon off;\n{conf}",
             module.display()
         );
         fs::write(dir.path().join("nginx.conf"), text).unwrap();
