@@ -160,7 +160,7 @@ enum WriteError {
     Store(StoreError),
 }
 
-/// Body read: hand parsing and the store write to the thread pool.
+/// Body read: hand parsing and the store write to the parser thread.
 unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
     ffi_guard("request body handler", (), || unsafe {
         let req = &mut *r;
@@ -258,7 +258,7 @@ unsafe fn store_error(r: *mut ngx_http_request_t, e: &StoreError, name: &str) ->
         StoreError::NotFound => error(r, NOT_FOUND, &format!("no backend named {name:?}"), None),
         StoreError::ZoneFull { needed, zone } => {
             let msg = format!(
-                "dynamic_balancer_zone is full: the change needs {needed} more bytes while old and new backends coexist (zone size {zone}); the previous configuration stays in force"
+                "dynamic_balancer_zone is full: the change needs {needed} bytes for new backends while the current ones stay in use until it is applied (zone size {zone}); the previous configuration stays in force"
             );
             ngx_log_error!(
                 NGX_LOG_ERR,

@@ -63,6 +63,7 @@ pub struct UpstreamConf {
 
 /// `location{}` level: the API handler's settings, and the static backend
 /// name of `dynamic_balancer_backend`.
+#[derive(Default)]
 pub struct LocConf {
     /// `dynamic_balancer_backend name;`, inherited by nested locations.
     pub backend: Option<ngx_str_t>,
@@ -70,16 +71,6 @@ pub struct LocConf {
     /// The location's `client_max_body_size`, enforced by the handler itself
     /// so that an oversize body gets a JSON 413 (0 means unlimited).
     pub max_body: off_t,
-}
-
-impl Default for LocConf {
-    fn default() -> Self {
-        LocConf {
-            backend: None,
-            enabled: false,
-            max_body: 0,
-        }
-    }
 }
 
 /// The zone of the request's `http{}` block.
