@@ -7,7 +7,7 @@ use std::{env, fs};
 
 /// Debian packages the vendored build needs: bindgen's libclang, and the
 /// libraries nginx's configure links (PCRE2 for the rewrite module, OpenSSL,
-/// zlib).
+/// zlib), and the openssl tool the tests use to make a throwaway certificate.
 const DEBIAN_PACKAGES: &[&str] = &[
     "libclang-dev",
     "libpcre2-dev",
@@ -15,6 +15,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "zlib1g-dev",
     "pkg-config",
     "make",
+    "openssl",
 ];
 
 pub const MODULE_FILE: &str = "ngx_http_dynamic_balancer_module.so";

@@ -1,9 +1,9 @@
 //! The `/configuration` API content handler (`dynamic_balancer_api`).
 //!
 //! Reads run on the event loop: they copy blobs out of the zone under its read
-//! lock. Writes with a body are parsed, validated and applied on a low-priority
-//! background thread (see [`crate::offload`]), so a 1 MB POST never stalls
-//! traffic.
+//! lock. Writes (POST, PUT, DELETE) run on the worker's low-priority parser
+//! thread (see [`crate::offload`]): parsing a 1 MB body and writing the zone
+//! never stall traffic, and the event loop never waits on the zone's mutex.
 
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
@@ -22,9 +22,10 @@ use ngx::ffi::{
 use ngx::http::HttpModuleLocationConf;
 use ngx::ngx_log_error;
 
-use crate::config::{zone_of, LocConf};
+use crate::body_limit::BodyBudget;
+use crate::config::zone_of;
 use crate::guard::ffi_guard;
-use crate::http::{pool_box, request_body, send_json};
+use crate::http::{body_parts, pool_box, read_body_parts, send_json, BodyPart};
 use crate::offload::offload;
 use crate::store::{apply, Change, StoreError};
 use crate::zone::Zone;
@@ -37,11 +38,45 @@ const BAD_REQUEST: ngx_uint_t = 400;
 const NOT_FOUND: ngx_uint_t = 404;
 const METHOD_NOT_ALLOWED: ngx_uint_t = 405;
 const PAYLOAD_TOO_LARGE: ngx_uint_t = 413;
+const INTERNAL_ERROR: ngx_uint_t = 500;
 const INSUFFICIENT_STORAGE: ngx_uint_t = 507;
 
-/// A write waiting for its body: the name for PUT, `None` for POST.
-struct PendingWrite {
+const WHAT_REPLACE: &str = "replaced all backends";
+const WHAT_PUT: &str = "stored backend";
+const WHAT_DELETE: &str = "deleted backend";
+
+/// A write waiting for its body, in the request ctx.
+pub struct PendingWrite {
+    /// The name for PUT, `None` for POST.
     put_name: Option<String>,
+    /// Maintained by [`crate::body_limit`].
+    pub budget: BodyBudget,
+}
+
+/// One write, as the parser thread receives it.
+enum Write {
+    Replace(Vec<BodyPart>),
+    Put(String, Vec<BodyPart>),
+    Delete(String),
+}
+
+struct WriteJob {
+    zone: Zone,
+    write: Write,
+}
+
+/// What the thread hands back.
+enum WriteOutcome {
+    /// `status` is 201 for POST and for PUT of a new backend, 200 for PUT of
+    /// an existing one, 204 for DELETE.
+    Applied {
+        generation: u64,
+        status: ngx_uint_t,
+        what: &'static str,
+    },
+    Invalid(ValidationError),
+    Store(StoreError, String),
+    Unreadable(String),
 }
 
 /// The location handler.
@@ -56,7 +91,12 @@ pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let req = &mut *r;
     let Some(zone) = zone_of(req) else {
-        return error(r, 500, "dynamic_balancer_zone is not configured", None);
+        return error(
+            r,
+            INTERNAL_ERROR,
+            "dynamic_balancer_zone is not configured",
+            None,
+        );
     };
     let method = match req.method as u32 {
         NGX_HTTP_GET => Method::Get,
@@ -67,12 +107,15 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     };
     let path = String::from_utf8_lossy(req.uri.as_bytes()).into_owned();
     let action = route(method, &path);
-    let has_body = matches!(action, Ok(Action::ReplaceBackends | Action::PutBackend(_)));
-    if !has_body {
-        let rc = ngx_http_discard_request_body(r);
-        if rc != NGX_OK as ngx_int_t {
-            return rc;
-        }
+    if let Ok(Action::ReplaceBackends) = action {
+        return start_write(r, None);
+    }
+    if let Ok(Action::PutBackend(name)) = action {
+        return start_write(r, Some(name.to_string()));
+    }
+    let rc = ngx_http_discard_request_body(r);
+    if rc != NGX_OK as ngx_int_t {
+        return rc;
     }
     match action {
         Err(RouteError::NotFound) => error(r, NOT_FOUND, &format!("no route for {path}"), None),
@@ -100,36 +143,52 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
             }
         }
         Ok(Action::Status) => send_json(r, OK, &status(&zone), None),
-        Ok(Action::DeleteBackend(name)) => match apply(&zone, Change::Delete(name.to_string())) {
-            Ok(applied) => {
-                log_write(r, "deleted backend", applied.generation);
-                send_json(r, NO_CONTENT, b"", None)
-            }
-            Err(e) => store_error(r, &e, name),
-        },
-        Ok(Action::ReplaceBackends | Action::PutBackend(_)) => {
-            let put_name = match action {
-                Ok(Action::PutBackend(name)) => Some(name.to_string()),
-                _ => None,
-            };
-            start_write(r, PendingWrite { put_name })
+        Ok(Action::DeleteBackend(name)) => {
+            // Hold the request until the thread answers, as reading a body does.
+            (*req.main).set_count((*req.main).count() + 1);
+            offload(
+                r,
+                WriteJob {
+                    zone,
+                    write: Write::Delete(name.to_string()),
+                },
+                run_write,
+                finish_write,
+            );
+            NGX_DONE as ngx_int_t
         }
+        Ok(Action::ReplaceBackends | Action::PutBackend(_)) => unreachable!("handled above"),
     }
 }
 
-/// Checks the size and reads the body; the write continues in `body_ready`.
-unsafe fn start_write(r: *mut ngx_http_request_t, pending: PendingWrite) -> ngx_int_t {
+/// Checks the declared size and reads the body; the write goes on in
+/// `body_ready`.
+unsafe fn start_write(r: *mut ngx_http_request_t, put_name: Option<String>) -> ngx_int_t {
     let req = &mut *r;
     let max = Module::location_conf(req).map_or(0, |c| c.max_body);
     if max > 0 && req.headers_in.content_length_n > max {
+        // As nginx does for its own 413: no "100 Continue", drop the body,
+        // and close the connection afterwards.
+        req.set_expect_tested(1);
+        let rc = ngx_http_discard_request_body(r);
+        if rc != NGX_OK as ngx_int_t {
+            return rc;
+        }
         return too_large(r, max);
     }
-    let Some(ctx) = pool_box(req.pool, pending) else {
+    let Some(ctx) = pool_box(
+        req.pool,
+        PendingWrite {
+            put_name,
+            budget: BodyBudget::default(),
+        },
+    ) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     *req.ctx.add(crate::module_ctx_index()) = ctx.as_ptr().cast();
     let rc = ngx_http_read_client_request_body(r, Some(body_ready));
     if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
+        req.set_keepalive(0);
         return error(
             r,
             rc as ngx_uint_t,
@@ -141,53 +200,41 @@ unsafe fn start_write(r: *mut ngx_http_request_t, pending: PendingWrite) -> ngx_
 }
 
 unsafe fn too_large(r: *mut ngx_http_request_t, max: i64) -> ngx_int_t {
+    (*r).set_keepalive(0);
     let msg = format!("request body is larger than client_max_body_size ({max} bytes)");
     error(r, PAYLOAD_TOO_LARGE, &msg, None)
 }
 
-/// What the thread computes from the body.
-struct WriteJob {
-    zone: Zone,
-    put_name: Option<String>,
-    body: Vec<u8>,
-}
-
-/// What the thread hands back: the PUT name and the outcome.
-type WriteOutcome = (Option<String>, Result<(u64, bool), WriteError>);
-
-enum WriteError {
-    Invalid(ValidationError),
-    Store(StoreError),
-}
-
-/// Body read: hand parsing and the store write to the parser thread.
+/// The body is in: hand it to the parser thread.
 unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
-    ffi_guard("request body handler", (), || unsafe {
+    let panicked = ffi_guard("request body handler", true, || unsafe {
         let req = &mut *r;
         let pending = &mut *(*req.ctx.add(crate::module_ctx_index())).cast::<PendingWrite>();
-        let finish_now = |rc| ngx_http_finalize_request(r, rc);
-        let Some(zone) = zone_of(req) else {
-            return finish_now(NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
-        };
-        let body = match request_body(req) {
-            Ok(body) => body,
-            Err(e) => return finish_now(error(r, 500, &e, None)),
-        };
-        let max = Module::location_conf(req).map_or(0, |c: &LocConf| c.max_body);
-        if max > 0 && body.len() as i64 > max {
-            // A chunked body carries no Content-Length to check up front.
-            return finish_now(too_large(r, max));
+        let max = Module::location_conf(req).map_or(0, |c| c.max_body);
+        if pending.budget.too_large {
+            ngx_http_finalize_request(r, too_large(r, max));
+            return false;
         }
-        let job = WriteJob {
-            zone,
-            put_name: pending.put_name.take(),
-            body,
+        let Some(zone) = zone_of(req) else {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+            return false;
         };
-        offload(r, job, run_write, finish_write);
-    })
+        let parts = body_parts(req);
+        let write = match pending.put_name.take() {
+            None => Write::Replace(parts),
+            Some(name) => Write::Put(name, parts),
+        };
+        offload(r, WriteJob { zone, write }, run_write, finish_write);
+        false
+    });
+    if panicked {
+        // Nothing was handed over; the request still needs its answer.
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+    }
 }
 
-/// On the parser thread: parse, validate, resolve `ExternalName`s, store.
+/// On the parser thread: read the body (spooled parts too), parse, validate,
+/// resolve `ExternalName`s, store.
 fn run_write(job: WriteJob) -> WriteOutcome {
     let mut resolve = |host: &str, port: u16| -> Vec<IpAddr> {
         (host, port)
@@ -195,20 +242,46 @@ fn run_write(job: WriteJob) -> WriteOutcome {
             .map(|a| a.map(|s| s.ip()).collect())
             .unwrap_or_default()
     };
-    let change = match &job.put_name {
-        None => prepare_backends(&job.body, &mut resolve).map(Change::ReplaceAll),
-        Some(name) => prepare_backend(&job.body, name, &mut resolve).map(Change::Put),
+    let (change, what, name) = match job.write {
+        Write::Delete(name) => (Ok(Change::Delete(name.clone())), WHAT_DELETE, name),
+        Write::Replace(parts) => match read_body_parts(&parts) {
+            Ok(body) => (
+                prepare_backends(&body, &mut resolve).map(Change::ReplaceAll),
+                WHAT_REPLACE,
+                String::new(),
+            ),
+            Err(e) => return WriteOutcome::Unreadable(e.to_string()),
+        },
+        Write::Put(name, parts) => match read_body_parts(&parts) {
+            Ok(body) => (
+                prepare_backend(&body, &name, &mut resolve).map(Change::Put),
+                WHAT_PUT,
+                name,
+            ),
+            Err(e) => return WriteOutcome::Unreadable(e.to_string()),
+        },
     };
-    let outcome = match change {
-        Err(e) => Err(WriteError::Invalid(e)),
-        Ok(change) => apply(&job.zone, change)
-            .map(|a| (a.generation, a.created))
-            .map_err(WriteError::Store),
-    };
-    (job.put_name, outcome)
+    match change {
+        Err(e) => WriteOutcome::Invalid(e),
+        Ok(change) => match apply(&job.zone, change) {
+            Ok(a) => {
+                let status = match what {
+                    WHAT_DELETE => NO_CONTENT,
+                    WHAT_PUT if !a.created => OK,
+                    _ => CREATED,
+                };
+                WriteOutcome::Applied {
+                    generation: a.generation,
+                    status,
+                    what,
+                }
+            }
+            Err(e) => WriteOutcome::Store(e, name),
+        },
+    }
 }
 
-/// Back on the event loop: answer and finalize. `None` means the parser
+/// Back on the event loop: answer and finalize. `None` means the thread
 /// panicked (it was caught; nothing was stored).
 fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
     // SAFETY: r is alive until this finalize (offload's contract).
@@ -216,38 +289,35 @@ fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
         let rc = match outcome {
             None => error(
                 r,
-                500,
+                INTERNAL_ERROR,
                 "internal error while applying the configuration",
                 None,
             ),
-            Some((put_name, Ok((generation, created)))) => {
-                log_write(
-                    r,
-                    if put_name.is_some() {
-                        "stored backend"
-                    } else {
-                        "replaced all backends"
-                    },
-                    generation,
+            Some(WriteOutcome::Applied {
+                generation,
+                status,
+                what,
+            }) => {
+                ngx_log_error!(
+                    NGX_LOG_INFO,
+                    (*(*r).connection).log,
+                    "dynamic_balancer: {what}, generation {generation}"
                 );
-                let status = if put_name.is_some() && !created {
-                    OK
+                let body = if status == NO_CONTENT {
+                    String::new()
                 } else {
-                    CREATED
+                    format!("{{\"generation\":{generation}}}")
                 };
-                send_json(
-                    r,
-                    status,
-                    format!("{{\"generation\":{generation}}}").as_bytes(),
-                    None,
-                )
+                send_json(r, status, body.as_bytes(), None)
             }
-            Some((_, Err(WriteError::Invalid(e)))) => {
-                error(r, BAD_REQUEST, &e.message, Some(&e.path))
-            }
-            Some((put_name, Err(WriteError::Store(e)))) => {
-                store_error(r, &e, put_name.as_deref().unwrap_or(""))
-            }
+            Some(WriteOutcome::Invalid(e)) => error(r, BAD_REQUEST, &e.message, Some(&e.path)),
+            Some(WriteOutcome::Store(e, name)) => store_error(r, &e, &name),
+            Some(WriteOutcome::Unreadable(e)) => error(
+                r,
+                INTERNAL_ERROR,
+                &format!("cannot read the request body: {e}"),
+                None,
+            ),
         };
         ngx_http_finalize_request(r, rc);
     }
@@ -286,14 +356,6 @@ unsafe fn error(
         .to_json(),
         None,
     )
-}
-
-unsafe fn log_write(r: *mut ngx_http_request_t, what: &str, generation: u64) {
-    ngx_log_error!(
-        NGX_LOG_INFO,
-        (*(*r).connection).log,
-        "dynamic_balancer: {what}, generation {generation}"
-    );
 }
 
 fn status(zone: &Zone) -> Vec<u8> {

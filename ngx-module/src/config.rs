@@ -58,6 +58,10 @@ impl MainConf {
 #[derive(Default)]
 pub struct UpstreamConf {
     pub enabled: bool,
+    /// Set by our `init_upstream`; still false after configuration means a
+    /// later `hash`, `least_conn`... replaced the hook (see
+    /// [`check_upstreams`]).
+    initialized: bool,
     pub variable: ngx_uint_t,
 }
 
@@ -237,9 +241,47 @@ unsafe extern "C" fn init_upstream(
     us: *mut ngx_http_upstream_srv_conf_t,
 ) -> ngx_int_t {
     ffi_guard("init upstream", NGX_ERROR as ngx_int_t, || unsafe {
+        if let Some(conf) = srv_conf_mut(us) {
+            conf.initialized = true;
+        }
         (*us).peer.init = Some(crate::peer::init_peer);
         NGX_OK as ngx_int_t
     })
+}
+
+unsafe fn srv_conf_mut(us: *mut ngx_http_upstream_srv_conf_t) -> Option<&'static mut UpstreamConf> {
+    let srv_conf = (*us).srv_conf;
+    if srv_conf.is_null() {
+        return None;
+    }
+    (*srv_conf.add(crate::module_ctx_index()))
+        .cast::<UpstreamConf>()
+        .as_mut()
+}
+
+/// Refuses an upstream whose `dynamic_balancer` was replaced by a balancing
+/// directive placed after it. nginx only warns ("load balancing method
+/// redefined"); the upstream would then send traffic to its `0.0.0.1`
+/// placeholder. Runs at postconfiguration, after the upstreams initialised.
+pub unsafe fn check_upstreams(cf: *mut ngx_conf_t) -> ngx_int_t {
+    let Some(umcf) = NgxHttpUpstreamModule::main_conf(&*cf) else {
+        return NGX_OK as ngx_int_t;
+    };
+    let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = umcf.upstreams.as_slice();
+    for &us in upstreams {
+        if let Some(conf) = srv_conf_mut(us) {
+            if conf.enabled && !conf.initialized {
+                let name = (*us).host;
+                ngx_conf_log_error!(
+                    NGX_LOG_EMERG,
+                    cf,
+                    "another balancing method replaced \"dynamic_balancer\" in upstream \"{name}\"; only \"keepalive\" may follow it"
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+        }
+    }
+    NGX_OK as ngx_int_t
 }
 
 /// `dynamic_balancer_api;` in `location{}`.

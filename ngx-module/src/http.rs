@@ -4,13 +4,14 @@
 
 use std::ffi::c_void;
 use std::mem;
+use std::os::fd::{FromRawFd, RawFd};
 use std::ptr::{self, NonNull};
 use std::slice;
 
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable,
     ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_palloc,
-    ngx_pool_cleanup_t, ngx_pool_t, ngx_read_file, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
+    ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
 };
 use ngx::http::Request;
 
@@ -67,35 +68,64 @@ pub unsafe fn send_json(
     ngx_http_output_filter(r, &mut chain)
 }
 
-/// The whole request body, from memory buffers and, when nginx spooled it,
-/// from its temp file.
+/// One piece of a request body: bytes nginx held in memory, or a range of
+/// the temp file it spooled to.
+pub enum BodyPart {
+    Memory(Vec<u8>),
+    File { fd: RawFd, offset: i64, len: usize },
+}
+
+/// The pieces of a fully read request body. Memory is copied now; file
+/// ranges are only described, to be read off the event loop with
+/// [`read_body_parts`] while the request (and so its temp file) is alive.
 ///
 /// # Safety
 /// `r` is a live request whose body was fully read.
-pub unsafe fn request_body(r: &ngx_http_request_t) -> Result<Vec<u8>, String> {
+pub unsafe fn body_parts(r: &ngx_http_request_t) -> Vec<BodyPart> {
     let rb = r.request_body;
+    let mut parts = Vec::new();
     if rb.is_null() {
-        return Ok(Vec::new());
+        return parts;
     }
-    let mut out = Vec::with_capacity(usize::try_from(r.headers_in.content_length_n).unwrap_or(0));
     let mut cl = (*rb).bufs;
     while !cl.is_null() {
         let b = &*(*cl).buf;
         if b.temporary() != 0 || b.memory() != 0 || b.mmap() != 0 {
             let len = b.last.offset_from(b.pos) as usize;
-            out.extend_from_slice(slice::from_raw_parts(b.pos, len));
+            parts.push(BodyPart::Memory(slice::from_raw_parts(b.pos, len).to_vec()));
         } else if b.in_file() != 0 && !b.file.is_null() {
             let len = (b.file_last - b.file_pos) as usize;
-            let start = out.len();
-            out.resize(start + len, 0);
-            let n = ngx_read_file(b.file, out.as_mut_ptr().add(start), len, b.file_pos);
-            if n != len as isize {
-                return Err(format!(
-                    "short read of the spooled request body ({n} of {len} bytes)"
-                ));
-            }
+            parts.push(BodyPart::File {
+                fd: (*b.file).fd,
+                offset: b.file_pos,
+                len,
+            });
         }
         cl = (*cl).next;
+    }
+    parts
+}
+
+/// Joins body pieces, reading the file ranges.
+pub fn read_body_parts(parts: &[BodyPart]) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let total = parts.iter().map(|p| match p {
+        BodyPart::Memory(m) => m.len(),
+        BodyPart::File { len, .. } => *len,
+    });
+    let mut out = Vec::with_capacity(total.sum());
+    for part in parts {
+        match part {
+            BodyPart::Memory(m) => out.extend_from_slice(m),
+            BodyPart::File { fd, offset, len } => {
+                // SAFETY: nginx owns the descriptor and keeps it open until the
+                // request ends; ManuallyDrop keeps us from closing it.
+                let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(*fd) });
+                let start = out.len();
+                out.resize(start + len, 0);
+                file.read_exact_at(&mut out[start..], *offset as u64)?;
+            }
+        }
     }
     Ok(out)
 }

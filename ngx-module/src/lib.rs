@@ -10,12 +10,14 @@
 //! validation and picking are in the pure `lua-compat` crate.
 
 mod api;
+mod body_limit;
 mod config;
 mod guard;
 mod http;
 mod offload;
 mod peer;
 mod preaccess;
+mod shm_lock;
 mod store;
 mod timer;
 mod worker_cache;
@@ -54,7 +56,11 @@ impl HttpModule for Module {
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         ffi_guard("postconfiguration", NGX_ERROR as ngx_int_t, || unsafe {
+            if config::check_upstreams(cf) != NGX_OK as ngx_int_t {
+                return NGX_ERROR as ngx_int_t;
+            }
             preaccess::discover_upstream_users((*cf).cycle);
+            body_limit::install();
             let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(&*cf) else {
                 return NGX_ERROR as ngx_int_t;
             };

@@ -170,7 +170,14 @@ unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
             // SAFETY: r is alive until finish finalizes it (offload's contract);
             // read its connection first.
             let c = unsafe { (*r).connection };
-            finish(r);
+            if catch_unwind(AssertUnwindSafe(|| finish(r))).is_err() {
+                // The request may be left unanswered; keep serving the rest.
+                ngx_log_error!(
+                    NGX_LOG_WARN,
+                    unsafe { (*c).log },
+                    "dynamic_balancer: panic while finishing a write"
+                );
+            }
             // SAFETY: as nginx's own async completions do after finalizing.
             unsafe { ngx_http_run_posted_requests(c) };
         }

@@ -95,26 +95,58 @@ pub unsafe extern "C" fn init_peer(
             u.peer.get = Some(get_no_peer);
             u.peer.free = Some(free_peer);
             u.peer.tries = 1;
+            set_session_hooks(u);
             return NGX_OK as ngx_int_t;
         };
         u.peer.tries = data.as_ref().backend.endpoints.len() as ngx_uint_t;
         u.peer.data = data.as_ptr().cast();
         u.peer.get = Some(get_peer);
         u.peer.free = Some(free_peer);
+        set_session_hooks(u);
         NGX_OK as ngx_int_t
     })
 }
+
+/// nginx calls `set_session`/`save_session` on every TLS connection to an
+/// upstream (`proxy_ssl_session_reuse` is on by default), so they must not be
+/// NULL. Endpoints change at run time, so no session is cached per endpoint:
+/// every upstream TLS connection does a full handshake, as under
+/// `balancer_by_lua`. Upstream keepalive still reuses the connections.
+fn set_session_hooks(u: &mut ngx::ffi::ngx_http_upstream_t) {
+    u.peer.set_session = Some(set_no_session);
+    u.peer.save_session = Some(save_no_session);
+}
+
+unsafe extern "C" fn set_no_session(
+    _pc: *mut ngx_peer_connection_t,
+    _data: *mut c_void,
+) -> ngx_int_t {
+    NGX_OK as ngx_int_t
+}
+
+unsafe extern "C" fn save_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) {}
 
 /// `peer.get`: the next untried endpoint in round-robin order.
 unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
     ffi_guard("get peer", NGX_ERROR as ngx_int_t, || unsafe {
         let pd = &mut *data.cast::<PeerData>();
-        let Some(i) = pd.backend.rr.borrow_mut().pick(&pd.tried) else {
+        let pc = &mut *pc;
+        let mut rr = pd.backend.rr.borrow_mut();
+        let picked = match rr.pick(&pd.tried) {
+            Some(i) => Some(i),
+            // Every endpoint was tried, yet nginx grants one more try: it does
+            // so when a cached keepalive connection turned out to be closed.
+            // Stock round-robin then reconnects too (a single peer ignores its
+            // tried bit), so pick again over all endpoints.
+            None if pc.tries > 0 => rr.pick(&TriedSet::new()),
+            None => None,
+        };
+        drop(rr);
+        let Some(i) = picked else {
             return NGX_BUSY as ngx_int_t;
         };
         pd.tried.insert(i);
         let peer = &pd.backend.endpoints[i];
-        let pc = &mut *pc;
         pc.sockaddr = peer.sockaddr.as_ptr().cast_mut().cast();
         pc.socklen = peer.sockaddr.len();
         pc.name = (&peer.name as *const ngx::ffi::ngx_str_t).cast_mut();

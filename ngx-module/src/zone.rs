@@ -13,14 +13,14 @@ use ngx::allocator::{AllocError, Allocator};
 use ngx::core::SlabPool;
 use ngx::ffi::{ngx_int_t, ngx_shm_zone_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK};
 use ngx::ngx_log_error;
-use ngx::sync::RwLock;
 
 use crate::guard::ffi_guard;
+use crate::shm_lock::ShmRwLock;
 use crate::store::Index;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.
-const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0001; // "dynbal" v1
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0002; // "dynbal" v2
 
 /// Status slots, indexed by `ngx_worker`. More workers than this are still
 /// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
@@ -35,7 +35,7 @@ pub struct ZoneHeader {
     pub backends: AtomicU64,
     pub endpoints: AtomicU64,
     /// Sorted backend blobs; readers copy out under the read lock.
-    pub index: RwLock<Index>,
+    pub index: ShmRwLock<Index>,
     pub workers: [WorkerSlot; MAX_WORKERS],
 }
 
@@ -170,7 +170,7 @@ pub unsafe extern "C" fn init_zone(
             }
         };
         ptr::write_bytes(header, 0, 1);
-        ptr::addr_of_mut!((*header).index).write(RwLock::new(Index::empty()));
+        ptr::addr_of_mut!((*header).index).write(ShmRwLock::new(Index::empty()));
         (*header).magic = ZONE_MAGIC;
         (*slab).data = header.cast();
         shm_zone.data = header.cast();

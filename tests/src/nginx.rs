@@ -436,3 +436,14 @@ impl Nginx {
         read(req.call())
     }
 }
+
+impl Nginx {
+    /// A plain GET to another port of this nginx (a server from `http_extra`).
+    pub fn get_port(&self, port: u16, path: &str) -> Response {
+        read(
+            agent()
+                .get(&format!("http://127.0.0.1:{port}{path}"))
+                .call(),
+        )
+    }
+}

@@ -276,10 +276,65 @@ fn oversize_body_gets_json_413() {
     s.write_all(b"0\r\n\r\n").unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "{answer}\n{}",
+        ng.error_log()
+    );
+
+    // Chunked and slow, so nginx reads it asynchronously: the limit still
+    // holds, nothing past it is stored, and the answer is still JSON.
+    let mut s = TcpStream::connect(("127.0.0.1", ng.api_port)).unwrap();
+    write!(
+        s,
+        "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    let big = many_backends(400, 2).to_string();
+    for part in big.as_bytes().chunks(4000) {
+        write!(s, "{:x}\r\n", part.len()).unwrap();
+        s.write_all(part).unwrap();
+        s.write_all(b"\r\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "{answer}\n{}",
+        ng.error_log()
+    );
+    assert!(answer.contains("client_max_body_size"), "{answer}");
 
     assert_eq!(ng.get("live").body, a.identity);
     assert_eq!(ng.status()["generation"], 1);
+}
+
+/// A slow chunked body under the limit is read and applied.
+#[test]
+fn slow_chunked_body_within_the_limit_is_applied() {
+    let ng = Nginx::builder()
+        .api_extra("client_max_body_size 1m; client_body_buffer_size 4k;")
+        .start();
+    let body = many_backends(100, 2).to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", ng.api_port)).unwrap();
+    write!(s, "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
+    for part in body.as_bytes().chunks(3000) {
+        write!(s, "{:x}\r\n", part.len()).unwrap();
+        s.write_all(part).unwrap();
+        s.write_all(b"\r\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 201"),
+        "{answer}\n{}",
+        ng.error_log()
+    );
+    assert_eq!(ng.status()["backends"], 100);
 }
 
 #[test]

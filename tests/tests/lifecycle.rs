@@ -87,6 +87,11 @@ fn bad_directive_arguments_are_refused() {
     let err =
         config_error(Nginx::builder().api_extra("client_max_body_size 1m; dynamic_balancer_api;"));
     assert!(err.contains("is duplicate"), "{err}");
+    let err = config_error(Nginx::builder().upstream_extra("least_conn;"));
+    assert!(
+        err.contains("another balancing method replaced \"dynamic_balancer\""),
+        "{err}"
+    );
     let err = config_error(Nginx::builder().location_extra("dynamic_balancer_backend $x;"));
     assert!(err.contains("a literal name is expected"), "{err}");
     let ok = Nginx::builder().test_config();

@@ -1,0 +1,105 @@
+//! The API location's body limit, enforced while the body streams in.
+//!
+//! The API location takes `client_max_body_size` over from nginx (so that an
+//! oversize body is answered in JSON), which also turns off nginx's own check
+//! on chunked and HTTP/2 bodies. This request-body filter puts the limit back:
+//! past it, the rest of the body is read and dropped rather than stored (nginx
+//! discards bodies the same way), and the handler answers 413 once the body
+//! has ended. Neither memory nor the temp file grows past the limit.
+
+use std::ptr;
+
+use ngx::ffi::{
+    ngx_buf_t, ngx_chain_t, ngx_http_request_body_filter_pt, ngx_http_request_t, ngx_int_t,
+    ngx_pcalloc, NGX_ERROR,
+};
+use ngx::http::HttpModuleLocationConf;
+
+use crate::guard::ffi_guard;
+use crate::Module;
+
+/// What the filter tracks for one API write; lives in the request ctx.
+#[derive(Default)]
+pub struct BodyBudget {
+    pub received: i64,
+    pub too_large: bool,
+}
+
+static mut NEXT: ngx_http_request_body_filter_pt = None;
+
+/// Installs the filter (postconfiguration).
+///
+/// # Safety
+/// Called once per configuration, before any request.
+pub unsafe fn install() {
+    NEXT = ngx::ffi::ngx_http_top_request_body_filter;
+    ngx::ffi::ngx_http_top_request_body_filter = Some(filter);
+}
+
+/// The budget of a request that is an API write (set by the handler before it
+/// reads the body), if `r` is one.
+unsafe fn budget<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut BodyBudget> {
+    let pending = (*(*r).ctx.add(crate::module_ctx_index())).cast::<crate::api::PendingWrite>();
+    pending.as_mut().map(|p| &mut p.budget)
+}
+
+fn buf_size(b: &ngx_buf_t) -> i64 {
+    // SAFETY: pointers of a live buffer; in-memory data wins over file data,
+    // as in ngx_buf_size().
+    unsafe {
+        if b.temporary() != 0 || b.memory() != 0 || b.mmap() != 0 {
+            b.last.offset_from(b.pos) as i64
+        } else {
+            b.file_last - b.file_pos
+        }
+    }
+}
+
+unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t) -> ngx_int_t {
+    ffi_guard("request body filter", NGX_ERROR as ngx_int_t, || unsafe {
+        let next = NEXT.expect("the request body filter chain has a tail");
+        let max = Module::location_conf(&*r)
+            .filter(|c| c.enabled)
+            .map_or(0, |c| c.max_body);
+        let Some(budget) = budget(r).filter(|_| max > 0) else {
+            return next(r, input);
+        };
+        let mut cl = input;
+        let mut last = false;
+        while !cl.is_null() {
+            let b = &mut *(*cl).buf;
+            budget.received += buf_size(b);
+            last |= b.last_buf() != 0;
+            cl = (*cl).next;
+        }
+        budget.too_large |= budget.received > max;
+        if !budget.too_large {
+            return next(r, input);
+        }
+        // Consume the buffers so their memory is reused, and end the body with
+        // an empty last buffer so reading completes normally.
+        let mut cl = input;
+        while !cl.is_null() {
+            let b = &mut *(*cl).buf;
+            b.pos = b.last;
+            b.file_pos = b.file_last;
+            cl = (*cl).next;
+        }
+        if !last {
+            // Still call down with no data: the save filter flushes its full
+            // buffer to the temp file on these calls, and nginx fails the
+            // request if buffers stay busy.
+            return next(r, ptr::null_mut());
+        }
+        let b = ngx_pcalloc((*r).pool, std::mem::size_of::<ngx_buf_t>()).cast::<ngx_buf_t>();
+        if b.is_null() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        (*b).set_last_buf(1);
+        let mut end = ngx_chain_t {
+            buf: b,
+            next: ptr::null_mut(),
+        };
+        next(r, &mut end)
+    })
+}
