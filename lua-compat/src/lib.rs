@@ -10,13 +10,24 @@
 //!   bad value, e.g. `[3].endpoints[0].port`;
 //! - [`runtime`]: the compact, validated record the nginx module keeps in shared
 //!   memory and decodes in each worker;
-//! - [`round_robin`] and [`tried`]: the smooth weighted round-robin picker and the
-//!   per-request set of endpoints already tried;
+//! - [`algorithm`]: which algorithm balances a backend, as `balancer.lua` decides;
+//! - [`round_robin`], [`least_conn`], [`ewma`], [`chash`] and [`sticky`]: the
+//!   pickers, compatible with the Lua ones where Lua has them;
+//! - [`canary`]: canary routing rules, in Lua's order;
+//! - [`hash_key`]: `upstream-hash-by` templates;
+//! - [`tried`]: the per-request set of endpoints already tried;
 //! - [`api`]: routing and response bodies of the `/configuration` API.
 
+pub mod algorithm;
 pub mod api;
+pub mod canary;
+pub mod chash;
+pub mod ewma;
+pub mod hash_key;
+pub mod least_conn;
 pub mod round_robin;
 pub mod runtime;
+pub mod sticky;
 pub mod tried;
 pub mod validate;
 pub mod wire;

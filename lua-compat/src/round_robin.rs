@@ -1,21 +1,64 @@
-//! Smooth weighted round-robin, nginx's own algorithm
-//! (`ngx_http_upstream_get_peer`), over one backend's endpoints.
+//! Weighted round-robin over one backend's endpoints.
 //!
-//! Each pick adds every eligible endpoint's weight to its running score and
-//! takes the highest, then subtracts the total from the winner. Over any window
-//! of `sum(weights)` picks each endpoint is chosen exactly `weight` times, and
-//! picks are spread out rather than bunched. With equal weights (every
-//! ingress-nginx backend) this is plain rotation, which runs in O(1).
+//! - Equal weights (every ingress-nginx backend): plain rotation, O(1).
+//! - Up to [`SMOOTH_LIMIT`] weighted endpoints: nginx's own smooth weighted
+//!   round-robin (`ngx_http_upstream_get_peer`). Each pick adds every eligible
+//!   endpoint's weight to its running score, takes the highest, and subtracts
+//!   the total from the winner. That is O(n) per pick.
+//! - More weighted endpoints: earliest deadline first. Endpoint `i`'s `k`-th
+//!   turn is due at `k / weight_i`; a heap hands out the earliest, O(log n) per
+//!   pick. The first `sum(weights)` picks are exactly the turns due by 1, so
+//!   the shares are exact per cycle, as with the smooth algorithm.
+//!
+//! In every mode each endpoint gets exactly its weight over a cycle, and
+//! endpoints already tried by the request are skipped.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use crate::tried::TriedSet;
+
+/// Largest weighted backend picked with nginx's O(n) smooth algorithm.
+pub const SMOOTH_LIMIT: usize = 64;
 
 /// Per-worker balancing state of one backend.
 #[derive(Clone, Debug)]
 pub struct RoundRobin {
     weights: Box<[i64]>,
-    current: Box<[i64]>,
-    uniform: bool,
-    cursor: usize,
+    mode: Mode,
+}
+
+#[derive(Clone, Debug)]
+enum Mode {
+    Uniform { cursor: usize },
+    Smooth { current: Box<[i64]> },
+    Deadline { heap: BinaryHeap<Turn> },
+}
+
+/// Endpoint `index`'s `k`-th turn, due at `k / weight`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Turn {
+    k: u64,
+    weight: u64,
+    index: usize,
+}
+
+impl Ord for Turn {
+    /// Reversed, so the max-heap yields the earliest turn; ties go to the
+    /// lower index.
+    fn cmp(&self, other: &Self) -> Ordering {
+        let (a, b) = (
+            u128::from(self.k) * u128::from(other.weight),
+            u128::from(other.k) * u128::from(self.weight),
+        );
+        b.cmp(&a).then_with(|| other.index.cmp(&self.index))
+    }
+}
+
+impl PartialOrd for Turn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl RoundRobin {
@@ -23,18 +66,31 @@ impl RoundRobin {
     /// same endpoint (Lua starts each worker at a random node).
     pub fn new(weights: impl IntoIterator<Item = u32>, start: usize) -> Self {
         let weights: Box<[i64]> = weights.into_iter().map(|w| i64::from(w.max(1))).collect();
-        let uniform = weights.windows(2).all(|w| w[0] == w[1]);
-        let cursor = if weights.is_empty() {
-            0
+        let mode = if weights.windows(2).all(|w| w[0] == w[1]) {
+            Mode::Uniform {
+                cursor: if weights.is_empty() {
+                    0
+                } else {
+                    start % weights.len()
+                },
+            }
+        } else if weights.len() <= SMOOTH_LIMIT {
+            Mode::Smooth {
+                current: vec![0; weights.len()].into(),
+            }
         } else {
-            start % weights.len()
+            let heap = weights
+                .iter()
+                .enumerate()
+                .map(|(index, w)| Turn {
+                    k: 1,
+                    weight: *w as u64,
+                    index,
+                })
+                .collect();
+            Mode::Deadline { heap }
         };
-        RoundRobin {
-            current: vec![0; weights.len()].into(),
-            weights,
-            uniform,
-            cursor,
-        }
+        RoundRobin { weights, mode }
     }
 
     pub fn len(&self) -> usize {
@@ -45,37 +101,67 @@ impl RoundRobin {
         self.weights.is_empty()
     }
 
-    /// Picks the next endpoint not in `tried`; `None` once all were tried.
-    pub fn pick(&mut self, tried: &TriedSet) -> Option<usize> {
+    pub fn weight(&self, i: usize) -> u32 {
+        self.weights[i] as u32
+    }
+
+    /// Picks the next endpoint for which `usable` holds and that is not in
+    /// `tried`; `None` once none is left.
+    pub fn pick_where(
+        &mut self,
+        tried: &TriedSet,
+        usable: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
         let n = self.weights.len();
         if n == 0 || tried.len() >= n {
             return None;
         }
-        if self.uniform {
-            for step in 0..n {
-                let i = (self.cursor + step) % n;
-                if !tried.contains(i) {
-                    self.cursor = (i + 1) % n;
-                    return Some(i);
+        let eligible = |i: usize| !tried.contains(i) && usable(i);
+        match &mut self.mode {
+            Mode::Uniform { cursor } => {
+                let i = (0..n)
+                    .map(|step| (*cursor + step) % n)
+                    .find(|i| eligible(*i))?;
+                *cursor = (i + 1) % n;
+                Some(i)
+            }
+            Mode::Smooth { current } => {
+                let mut total = 0;
+                let mut best: Option<usize> = None;
+                for i in (0..n).filter(|i| eligible(*i)) {
+                    current[i] += self.weights[i];
+                    total += self.weights[i];
+                    if best.is_none_or(|b| current[i] > current[b]) {
+                        best = Some(i);
+                    }
                 }
+                let b = best?;
+                current[b] -= total;
+                Some(b)
             }
-            return None;
+            Mode::Deadline { heap } => {
+                let mut skipped = Vec::new();
+                let mut picked = None;
+                while let Some(turn) = heap.pop() {
+                    if eligible(turn.index) {
+                        heap.push(Turn {
+                            k: turn.k + 1,
+                            ..turn
+                        });
+                        picked = Some(turn.index);
+                        break;
+                    }
+                    skipped.push(turn);
+                }
+                heap.extend(skipped);
+                picked
+            }
         }
-        let mut total = 0;
-        let mut best: Option<usize> = None;
-        for i in 0..n {
-            if tried.contains(i) {
-                continue;
-            }
-            self.current[i] += self.weights[i];
-            total += self.weights[i];
-            if best.is_none_or(|b| self.current[i] > self.current[b]) {
-                best = Some(i);
-            }
-        }
-        let b = best?;
-        self.current[b] -= total;
-        Some(b)
+    }
+
+    /// Picks the next endpoint not in `tried`.
+    pub fn pick(&mut self, tried: &TriedSet) -> Option<usize> {
+        self.pick_where(tried, |_| true)
     }
 }
 
@@ -104,8 +190,9 @@ mod tests {
     }
 
     #[test]
-    fn skips_tried_and_ends_when_all_tried() {
-        for weights in [vec![1, 1, 1], vec![3, 1, 2]] {
+    fn skips_tried_and_unusable_and_ends_when_all_tried() {
+        for weights in [vec![1, 1, 1], vec![3, 1, 2], (1..=100).collect()] {
+            let n = weights.len();
             let mut rr = RoundRobin::new(weights, 0);
             let mut tried = TriedSet::new();
             let mut order = Vec::new();
@@ -115,15 +202,20 @@ mod tests {
                 order.push(i);
             }
             order.sort();
-            assert_eq!(order, [0, 1, 2]);
+            assert_eq!(order, (0..n).collect::<Vec<_>>());
+            let mut rr = RoundRobin::new((1..=n as u32).collect::<Vec<_>>(), 0);
+            for _ in 0..3 * n {
+                assert_ne!(rr.pick_where(&TriedSet::new(), |i| i != 1), Some(1));
+            }
         }
         assert_eq!(RoundRobin::new([], 0).pick(&TriedSet::new()), None);
     }
 
     proptest! {
-        /// Over any whole cycle each endpoint gets exactly its weight.
+        /// Over any whole cycle each endpoint gets exactly its weight, in all
+        /// three modes.
         #[test]
-        fn exact_shares(weights in proptest::collection::vec(1u32..6, 1..12), start in 0usize..50, cycles in 1usize..4) {
+        fn exact_shares(weights in proptest::collection::vec(1u32..6, 1..150), start in 0usize..50, cycles in 1usize..3) {
             let mut rr = RoundRobin::new(weights.clone(), start);
             let total: u32 = weights.iter().sum();
             let mut counts = vec![0u32; weights.len()];

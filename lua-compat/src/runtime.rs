@@ -9,6 +9,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithm::Algorithm;
+use crate::canary::TrafficPolicy;
 use crate::validate::{parse_backend, parse_backends, ValidationError};
 use crate::wire::Backend;
 
@@ -17,7 +19,20 @@ use crate::wire::Backend;
 pub struct RuntimeBackend {
     pub name: String,
     pub endpoints: Vec<RuntimeEndpoint>,
+    pub algorithm: Algorithm,
+    /// `alternativeBackends`: canary backends, tried in order.
+    pub alternatives: Vec<String>,
+    /// This backend's rules when it is someone's canary.
+    pub traffic: TrafficPolicy,
+    /// 0 turns passive health checks off.
+    pub max_fails: u32,
+    pub fail_timeout_ms: u64,
 }
+
+/// nginx's `max_fails` default.
+pub const DEFAULT_MAX_FAILS: u32 = 1;
+/// nginx's `fail_timeout` default, seconds.
+pub const DEFAULT_FAIL_TIMEOUT: u32 = 10;
 
 /// One resolved endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,26 +50,34 @@ impl RuntimeBackend {
     /// for `ExternalName` services) are resolved now; a name that does not
     /// resolve contributes no endpoint, so the backend answers 503 as in Lua.
     pub fn from_backend(backend: &Backend, resolve: Resolver<'_>) -> Self {
+        Self::with_warning(backend, resolve).0
+    }
+
+    /// Also returns the warning of an unsupported `load-balance` value.
+    pub fn with_warning(backend: &Backend, resolve: Resolver<'_>) -> (Self, Option<String>) {
         let mut endpoints = Vec::with_capacity(backend.endpoints.len());
         for ep in &backend.endpoints {
-            let port = ep.port.0;
+            let (port, weight) = (ep.port.0, ep.weight.unwrap_or(1));
+            let endpoint = |ip| RuntimeEndpoint {
+                addr: SocketAddr::new(ip, port),
+                weight,
+            };
             match ep.address.parse::<IpAddr>() {
-                Ok(ip) => endpoints.push(RuntimeEndpoint {
-                    addr: SocketAddr::new(ip, port),
-                    weight: 1,
-                }),
-                Err(_) => endpoints.extend(resolve(&ep.address, port).into_iter().map(|ip| {
-                    RuntimeEndpoint {
-                        addr: SocketAddr::new(ip, port),
-                        weight: 1,
-                    }
-                })),
+                Ok(ip) => endpoints.push(endpoint(ip)),
+                Err(_) => endpoints.extend(resolve(&ep.address, port).into_iter().map(endpoint)),
             }
         }
-        RuntimeBackend {
+        let (algorithm, warning) = Algorithm::select(backend);
+        let runtime = RuntimeBackend {
             name: backend.name.clone(),
             endpoints,
-        }
+            algorithm,
+            alternatives: backend.alternative_backends.clone(),
+            traffic: TrafficPolicy::from(&backend.traffic_shaping),
+            max_fails: backend.max_fails.unwrap_or(DEFAULT_MAX_FAILS),
+            fail_timeout_ms: u64::from(backend.fail_timeout.unwrap_or(DEFAULT_FAIL_TIMEOUT)) * 1000,
+        };
+        (runtime, warning)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -76,16 +99,19 @@ pub struct Prepared {
     /// [`RuntimeBackend::encode`] output, for the balancer.
     pub runtime: Vec<u8>,
     pub endpoints: usize,
+    /// For the log, e.g. an unsupported `load-balance`.
+    pub warning: Option<String>,
 }
 
 impl Prepared {
     pub fn new(backend: &Backend, resolve: Resolver<'_>) -> Self {
-        let runtime = RuntimeBackend::from_backend(backend, resolve);
+        let (runtime, warning) = RuntimeBackend::with_warning(backend, resolve);
         Prepared {
             name: backend.name.clone(),
             json: serde_json::to_vec(backend).expect("JSON encoding of Backend"),
             endpoints: runtime.endpoints.len(),
             runtime: runtime.encode(),
+            warning,
         }
     }
 }

@@ -16,6 +16,10 @@ use crate::wire::Backend;
 /// Longest backend name accepted. Names become URL segments and log fields;
 /// ingress-nginx names are `<ns>-<svc>-<port>`, far shorter than this.
 pub const MAX_NAME_LEN: usize = 1024;
+/// Largest endpoint weight, as large as nginx allows in practice.
+pub const MAX_WEIGHT: u32 = 10_000;
+/// Longest `failTimeout`: a day.
+pub const MAX_FAIL_TIMEOUT: u32 = 86_400;
 
 /// The first bad value found in a request body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,6 +134,20 @@ fn check_backend(backend: &Backend, prefix: &str) -> Result<(), ValidationError>
         return Err(ValidationError::at(
             join(&format!("endpoints[{j}].address")),
             format!("{:?} is not {what}", ep.address),
+        ));
+    }
+    for (j, ep) in backend.endpoints.iter().enumerate() {
+        if let Some(w) = ep.weight.filter(|w| !(1..=MAX_WEIGHT).contains(w)) {
+            return Err(ValidationError::at(
+                join(&format!("endpoints[{j}].weight")),
+                format!("{w} is not a weight (1-{MAX_WEIGHT})"),
+            ));
+        }
+    }
+    if let Some(t) = backend.fail_timeout.filter(|t| *t > MAX_FAIL_TIMEOUT) {
+        return Err(ValidationError::at(
+            join("failTimeout"),
+            format!("{t} is more than {MAX_FAIL_TIMEOUT} seconds"),
         ));
     }
     for (j, alt) in backend.alternative_backends.iter().enumerate() {
@@ -293,6 +311,23 @@ mod tests {
             parse_backend(br#"{"endpoints":[{"address":"::1","port":"0"}]}"#, "web").unwrap_err();
         assert_eq!(e.path, "endpoints[0].port");
         assert_eq!(parse_backend(b"[]", "web").unwrap_err().path, "");
+    }
+
+    #[test]
+    fn weights_and_health_settings_are_checked() {
+        let ok = r#"[{"name":"a","maxFails":3,"failTimeout":30,"endpoints":[{"address":"::1","port":"80","weight":5}]}]"#;
+        let b = &parse_backends(ok.as_bytes()).unwrap()[0];
+        assert_eq!(
+            (b.max_fails, b.fail_timeout, b.endpoints[0].weight),
+            (Some(3), Some(30), Some(5))
+        );
+        let e = err(r#"[{"name":"a","endpoints":[{"address":"::1","port":"80","weight":0}]}]"#);
+        assert_eq!(e.path, "[0].endpoints[0].weight");
+        assert_eq!(
+            err(r#"[{"name":"a","failTimeout":999999}]"#).path,
+            "[0].failTimeout"
+        );
+        assert_eq!(err(r#"[{"name":"a","maxFails":-1}]"#).path, "[0].maxFails");
     }
 
     #[test]

@@ -58,6 +58,18 @@ pub struct Backend {
         deserialize_with = "null_as_default"
     )]
     pub traffic_shaping: TrafficShapingPolicy,
+    /// Beyond ingress-nginx: failed attempts (within `failTimeout`) that take
+    /// an endpoint out of rotation for every worker; nginx's `max_fails`
+    /// (default 1, 0 turns it off).
+    #[serde(rename = "maxFails", default, skip_serializing_if = "Option::is_none")]
+    pub max_fails: Option<u32>,
+    /// Beyond ingress-nginx: nginx's `fail_timeout`, in seconds (default 10).
+    #[serde(
+        rename = "failTimeout",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub fail_timeout: Option<u32>,
     /// Names of the canary backends of this (primary) backend.
     #[serde(
         rename = "alternativeBackends",
@@ -85,6 +97,10 @@ impl Backend {
 pub struct Endpoint {
     pub address: String,
     pub port: Port,
+    /// Beyond ingress-nginx: a relative weight (default 1), honoured by
+    /// round_robin, least_conn and chash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 /// Kubernetes IntOrString for the Service port.
