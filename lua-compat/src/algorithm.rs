@@ -18,17 +18,9 @@ pub enum Algorithm {
     RoundRobin,
     Ewma,
     LeastConn,
-    Chash {
-        key: HashKey,
-    },
-    ChashSubset {
-        key: HashKey,
-        subset_size: usize,
-    },
-    Sticky {
-        mode: StickyMode,
-        cookie: CookieSpec,
-    },
+    Chash { key: HashKey },
+    ChashSubset { key: HashKey, subset_size: usize },
+    Sticky { mode: StickyMode, cookie: CookieSpec },
 }
 
 impl Algorithm {
@@ -68,7 +60,10 @@ impl Algorithm {
             "least_conn" => (Algorithm::LeastConn, None),
             other => (
                 Algorithm::RoundRobin,
-                Some(format!("backend {:?}: load-balance {other:?} is not supported, falling back to round_robin", backend.name)),
+                Some(format!(
+                    "backend {:?}: load-balance {other:?} is not supported, falling back to round_robin",
+                    backend.name
+                )),
             ),
         }
     }
@@ -119,32 +114,21 @@ mod tests {
         let name = |j: &str| Algorithm::select(&backend(j)).0.name();
         assert_eq!(name(r#"{"name":"a"}"#), "round_robin");
         assert_eq!(name(r#"{"name":"a","load-balance":"ewma"}"#), "ewma");
+        assert_eq!(name(r#"{"name":"a","load-balance":"least_conn"}"#), "least_conn");
         assert_eq!(
-            name(r#"{"name":"a","load-balance":"least_conn"}"#),
-            "least_conn"
-        );
-        assert_eq!(
-            name(
-                r#"{"name":"a","load-balance":"ewma","upstreamHashByConfig":{"upstream-hash-by":"$uri"}}"#
-            ),
+            name(r#"{"name":"a","load-balance":"ewma","upstreamHashByConfig":{"upstream-hash-by":"$uri"}}"#),
             "chash"
         );
         assert_eq!(
-            name(
-                r#"{"name":"a","upstreamHashByConfig":{"upstream-hash-by":"$uri","upstream-hash-by-subset":true}}"#
-            ),
+            name(r#"{"name":"a","upstreamHashByConfig":{"upstream-hash-by":"$uri","upstream-hash-by-subset":true}}"#),
             "chashsubset"
         );
         let sticky = r#"{"name":"a","upstreamHashByConfig":{"upstream-hash-by":"$uri"},
                          "sessionAffinityConfig":{"name":"cookie","mode":"MODE","cookieSessionAffinity":{"name":"c"}}}"#;
-        assert_eq!(
-            name(&sticky.replace("MODE", "persistent")),
-            "sticky_persistent"
-        );
+        assert_eq!(name(&sticky.replace("MODE", "persistent")), "sticky_persistent");
         assert_eq!(name(&sticky.replace("MODE", "balanced")), "sticky_balanced");
         assert_eq!(name(&sticky.replace("MODE", "")), "sticky_balanced");
-        let (algo, warning) =
-            Algorithm::select(&backend(r#"{"name":"a","load-balance":"random"}"#));
+        let (algo, warning) = Algorithm::select(&backend(r#"{"name":"a","load-balance":"random"}"#));
         assert_eq!(algo, Algorithm::RoundRobin);
         assert!(warning.unwrap().contains("\"random\" is not supported"));
     }

@@ -55,10 +55,7 @@ pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
             _ => Err(RouteError::MethodNotAllowed("GET")),
         };
     }
-    match path
-        .strip_prefix(BACKENDS)
-        .and_then(|rest| rest.strip_prefix('/'))
-    {
+    match path.strip_prefix(BACKENDS).and_then(|rest| rest.strip_prefix('/')) {
         Some(name) if !name.is_empty() && !name.contains('/') => match method {
             Method::Get => Ok(Action::GetBackend(name)),
             Method::Put => Ok(Action::PutBackend(name)),
@@ -130,14 +127,8 @@ mod tests {
     #[test]
     fn routes() {
         use Method::*;
-        assert_eq!(
-            route(Post, "/configuration/backends"),
-            Ok(Action::ReplaceBackends)
-        );
-        assert_eq!(
-            route(Get, "/configuration/backends"),
-            Ok(Action::ListBackends)
-        );
+        assert_eq!(route(Post, "/configuration/backends"), Ok(Action::ReplaceBackends));
+        assert_eq!(route(Get, "/configuration/backends"), Ok(Action::ListBackends));
         assert_eq!(
             route(Get, "/configuration/backends/web-80"),
             Ok(Action::GetBackend("web-80"))

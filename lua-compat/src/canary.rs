@@ -47,12 +47,7 @@ pub enum Verdict {
 impl TrafficPolicy {
     /// The nginx variable holding the policy's header: `http_x_canary`.
     pub fn header_variable(&self) -> Option<String> {
-        (!self.header.is_empty()).then(|| {
-            format!(
-                "http_{}",
-                self.header.to_ascii_lowercase().replace('-', "_")
-            )
-        })
+        (!self.header.is_empty()).then(|| format!("http_{}", self.header.to_ascii_lowercase().replace('-', "_")))
     }
 
     /// The nginx variable holding the policy's cookie: `cookie_canary`.
@@ -120,15 +115,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(p.header_variable().as_deref(), Some("http_x_canary"));
-        assert_eq!(
-            p.header_and_cookie(Some(b"yes"), None, no_regex),
-            Verdict::Canary
-        );
+        assert_eq!(p.header_and_cookie(Some(b"yes"), None, no_regex), Verdict::Canary);
         // With a value set, "always" is just a non-matching value.
-        assert_eq!(
-            p.header_and_cookie(Some(b"always"), None, no_regex),
-            Verdict::Undecided
-        );
+        assert_eq!(p.header_and_cookie(Some(b"always"), None, no_regex), Verdict::Undecided);
         let p = TrafficPolicy {
             header: "X-Canary".into(),
             header_pattern: "^b".into(),
@@ -163,14 +152,8 @@ mod tests {
             p.header_and_cookie(Some(b"other"), Some(b"always"), no_regex),
             Verdict::Canary
         );
-        assert_eq!(
-            p.header_and_cookie(None, Some(b"never"), no_regex),
-            Verdict::Primary
-        );
-        assert_eq!(
-            p.header_and_cookie(None, None, no_regex),
-            Verdict::Undecided
-        );
+        assert_eq!(p.header_and_cookie(None, Some(b"never"), no_regex), Verdict::Primary);
+        assert_eq!(p.header_and_cookie(None, None, no_regex), Verdict::Undecided);
     }
 
     #[test]

@@ -41,9 +41,7 @@ impl ChashRing {
         }
         // Stable: equal hashes keep node order.
         points.sort_by_key(|p| p.0);
-        ChashRing {
-            points: points.into(),
-        }
+        ChashRing { points: points.into() }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -70,12 +68,7 @@ impl ChashRing {
 
     /// The first node at or after `key`'s position that `usable` accepts,
     /// walking the ring; `None` if no node is usable.
-    pub fn find_usable(
-        &self,
-        key: &[u8],
-        nodes: usize,
-        usable: impl Fn(usize) -> bool,
-    ) -> Option<usize> {
+    pub fn find_usable(&self, key: &[u8], nodes: usize, usable: impl Fn(usize) -> bool) -> Option<usize> {
         let (mut node, mut pos) = self.find(key)?;
         let mut seen = vec![false; nodes];
         let mut distinct = 0;

@@ -59,10 +59,7 @@ mod tests {
         let mut rolls = vec![0, 0].into_iter();
         let picked = pick_two(&[0, 1, 2], |i| scores[i], |_| rolls.next().unwrap());
         assert_eq!(picked, Some((1, 0.1)), "0 and then 1 (skipping 0)");
-        assert_eq!(
-            pick_two(&[2], |i| scores[i], |_| unreachable!()),
-            Some((2, 0.9))
-        );
+        assert_eq!(pick_two(&[2], |i| scores[i], |_| unreachable!()), Some((2, 0.9)));
         assert_eq!(pick_two(&[], |i| scores[i], |_| 0), None);
     }
 }

@@ -29,10 +29,7 @@ impl HashKey {
         let mut i = 0;
         let name_end = |from: usize| from + s[from..].iter().take_while(|b| is_name(**b)).count();
         while i < s.len() {
-            if s[i] == b'\\'
-                && s.get(i + 1) == Some(&b'$')
-                && s.get(i + 2).is_some_and(|b| is_name(*b))
-            {
+            if s[i] == b'\\' && s.get(i + 1) == Some(&b'$') && s.get(i + 2).is_some_and(|b| is_name(*b)) {
                 let end = name_end(i + 2);
                 parts.push(KeyPart::Literal(template[i..end].to_string()));
                 i = end;
@@ -57,10 +54,7 @@ impl HashKey {
             } else if s[i] == b'\\' {
                 i += 1;
             } else {
-                let end = i + s[i..]
-                    .iter()
-                    .take_while(|b| **b != b'$' && **b != b'\\')
-                    .count();
+                let end = i + s[i..].iter().take_while(|b| **b != b'$' && **b != b'\\').count();
                 parts.push(KeyPart::Literal(template[i..end].to_string()));
                 i = end;
             }
@@ -104,10 +98,7 @@ mod tests {
         );
         assert_eq!(k("static"), [Literal("static".into())]);
         assert_eq!(k("a$"), [Literal("a".into()), Literal("$".into())]);
-        assert_eq!(
-            k("\\$host x"),
-            [Literal("\\$host".into()), Literal(" x".into())]
-        );
+        assert_eq!(k("\\$host x"), [Literal("\\$host".into()), Literal(" x".into())]);
         assert_eq!(k("a\\b"), [Literal("a".into()), Literal("b".into())]);
         assert_eq!(k("${bad"), [Literal("$".into()), Literal("{bad".into())]);
     }

@@ -53,10 +53,7 @@ mod tests {
         assert_eq!(pick(&[0, 1, 2], |i| conns[i], |_| 1, |_| 0), Some(1));
         // Weight 10 makes 5 connections cheap.
         let weights = [10u64, 1, 1];
-        assert_eq!(
-            pick(&[0, 1, 2], |i| conns[i], |i| weights[i], |_| 0),
-            Some(0)
-        );
+        assert_eq!(pick(&[0, 1, 2], |i| conns[i], |i| weights[i], |_| 0), Some(0));
         assert_eq!(pick(&[], |_| 0, |_| 1, |_| 0), None);
     }
 

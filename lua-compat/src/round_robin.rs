@@ -68,11 +68,7 @@ impl RoundRobin {
         let weights: Box<[i64]> = weights.into_iter().map(|w| i64::from(w.max(1))).collect();
         let mode = if weights.windows(2).all(|w| w[0] == w[1]) {
             Mode::Uniform {
-                cursor: if weights.is_empty() {
-                    0
-                } else {
-                    start % weights.len()
-                },
+                cursor: if weights.is_empty() { 0 } else { start % weights.len() },
             }
         } else if weights.len() <= SMOOTH_LIMIT {
             Mode::Smooth {
@@ -107,11 +103,7 @@ impl RoundRobin {
 
     /// Picks the next endpoint for which `usable` holds and that is not in
     /// `tried`; `None` once none is left.
-    pub fn pick_where(
-        &mut self,
-        tried: &TriedSet,
-        usable: impl Fn(usize) -> bool,
-    ) -> Option<usize> {
+    pub fn pick_where(&mut self, tried: &TriedSet, usable: impl Fn(usize) -> bool) -> Option<usize> {
         let n = self.weights.len();
         if n == 0 || tried.len() >= n {
             return None;
@@ -119,9 +111,7 @@ impl RoundRobin {
         let eligible = |i: usize| !tried.contains(i) && usable(i);
         match &mut self.mode {
             Mode::Uniform { cursor } => {
-                let i = (0..n)
-                    .map(|step| (*cursor + step) % n)
-                    .find(|i| eligible(*i))?;
+                let i = (0..n).map(|step| (*cursor + step) % n).find(|i| eligible(*i))?;
                 *cursor = (i + 1) % n;
                 Some(i)
             }
@@ -144,10 +134,7 @@ impl RoundRobin {
                 let mut picked = None;
                 while let Some(turn) = heap.pop() {
                     if eligible(turn.index) {
-                        heap.push(Turn {
-                            k: turn.k + 1,
-                            ..turn
-                        });
+                        heap.push(Turn { k: turn.k + 1, ..turn });
                         picked = Some(turn.index);
                         break;
                     }
@@ -171,9 +158,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn picks(rr: &mut RoundRobin, count: usize) -> Vec<usize> {
-        (0..count)
-            .map(|_| rr.pick(&TriedSet::new()).unwrap())
-            .collect()
+        (0..count).map(|_| rr.pick(&TriedSet::new()).unwrap()).collect()
     }
 
     #[test]

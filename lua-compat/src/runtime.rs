@@ -117,23 +117,13 @@ impl Prepared {
 }
 
 /// Parses, validates and encodes a full `POST /configuration/backends` body.
-pub fn prepare_backends(
-    body: &[u8],
-    resolve: Resolver<'_>,
-) -> Result<Vec<Prepared>, ValidationError> {
+pub fn prepare_backends(body: &[u8], resolve: Resolver<'_>) -> Result<Vec<Prepared>, ValidationError> {
     let backends = parse_backends(body)?;
-    Ok(backends
-        .iter()
-        .map(|b| Prepared::new(b, &mut *resolve))
-        .collect())
+    Ok(backends.iter().map(|b| Prepared::new(b, &mut *resolve)).collect())
 }
 
 /// Parses, validates and encodes a `PUT /configuration/backends/{name}` body.
-pub fn prepare_backend(
-    body: &[u8],
-    url_name: &str,
-    resolve: Resolver<'_>,
-) -> Result<Prepared, ValidationError> {
+pub fn prepare_backend(body: &[u8], url_name: &str, resolve: Resolver<'_>) -> Result<Prepared, ValidationError> {
     Ok(Prepared::new(&parse_backend(body, url_name)?, resolve))
 }
 
@@ -147,7 +137,8 @@ mod tests {
 
     #[test]
     fn round_trips_and_formats_ipv6_like_lua() {
-        let body = br#"[{"name":"web","endpoints":[{"address":"10.0.0.1","port":"80"},{"address":"fd00::7","port":"8080"}]}]"#;
+        let body =
+            br#"[{"name":"web","endpoints":[{"address":"10.0.0.1","port":"80"},{"address":"fd00::7","port":"8080"}]}]"#;
         let prepared = prepare_backends(body, &mut no_dns).unwrap();
         let rt = RuntimeBackend::decode(&prepared[0].runtime).unwrap();
         let names: Vec<String> = rt.endpoints.iter().map(|e| e.addr.to_string()).collect();

@@ -105,12 +105,7 @@ pub fn same_site_none_compatible(user_agent: Option<&str>) -> bool {
 /// Whether this request's location (re)sets the cookie: its host, or the
 /// one-label wildcard of it, or `_` on the catch-all server, lists the
 /// location's path.
-pub fn should_set_cookie(
-    spec: &CookieSpec,
-    host: &str,
-    server_name: &str,
-    location_path: &str,
-) -> bool {
+pub fn should_set_cookie(spec: &CookieSpec, host: &str, server_name: &str, location_path: &str) -> bool {
     let host = if server_name == "_" { "_" } else { host };
     let locs = spec.locations.get(host).or_else(|| {
         let rest = host.split_once('.').map(|(_, rest)| rest)?;
@@ -129,17 +124,9 @@ pub struct CookieContext<'a> {
 }
 
 /// `Set-Cookie` value in lua-resty-cookie's attribute order.
-pub fn set_cookie_value(
-    spec: &CookieSpec,
-    upstream_key: &str,
-    backend_key: &str,
-    ctx: &CookieContext,
-) -> String {
+pub fn set_cookie_value(spec: &CookieSpec, upstream_key: &str, backend_key: &str, ctx: &CookieContext) -> String {
     let mut samesite = spec.samesite.as_deref();
-    if spec.conditional_samesite_none
-        && samesite == Some("None")
-        && !same_site_none_compatible(ctx.user_agent)
-    {
+    if spec.conditional_samesite_none && samesite == Some("None") && !same_site_none_compatible(ctx.user_agent) {
         samesite = None;
     }
     let samesite = samesite.filter(|s| matches!(*s, "Strict" | "Lax" | "None"));
@@ -153,11 +140,7 @@ pub fn set_cookie_value(
     if let Some(domain) = &spec.domain {
         let _ = write!(out, "; Domain={domain}");
     }
-    let _ = write!(
-        out,
-        "; Path={}",
-        spec.path.as_deref().unwrap_or(ctx.location_path)
-    );
+    let _ = write!(out, "; Path={}", spec.path.as_deref().unwrap_or(ctx.location_path));
     if spec.secure.unwrap_or(ctx.https) {
         out.push_str("; Secure");
     }
@@ -236,24 +219,9 @@ mod tests {
     #[test]
     fn cookie_set_only_on_listed_locations() {
         let s = spec();
-        assert!(should_set_cookie(
-            &s,
-            "shop.example.com",
-            "shop.example.com",
-            "/"
-        ));
-        assert!(!should_set_cookie(
-            &s,
-            "shop.example.com",
-            "shop.example.com",
-            "/other"
-        ));
-        assert!(should_set_cookie(
-            &s,
-            "a.example.org",
-            "*.example.org",
-            "/app"
-        ));
+        assert!(should_set_cookie(&s, "shop.example.com", "shop.example.com", "/"));
+        assert!(!should_set_cookie(&s, "shop.example.com", "shop.example.com", "/other"));
+        assert!(should_set_cookie(&s, "a.example.org", "*.example.org", "/app"));
         assert!(!should_set_cookie(&s, "other.com", "_", "/"));
     }
 

@@ -47,12 +47,7 @@ impl TriedSet {
     }
 
     pub fn len(&self) -> usize {
-        let high: u32 = self
-            .high
-            .iter()
-            .flat_map(|h| h.iter())
-            .map(|w| w.count_ones())
-            .sum();
+        let high: u32 = self.high.iter().flat_map(|h| h.iter()).map(|w| w.count_ones()).sum();
         (self.low.count_ones() + high) as usize
     }
 

@@ -60,10 +60,7 @@ pub fn parse_backends(body: &[u8]) -> Result<Vec<Backend>, ValidationError> {
         if let Some(first) = seen.insert(&backend.name, i) {
             return Err(ValidationError::at(
                 format!("{prefix}.name"),
-                format!(
-                    "duplicate backend name {:?} (first at [{first}])",
-                    backend.name
-                ),
+                format!("duplicate backend name {:?} (first at [{first}])", backend.name),
             ));
         }
     }
@@ -87,10 +84,7 @@ pub fn parse_backend(body: &[u8], url_name: &str) -> Result<Backend, ValidationE
     if backend.name != url_name {
         return Err(ValidationError::at(
             "name",
-            format!(
-                "{:?} does not match the name in the URL, {url_name:?}",
-                backend.name
-            ),
+            format!("{:?} does not match the name in the URL, {url_name:?}", backend.name),
         ));
     }
     Ok(backend)
@@ -107,8 +101,7 @@ fn deserialize<T: DeserializeOwned>(body: &[u8]) -> Result<T, ValidationError> {
         };
         ValidationError::at(path, e.inner().to_string())
     })?;
-    de.end()
-        .map_err(|e| ValidationError::at("", e.to_string()))?;
+    de.end().map_err(|e| ValidationError::at("", e.to_string()))?;
     Ok(value)
 }
 
@@ -151,8 +144,7 @@ fn check_backend(backend: &Backend, prefix: &str) -> Result<(), ValidationError>
         ));
     }
     for (j, alt) in backend.alternative_backends.iter().enumerate() {
-        check_name(alt)
-            .map_err(|m| ValidationError::at(join(&format!("alternativeBackends[{j}]")), m))?;
+        check_name(alt).map_err(|m| ValidationError::at(join(&format!("alternativeBackends[{j}]")), m))?;
     }
     Ok(())
 }
@@ -221,27 +213,13 @@ mod tests {
                                                {"address":"10.0.0.3","port":"80x"}]}]"#;
         let e = err(body);
         assert_eq!(e.path, "[1].endpoints[1].port");
-        assert!(
-            e.message.starts_with(r#""80x" is not a port"#),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with(r#""80x" is not a port"#), "{}", e.message);
     }
 
     #[test]
     fn port_range_is_enforced_for_strings_and_numbers() {
-        for bad in [
-            r#""0""#,
-            r#""65536""#,
-            "0",
-            "70000",
-            "-1",
-            r#""+80""#,
-            r#""""#,
-            "8.5",
-        ] {
-            let body =
-                format!(r#"[{{"name":"a","endpoints":[{{"address":"::1","port":{bad}}}]}}]"#);
+        for bad in [r#""0""#, r#""65536""#, "0", "70000", "-1", r#""+80""#, r#""""#, "8.5"] {
+            let body = format!(r#"[{{"name":"a","endpoints":[{{"address":"::1","port":{bad}}}]}}]"#);
             assert_eq!(err(&body).path, "[0].endpoints[0].port", "{bad}");
         }
         let ok = r#"[{"name":"a","endpoints":[{"address":"::1","port":65535},{"address":"::1","port":"1"}]}]"#;
@@ -304,18 +282,17 @@ mod tests {
         assert_eq!(b.name, "web");
         let e = parse_backend(br#"{"name":"other"}"#, "web").unwrap_err();
         assert_eq!(e.path, "name");
-        let e =
-            parse_backend(br#"{"endpoints":[{"address":"x","port":"80"}]}"#, "web").unwrap_err();
+        let e = parse_backend(br#"{"endpoints":[{"address":"x","port":"80"}]}"#, "web").unwrap_err();
         assert_eq!(e.path, "endpoints[0].address");
-        let e =
-            parse_backend(br#"{"endpoints":[{"address":"::1","port":"0"}]}"#, "web").unwrap_err();
+        let e = parse_backend(br#"{"endpoints":[{"address":"::1","port":"0"}]}"#, "web").unwrap_err();
         assert_eq!(e.path, "endpoints[0].port");
         assert_eq!(parse_backend(b"[]", "web").unwrap_err().path, "");
     }
 
     #[test]
     fn weights_and_health_settings_are_checked() {
-        let ok = r#"[{"name":"a","maxFails":3,"failTimeout":30,"endpoints":[{"address":"::1","port":"80","weight":5}]}]"#;
+        let ok =
+            r#"[{"name":"a","maxFails":3,"failTimeout":30,"endpoints":[{"address":"::1","port":"80","weight":5}]}]"#;
         let b = &parse_backends(ok.as_bytes()).unwrap()[0];
         assert_eq!(
             (b.max_fails, b.fail_timeout, b.endpoints[0].weight),
@@ -323,10 +300,7 @@ mod tests {
         );
         let e = err(r#"[{"name":"a","endpoints":[{"address":"::1","port":"80","weight":0}]}]"#);
         assert_eq!(e.path, "[0].endpoints[0].weight");
-        assert_eq!(
-            err(r#"[{"name":"a","failTimeout":999999}]"#).path,
-            "[0].failTimeout"
-        );
+        assert_eq!(err(r#"[{"name":"a","failTimeout":999999}]"#).path, "[0].failTimeout");
         assert_eq!(err(r#"[{"name":"a","maxFails":-1}]"#).path, "[0].maxFails");
     }
 
@@ -335,16 +309,7 @@ mod tests {
         for ok in ["a", "example.com", "my-svc.ns.svc.cluster.local.", "x1.io"] {
             assert!(is_dns_name(ok), "{ok}");
         }
-        for bad in [
-            "",
-            "-a.com",
-            "a-.com",
-            "a..b",
-            "a b",
-            "a;b",
-            "1.2.3.4",
-            "10.0.0.300",
-        ] {
+        for bad in ["", "-a.com", "a-.com", "a..b", "a b", "a;b", "1.2.3.4", "10.0.0.300"] {
             assert!(!is_dns_name(bad), "{bad}");
         }
     }

@@ -24,39 +24,19 @@ pub struct Backend {
     pub port: ServicePort,
     #[serde(rename = "sslPassthrough", default)]
     pub ssl_passthrough: bool,
-    #[serde(
-        default,
-        deserialize_with = "null_as_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(default, deserialize_with = "null_as_default", skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<Endpoint>,
-    #[serde(
-        rename = "sessionAffinityConfig",
-        default,
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(rename = "sessionAffinityConfig", default, deserialize_with = "null_as_default")]
     pub session_affinity: SessionAffinityConfig,
-    #[serde(
-        rename = "upstreamHashByConfig",
-        default,
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(rename = "upstreamHashByConfig", default, deserialize_with = "null_as_default")]
     pub upstream_hash_by: UpstreamHashByConfig,
     /// `round_robin` (default), `ewma`, ... as the `load-balance` annotation says.
-    #[serde(
-        rename = "load-balance",
-        default,
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(rename = "load-balance", default, skip_serializing_if = "String::is_empty")]
     pub load_balance: String,
     /// True for canary backends, which no location names directly.
     #[serde(rename = "noServer", default)]
     pub no_server: bool,
-    #[serde(
-        rename = "trafficShapingPolicy",
-        default,
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(rename = "trafficShapingPolicy", default, deserialize_with = "null_as_default")]
     pub traffic_shaping: TrafficShapingPolicy,
     /// Beyond ingress-nginx: failed attempts (within `failTimeout`) that take
     /// an endpoint out of rotation for every worker; nginx's `max_fails`
@@ -64,11 +44,7 @@ pub struct Backend {
     #[serde(rename = "maxFails", default, skip_serializing_if = "Option::is_none")]
     pub max_fails: Option<u32>,
     /// Beyond ingress-nginx: nginx's `fail_timeout`, in seconds (default 10).
-    #[serde(
-        rename = "failTimeout",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "failTimeout", default, skip_serializing_if = "Option::is_none")]
     pub fail_timeout: Option<u32>,
     /// Names of the canary backends of this (primary) backend.
     #[serde(
@@ -175,11 +151,7 @@ pub struct SessionAffinityConfig {
     /// `""`, `"balanced"` or `"persistent"`.
     #[serde(default)]
     pub mode: String,
-    #[serde(
-        rename = "cookieSessionAffinity",
-        default,
-        deserialize_with = "null_as_default"
-    )]
+    #[serde(rename = "cookieSessionAffinity", default, deserialize_with = "null_as_default")]
     pub cookie: CookieSessionAffinity,
 }
 
@@ -218,23 +190,11 @@ pub struct CookieSessionAffinity {
 /// `upstreamHashByConfig`: consistent hashing on an nginx variable expression.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamHashByConfig {
-    #[serde(
-        rename = "upstream-hash-by",
-        default,
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(rename = "upstream-hash-by", default, skip_serializing_if = "String::is_empty")]
     pub hash_by: String,
-    #[serde(
-        rename = "upstream-hash-by-subset",
-        default,
-        skip_serializing_if = "is_false"
-    )]
+    #[serde(rename = "upstream-hash-by-subset", default, skip_serializing_if = "is_false")]
     pub subset: bool,
-    #[serde(
-        rename = "upstream-hash-by-subset-size",
-        default,
-        skip_serializing_if = "is_zero"
-    )]
+    #[serde(rename = "upstream-hash-by-subset-size", default, skip_serializing_if = "is_zero")]
     pub subset_size: i64,
 }
 

@@ -20,13 +20,7 @@ fn any_json() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(Value::from),
         any::<f64>().prop_map(|f| json!(f)),
         "[a-z0-9:.\\-]{0,12}".prop_map(Value::from),
-        prop_oneof![
-            Just("name"),
-            Just("endpoints"),
-            Just("port"),
-            Just("address")
-        ]
-        .prop_map(Value::from),
+        prop_oneof![Just("name"), Just("endpoints"), Just("port"), Just("address")].prop_map(Value::from),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
         prop_oneof![
@@ -50,22 +44,16 @@ fn any_json() -> impl Strategy<Value = Value> {
 }
 
 fn valid_backend() -> impl Strategy<Value = Value> {
-    let endpoint =
-        (any::<[u8; 4]>(), 1u16..=65535, any::<bool>()).prop_map(|(ip, port, as_number)| {
-            let port = if as_number {
-                json!(port)
-            } else {
-                json!(port.to_string())
-            };
-            json!({"address": std::net::Ipv4Addr::from(ip).to_string(), "port": port})
-        });
-    (
-        "[a-z][a-z0-9-]{0,30}",
-        prop::collection::vec(endpoint, 0..20),
-    )
-        .prop_map(
-            |(name, eps)| json!({"name": name, "endpoints": eps, "load-balance": "round_robin"}),
-        )
+    let endpoint = (any::<[u8; 4]>(), 1u16..=65535, any::<bool>()).prop_map(|(ip, port, as_number)| {
+        let port = if as_number {
+            json!(port)
+        } else {
+            json!(port.to_string())
+        };
+        json!({"address": std::net::Ipv4Addr::from(ip).to_string(), "port": port})
+    });
+    ("[a-z][a-z0-9-]{0,30}", prop::collection::vec(endpoint, 0..20))
+        .prop_map(|(name, eps)| json!({"name": name, "endpoints": eps, "load-balance": "round_robin"}))
 }
 
 proptest! {

@@ -107,12 +107,7 @@ fn newest_nginx_objs(build_dir: &Path) -> Result<PathBuf, String> {
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("nginx-sys-"))
         .map(|e| e.path().join("out/objs"))
-        .filter_map(|objs| {
-            Some((
-                fs::metadata(objs.join("nginx")).ok()?.modified().ok()?,
-                objs,
-            ))
-        })
+        .filter_map(|objs| Some((fs::metadata(objs.join("nginx")).ok()?.modified().ok()?, objs)))
         .max()
         .map(|(_, objs)| objs)
         .ok_or_else(|| "no nginx binary under target/release/build/nginx-sys-*/out/objs".into())
@@ -149,10 +144,7 @@ fn install_debian_packages() -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!(
-        "nginx-build: installing Debian packages: {}",
-        missing.join(" ")
-    );
+    eprintln!("nginx-build: installing Debian packages: {}", missing.join(" "));
     let sudo = if is_root() { vec![] } else { vec!["sudo"] };
     let run = |args: &[&str]| -> Result<(), String> {
         let mut argv = sudo.clone();

@@ -13,9 +13,7 @@ const TEMPLATE: &str = include_str!("../conf/demo.conf");
 pub fn run(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
     let port: u16 = match args {
         [] => 8080,
-        [flag, value] if flag == "--port" => {
-            value.parse().map_err(|_| format!("bad port {value:?}"))?
-        }
+        [flag, value] if flag == "--port" => value.parse().map_err(|_| format!("bad port {value:?}"))?,
         _ => return Err("usage: demo [--port N]".into()),
     };
     let (api, up1, up2) = (port + 2166, port + 1, port + 2);
@@ -46,10 +44,7 @@ pub fn run(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
     let backends = format!(
         r#"[{{"name":"demo-web-80","port":80,"endpoints":[{{"address":"127.0.0.1","port":"{up1}"}},{{"address":"127.0.0.1","port":"{up2}"}}]}}]"#
     );
-    let pushed = push_when_up(
-        &format!("http://127.0.0.1:{api}/configuration/backends"),
-        &backends,
-    );
+    let pushed = push_when_up(&format!("http://127.0.0.1:{api}/configuration/backends"), &backends);
     if let Err(e) = pushed {
         let _ = nginx.kill();
         let _ = nginx.wait();
@@ -84,9 +79,7 @@ pub fn run(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
         }
     }
     // nginx got the terminal's SIGINT too; ask politely in case it did not.
-    let _ = Command::new("kill")
-        .args(["-QUIT", &nginx.id().to_string()])
-        .status();
+    let _ = Command::new("kill").args(["-QUIT", &nginx.id().to_string()]).status();
     let _ = nginx.wait();
     println!("stopped");
     Ok(())
@@ -95,10 +88,7 @@ pub fn run(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
 fn push_when_up(url: &str, body: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match ureq::post(url)
-            .header("Content-Type", "application/json")
-            .send(body)
-        {
+        match ureq::post(url).header("Content-Type", "application/json").send(body) {
             Ok(r) if r.status() == 201 => return Ok(()),
             Ok(r) => return Err(format!("the API answered {}", r.status())),
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),

@@ -8,16 +8,13 @@
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 
-use lua_compat::api::{
-    json_array, route, Action, ErrorBody, Method, RouteError, Status, WorkerStatus, ZoneUsage,
-};
+use lua_compat::api::{json_array, route, Action, ErrorBody, Method, RouteError, Status, WorkerStatus, ZoneUsage};
 use lua_compat::runtime::{prepare_backend, prepare_backends};
 use lua_compat::ValidationError;
 use ngx::ffi::{
-    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_read_client_request_body,
-    ngx_http_request_t, ngx_int_t, ngx_uint_t, NGX_DONE, NGX_HTTP_DELETE, NGX_HTTP_GET,
-    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_POST, NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE,
-    NGX_LOG_ERR, NGX_LOG_INFO, NGX_OK,
+    ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_read_client_request_body, ngx_http_request_t,
+    ngx_int_t, ngx_uint_t, NGX_DONE, NGX_HTTP_DELETE, NGX_HTTP_GET, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_POST,
+    NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_ERR, NGX_LOG_INFO, NGX_OK,
 };
 use ngx::http::HttpModuleLocationConf;
 use ngx::ngx_log_error;
@@ -81,22 +78,15 @@ enum WriteOutcome {
 
 /// The location handler.
 pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    ffi_guard(
-        "api handler",
-        NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t,
-        || unsafe { handle(r) },
-    )
+    ffi_guard("api handler", NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || unsafe {
+        handle(r)
+    })
 }
 
 unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let req = &mut *r;
     let Some(zone) = zone_of(req) else {
-        return error(
-            r,
-            INTERNAL_ERROR,
-            "dynamic_balancer_zone is not configured",
-            None,
-        );
+        return error(r, INTERNAL_ERROR, "dynamic_balancer_zone is not configured", None);
     };
     let method = match req.method as u32 {
         NGX_HTTP_GET => Method::Get,
@@ -189,12 +179,7 @@ unsafe fn start_write(r: *mut ngx_http_request_t, put_name: Option<String>) -> n
     let rc = ngx_http_read_client_request_body(r, Some(body_ready));
     if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
         req.set_keepalive(0);
-        return error(
-            r,
-            rc as ngx_uint_t,
-            "the request body could not be read",
-            None,
-        );
+        return error(r, rc as ngx_uint_t, "the request body could not be read", None);
     }
     NGX_DONE as ngx_int_t
 }
@@ -312,12 +297,9 @@ fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
             }
             Some(WriteOutcome::Invalid(e)) => error(r, BAD_REQUEST, &e.message, Some(&e.path)),
             Some(WriteOutcome::Store(e, name)) => store_error(r, &e, &name),
-            Some(WriteOutcome::Unreadable(e)) => error(
-                r,
-                INTERNAL_ERROR,
-                &format!("cannot read the request body: {e}"),
-                None,
-            ),
+            Some(WriteOutcome::Unreadable(e)) => {
+                error(r, INTERNAL_ERROR, &format!("cannot read the request body: {e}"), None)
+            }
         };
         ngx_http_finalize_request(r, rc);
     }
@@ -330,32 +312,14 @@ unsafe fn store_error(r: *mut ngx_http_request_t, e: &StoreError, name: &str) ->
             let msg = format!(
                 "dynamic_balancer_zone is full: the change needs {needed} bytes for new backends while the current ones stay in use until it is applied (zone size {zone}); the previous configuration stays in force"
             );
-            ngx_log_error!(
-                NGX_LOG_ERR,
-                (*(*r).connection).log,
-                "dynamic_balancer: {msg}"
-            );
+            ngx_log_error!(NGX_LOG_ERR, (*(*r).connection).log, "dynamic_balancer: {msg}");
             error(r, INSUFFICIENT_STORAGE, &msg, None)
         }
     }
 }
 
-unsafe fn error(
-    r: *mut ngx_http_request_t,
-    status: ngx_uint_t,
-    message: &str,
-    path: Option<&str>,
-) -> ngx_int_t {
-    send_json(
-        r,
-        status,
-        &ErrorBody {
-            error: message,
-            path,
-        }
-        .to_json(),
-        None,
-    )
+unsafe fn error(r: *mut ngx_http_request_t, status: ngx_uint_t, message: &str, path: Option<&str>) -> ngx_int_t {
+    send_json(r, status, &ErrorBody { error: message, path }.to_json(), None)
 }
 
 fn status(zone: &Zone) -> Vec<u8> {

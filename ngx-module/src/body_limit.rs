@@ -10,8 +10,7 @@
 use std::ptr;
 
 use ngx::ffi::{
-    ngx_buf_t, ngx_chain_t, ngx_http_request_body_filter_pt, ngx_http_request_t, ngx_int_t,
-    ngx_pcalloc, NGX_ERROR,
+    ngx_buf_t, ngx_chain_t, ngx_http_request_body_filter_pt, ngx_http_request_t, ngx_int_t, ngx_pcalloc, NGX_ERROR,
 };
 use ngx::http::HttpModuleLocationConf;
 
@@ -61,7 +60,12 @@ unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t)
         let max = Module::location_conf(&*r)
             .filter(|c| c.enabled)
             .map_or(0, |c| c.max_body);
-        let Some(budget) = budget(r).filter(|_| max > 0) else {
+        // Only API locations keep a PendingWrite in the ctx (proxied
+        // locations keep the balancer's state there): check the location first.
+        if max == 0 {
+            return next(r, input);
+        }
+        let Some(budget) = budget(r) else {
             return next(r, input);
         };
         let mut cl = input;

@@ -6,14 +6,13 @@ use std::ptr;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_core_loc_conf_t, ngx_http_get_variable_index,
-    ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_parse_size,
-    ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t, NGX_ERROR, NGX_LOG_EMERG,
-    NGX_OK,
+    ngx_command_t, ngx_conf_t, ngx_http_core_loc_conf_t, ngx_http_get_variable_index, ngx_http_request_t,
+    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t,
+    ngx_uint_t, off_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
 };
 use ngx::http::{
-    HttpModule, HttpModuleConfExt, HttpModuleLocationConf, HttpModuleMainConf,
-    HttpModuleServerConf, NgxHttpCoreModule, NgxHttpUpstreamModule,
+    HttpModule, HttpModuleConfExt, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, NgxHttpCoreModule,
+    NgxHttpUpstreamModule,
 };
 use ngx::ngx_conf_log_error;
 
@@ -87,10 +86,7 @@ pub fn zone_of(r: &ngx_http_request_t) -> Option<Zone> {
 ///
 /// # Safety
 /// `r` is a live request.
-pub unsafe fn backend_name<'r>(
-    r: *mut ngx_http_request_t,
-    conf: &UpstreamConf,
-) -> Option<&'r [u8]> {
+pub unsafe fn backend_name<'r>(r: *mut ngx_http_request_t, conf: &UpstreamConf) -> Option<&'r [u8]> {
     match Module::location_conf(&*r).and_then(|l| l.backend) {
         Some(name) => Some(std::slice::from_raw_parts(name.data, name.len)),
         None => crate::http::variable(r, conf.variable),
@@ -101,9 +97,7 @@ pub unsafe fn backend_name<'r>(
 ///
 /// # Safety
 /// `us` is a live upstream srv conf.
-pub unsafe fn upstream_conf(
-    us: *const ngx_http_upstream_srv_conf_t,
-) -> Option<&'static UpstreamConf> {
+pub unsafe fn upstream_conf(us: *const ngx_http_upstream_srv_conf_t) -> Option<&'static UpstreamConf> {
     let srv_conf = (*us).srv_conf;
     if srv_conf.is_null() {
         return None; // an implicit upstream (proxy_pass http://host:port)
@@ -120,11 +114,7 @@ fn args(cf: &ngx_conf_t) -> &[ngx_str_t] {
 }
 
 /// `dynamic_balancer_zone size;` in `http{}`.
-pub unsafe extern "C" fn set_zone(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+pub unsafe extern "C" fn set_zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     ffi_guard("dynamic_balancer_zone", NGX_CONF_ERROR, || unsafe {
         let mcf = &mut *conf.cast::<MainConf>();
         if !mcf.shm_zone.is_null() {
@@ -183,11 +173,7 @@ fn mark_used(cf: &ngx_conf_t) {
 }
 
 /// `dynamic_balancer [$variable];` in `upstream{}`.
-pub unsafe extern "C" fn set_balancer(
-    cf: *mut ngx_conf_t,
-    cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+pub unsafe extern "C" fn set_balancer(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     ffi_guard("dynamic_balancer", NGX_CONF_ERROR, || unsafe {
         let ucf = &mut *conf.cast::<UpstreamConf>();
         if ucf.enabled {
@@ -236,10 +222,7 @@ pub unsafe extern "C" fn set_balancer(
 
 /// `peer.init_upstream`: the upstream's `server` lines (the `0.0.0.1`
 /// placeholder) are ignored; peers come from the zone per request.
-unsafe extern "C" fn init_upstream(
-    _cf: *mut ngx_conf_t,
-    us: *mut ngx_http_upstream_srv_conf_t,
-) -> ngx_int_t {
+unsafe extern "C" fn init_upstream(_cf: *mut ngx_conf_t, us: *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t {
     ffi_guard("init upstream", NGX_ERROR as ngx_int_t, || unsafe {
         if let Some(conf) = srv_conf_mut(us) {
             conf.initialized = true;
@@ -285,11 +268,7 @@ pub unsafe fn check_upstreams(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 /// `dynamic_balancer_api;` in `location{}`.
-pub unsafe extern "C" fn set_api(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+pub unsafe extern "C" fn set_api(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     ffi_guard("dynamic_balancer_api", NGX_CONF_ERROR, || unsafe {
         let acf = &mut *conf.cast::<LocConf>();
         if acf.enabled {
@@ -304,11 +283,7 @@ pub unsafe extern "C" fn set_api(
 }
 
 /// `dynamic_balancer_backend name;` in `http`, `server` or `location`.
-pub unsafe extern "C" fn set_backend(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
+pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     ffi_guard("dynamic_balancer_backend", NGX_CONF_ERROR, || unsafe {
         let lcf = &mut *conf.cast::<LocConf>();
         if lcf.backend.is_some() {
@@ -331,11 +306,7 @@ pub unsafe extern "C" fn set_backend(
 /// `merge_loc_conf`: inherits `dynamic_balancer_backend`, and takes the API
 /// location's `client_max_body_size` over from nginx (whose own check would
 /// answer an HTML 413 before our handler).
-pub unsafe extern "C" fn merge_loc_conf(
-    cf: *mut ngx_conf_t,
-    prev: *mut c_void,
-    conf: *mut c_void,
-) -> *mut c_char {
+pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *mut c_char {
     ffi_guard("merge location conf", NGX_CONF_ERROR, || unsafe {
         let parent = &*prev.cast::<LocConf>();
         let acf = &mut *conf.cast::<LocConf>();
@@ -345,9 +316,9 @@ pub unsafe extern "C" fn merge_loc_conf(
         if acf.enabled {
             // During a merge cf->ctx is the merged location's, and the core
             // module (merged first) already holds its final values.
-            let Some(mut clcf) = (*cf).http_location_conf_unchecked::<ngx_http_core_loc_conf_t>(
-                NgxHttpCoreModule::module(),
-            ) else {
+            let Some(mut clcf) =
+                (*cf).http_location_conf_unchecked::<ngx_http_core_loc_conf_t>(NgxHttpCoreModule::module())
+            else {
                 return NGX_CONF_ERROR;
             };
             let clcf = clcf.as_mut();

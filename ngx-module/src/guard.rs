@@ -21,11 +21,7 @@ pub fn ffi_guard<T>(what: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
             // SAFETY: ngx_cycle is set before any module code runs and its log
             // lives as long as the cycle.
             let log = unsafe { (*ngx_cycle).log };
-            ngx_log_error!(
-                NGX_LOG_ALERT,
-                log,
-                "dynamic_balancer: panic in {what}: {message}"
-            );
+            ngx_log_error!(NGX_LOG_ALERT, log, "dynamic_balancer: panic in {what}: {message}");
             on_panic
         }
     }

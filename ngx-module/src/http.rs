@@ -9,9 +9,9 @@ use std::ptr::{self, NonNull};
 use std::slice;
 
 use ngx::ffi::{
-    ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable,
-    ngx_http_output_filter, ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_palloc,
-    ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
+    ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable, ngx_http_output_filter,
+    ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t,
+    ngx_uint_t, NGX_ERROR, NGX_OK,
 };
 use ngx::http::Request;
 
@@ -22,12 +22,7 @@ use crate::guard::ffi_guard;
 ///
 /// # Safety
 /// `r` is a live request whose header has not been sent.
-pub unsafe fn send_json(
-    r: *mut ngx_http_request_t,
-    status: ngx_uint_t,
-    body: &[u8],
-    allow: Option<&str>,
-) -> ngx_int_t {
+pub unsafe fn send_json(r: *mut ngx_http_request_t, status: ngx_uint_t, body: &[u8], allow: Option<&str>) -> ngx_int_t {
     let req = &mut *r;
     req.headers_out.status = status;
     req.headers_out.content_length_n = body.len() as _;
@@ -46,11 +41,7 @@ pub unsafe fn send_json(
         }
     }
     let rc = ngx_http_send_header(r);
-    if rc == NGX_ERROR as ngx_int_t
-        || rc > NGX_OK as ngx_int_t
-        || req.header_only() != 0
-        || body.is_empty()
-    {
+    if rc == NGX_ERROR as ngx_int_t || rc > NGX_OK as ngx_int_t || req.header_only() != 0 || body.is_empty() {
         return rc;
     }
     let buf: *mut ngx_buf_t = ngx_create_temp_buf(req.pool, body.len());

@@ -11,7 +11,9 @@
 
 mod api;
 mod body_limit;
+mod canary;
 mod config;
+mod endpoint_state;
 mod guard;
 mod http;
 mod offload;
@@ -20,6 +22,7 @@ mod preaccess;
 mod shm_lock;
 mod store;
 mod timer;
+mod variables;
 mod worker_cache;
 mod zone;
 
@@ -28,10 +31,9 @@ use std::ptr::addr_of_mut;
 
 use ngx::ffi::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_http_module_t,
-    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_int_t, ngx_module_t, ngx_uint_t, NGX_CONF_NOARGS,
-    NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
-    NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET,
-    NGX_HTTP_UPS_CONF, NGX_OK,
+    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_int_t, ngx_module_t, ngx_uint_t, NGX_CONF_NOARGS, NGX_CONF_TAKE1,
+    NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET,
+    NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_OK,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_string;
@@ -48,6 +50,12 @@ impl Module {
 }
 
 impl HttpModule for Module {
+    unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+        ffi_guard("preconfiguration", NGX_ERROR as ngx_int_t, || unsafe {
+            variables::declare(cf)
+        })
+    }
+
     fn module() -> &'static ngx_module_t {
         // SAFETY: nginx writes the module's indexes before any request or
         // configuration callback reads them, and never concurrently.
@@ -61,11 +69,13 @@ impl HttpModule for Module {
             }
             preaccess::discover_upstream_users((*cf).cycle);
             body_limit::install();
+            if variables::index(cf) != NGX_OK as ngx_int_t {
+                return NGX_ERROR as ngx_int_t;
+            }
             let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(&*cf) else {
                 return NGX_ERROR as ngx_int_t;
             };
-            let handlers =
-                &mut cmcf.phases[ngx_http_phases_NGX_HTTP_PREACCESS_PHASE as usize].handlers;
+            let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_PREACCESS_PHASE as usize].handlers;
             let h = ngx_array_push(handlers).cast::<ngx_http_handler_pt>();
             if h.is_null() {
                 return NGX_ERROR as ngx_int_t;
@@ -82,7 +92,7 @@ pub(crate) fn module_ctx_index() -> usize {
 }
 
 static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
-    preconfiguration: None,
+    preconfiguration: Some(Module::preconfiguration),
     postconfiguration: Some(Module::postconfiguration),
     create_main_conf: Some(Module::create_main_conf),
     init_main_conf: Some(config::init_main_conf),
@@ -119,8 +129,7 @@ static mut COMMANDS: [ngx_command_t; 5] = [
     },
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_backend"),
-        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1)
-            as ngx_uint_t,
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(config::set_backend),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,

@@ -17,9 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::mpsc::{self, Receiver, Sender};
 
-use ngx::ffi::{
-    ngx_add_timer, ngx_event_t, ngx_http_request_t, ngx_http_run_posted_requests, NGX_LOG_WARN,
-};
+use ngx::ffi::{ngx_add_timer, ngx_event_t, ngx_http_request_t, ngx_http_run_posted_requests, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 
 use crate::guard::ffi_guard;
@@ -110,30 +108,23 @@ fn submit(job: Job) -> Result<(), Job> {
 fn start_thread() -> Option<Offloader> {
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, finished) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("dynbal-parse".into())
-        .spawn(move || {
-            // SAFETY: plain libc calls on this thread only. Signals are for the
-            // event loop (nginx blocks them in its own threads too), and the
-            // priority drop affects this thread alone.
-            unsafe {
-                let mut all: libc::sigset_t = std::mem::zeroed();
-                libc::sigfillset(&mut all);
-                libc::pthread_sigmask(libc::SIG_BLOCK, &all, ptr::null_mut());
-                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+    let spawned = std::thread::Builder::new().name("dynbal-parse".into()).spawn(move || {
+        // SAFETY: plain libc calls on this thread only. Signals are for the
+        // event loop (nginx blocks them in its own threads too), and the
+        // priority drop affects this thread alone.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, ptr::null_mut());
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+        }
+        for Job { request, run, on_panic } in inbox {
+            let finish = catch_unwind(AssertUnwindSafe(run)).unwrap_or(on_panic);
+            if outbox.send((request, finish)).is_err() {
+                break;
             }
-            for Job {
-                request,
-                run,
-                on_panic,
-            } in inbox
-            {
-                let finish = catch_unwind(AssertUnwindSafe(run)).unwrap_or(on_panic);
-                if outbox.send((request, finish)).is_err() {
-                    break;
-                }
-            }
-        });
+        }
+    });
     spawned.ok().map(|_| Offloader { jobs, finished })
 }
 
@@ -161,8 +152,7 @@ fn arm_poll() {
 unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
     ffi_guard("offload poll", (), || {
         loop {
-            let next =
-                OFFLOADER.with_borrow(|o| o.as_ref().and_then(|o| o.finished.try_recv().ok()));
+            let next = OFFLOADER.with_borrow(|o| o.as_ref().and_then(|o| o.finished.try_recv().ok()));
             let Some((RequestPtr(r), finish)) = next else {
                 break;
             };

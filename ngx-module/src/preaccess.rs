@@ -10,8 +10,8 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ngx::ffi::{
-    ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_conf_t, ngx_int_t, NGX_DECLINED,
-    NGX_HTTP_SERVICE_UNAVAILABLE, NGX_LOG_WARN,
+    ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_conf_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_SERVICE_UNAVAILABLE,
+    NGX_LOG_WARN,
 };
 use ngx::ngx_log_error;
 
@@ -54,11 +54,7 @@ unsafe fn location_upstream(
             return None;
         }
         // SAFETY: r->loc_conf has an entry for every HTTP module's ctx_index.
-        let conf = unsafe {
-            (*r.loc_conf.add(index))
-                .cast::<ngx_http_upstream_conf_t>()
-                .as_ref()
-        }?;
+        let conf = unsafe { (*r.loc_conf.add(index)).cast::<ngx_http_upstream_conf_t>().as_ref() }?;
         (!conf.upstream.is_null()).then_some(conf.upstream)
     })
 }
@@ -78,6 +74,7 @@ pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_in
             return NGX_DECLINED as ngx_int_t;
         }
         let name = String::from_utf8_lossy(backend_name(r, conf).unwrap_or_default());
+        // (No canary could take it either: `prepare` follows canary rules.)
         ngx_log_error!(
             NGX_LOG_WARN,
             (*req.connection).log,

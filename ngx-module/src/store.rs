@@ -13,7 +13,13 @@ use std::ptr::{self, NonNull};
 use std::slice;
 use std::sync::atomic::Ordering;
 
-use lua_compat::runtime::Prepared;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+use lua_compat::algorithm::Algorithm;
+use lua_compat::runtime::{Prepared, RuntimeBackend};
+
+use crate::endpoint_state::EndpointTable;
 
 use crate::zone::{SlabGuard, Zone};
 
@@ -169,9 +175,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
             out
         }
         Change::Delete(name) => {
-            let i = old
-                .position(name.as_bytes())
-                .map_err(|_| StoreError::NotFound)?;
+            let i = old.position(name.as_bytes()).map_err(|_| StoreError::NotFound)?;
             let mut out = old.slice().to_vec();
             out.remove(i);
             out
@@ -180,6 +184,10 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     if next.iter().any(|b| b.as_ptr() == dangling()) {
         return Err(built.abandon(zone.size()));
     }
+
+    // New endpoints get their shared state before any worker can see them.
+    let fresh: Vec<NonNull<Blob>> = built.fresh.iter().map(|(b, _)| *b).collect();
+    add_endpoint_state(header.table(), &fresh);
 
     let entries_size = next.len() * mem::size_of::<NonNull<Blob>>();
     let entries: *mut NonNull<Blob> = if next.is_empty() {
@@ -199,10 +207,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     }
 
     // SAFETY: every pointer in `next` is a live blob (dangling ones were refused).
-    let endpoints: u64 = next
-        .iter()
-        .map(|b| u64::from(unsafe { b.as_ref() }.endpoints))
-        .sum();
+    let endpoints: u64 = next.iter().map(|b| u64::from(unsafe { b.as_ref() }.endpoints)).sum();
     let (old_entries, old_len) = (old.entries, old.len);
     let previous: Vec<NonNull<Blob>> = old.slice().to_vec();
     {
@@ -215,6 +220,9 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
         header.endpoints.store(endpoints, Ordering::Relaxed);
         header.generation.store(generation, Ordering::Release);
     }
+
+    // Forget the shared state of endpoints no backend has any more.
+    remove_endpoint_state(header.table(), &next);
 
     // Free what only the old index referenced.
     next.sort_unstable();
@@ -229,10 +237,57 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
         // SAFETY: the old entries array is unreferenced after the swap.
         unsafe { slab.free(p.cast(), old_len * mem::size_of::<NonNull<Blob>>()) };
     }
-    Ok(Applied {
-        generation,
-        created,
-    })
+    Ok(Applied { generation, created })
+}
+
+fn decoded(blob: NonNull<Blob>) -> Option<RuntimeBackend> {
+    // SAFETY: a blob this write built or kept; it is alive.
+    RuntimeBackend::decode(unsafe { blob.as_ref() }.runtime()).ok()
+}
+
+/// Adds the endpoints of new or changed backends to the shared table. An EWMA
+/// backend's new endpoints start at the mean score of its existing ones, so
+/// they are not flooded (Lua's slow start).
+fn add_endpoint_state(table: &EndpointTable, fresh: &[NonNull<Blob>]) {
+    let now = unix_seconds();
+    for backend in fresh.iter().filter_map(|b| decoded(*b)) {
+        let slow_start = matches!(backend.algorithm, Algorithm::Ewma)
+            .then(|| {
+                let known: Vec<f64> = backend
+                    .endpoints
+                    .iter()
+                    .filter_map(|e| table.find(&e.addr)?.get())
+                    .map(|s| s.ewma_value())
+                    .filter(|(_, touched)| *touched > 0.0)
+                    .map(|(ewma, _)| ewma)
+                    .collect();
+                (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64)
+            })
+            .flatten();
+        for e in &backend.endpoints {
+            if !table.insert(&e.addr, slow_start, now) {
+                // Full: the endpoint still routes, without shared state.
+                break;
+            }
+        }
+    }
+}
+
+fn remove_endpoint_state(table: &EndpointTable, next: &[NonNull<Blob>]) {
+    let present: HashSet<SocketAddr> = next
+        .iter()
+        .filter_map(|b| decoded(*b))
+        .flat_map(|b| b.endpoints.into_iter().map(|e| e.addr))
+        .collect();
+    table.retain(|addr| present.contains(addr));
+}
+
+/// Wall-clock seconds, the time base of EWMA scores (shared by workers and
+/// the writer thread, as Lua's `ngx.now()`).
+pub fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn dangling() -> *mut Blob {

@@ -62,8 +62,7 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
 pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     ffi_guard("exit process", (), || unsafe {
         if let Some(zone) = main_conf(cycle).and_then(MainConf::zone) {
-            zone.header()
-                .retire(ngx::ffi::ngx_worker, ngx::ffi::ngx_pid as i64);
+            zone.header().retire(ngx::ffi::ngx_worker, ngx::ffi::ngx_pid as i64);
         }
         worker_cache::clear();
     })

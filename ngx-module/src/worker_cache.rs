@@ -19,26 +19,35 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use lua_compat::algorithm::{subsets, Algorithm};
+use lua_compat::canary::TrafficPolicy;
+use lua_compat::chash::ChashRing;
+use lua_compat::hash_key::HashKey;
 use lua_compat::round_robin::RoundRobin;
 use lua_compat::runtime::RuntimeBackend;
+use lua_compat::sticky::{backend_key, persistent_key, CookieSpec, StickyMode};
 use ngx::ffi::{ngx_str_t, NGX_LOG_ERR, NGX_LOG_INFO};
 use ngx::ngx_log_error;
+use regex::bytes::Regex;
 use rustc_hash::FxHashMap;
 use socket2::SockAddr;
 
+use crate::endpoint_state::{EndpointTable, SlotRef};
 use crate::store::{Blob, Index};
 use crate::zone::Zone;
 
 /// One endpoint in the form `ngx_peer_connection_t` wants.
 pub struct PeerAddr {
     pub sockaddr: SockAddr,
+    /// Its shared state (health, connections, EWMA), if the table tracks it.
+    pub state: Option<SlotRef>,
     /// `ip:port` or `[ipv6]:port`, as Lua formats peers; `name` points into it.
     _name_buf: Box<[u8]>,
     pub name: ngx_str_t,
 }
 
 impl PeerAddr {
-    fn new(addr: SocketAddr) -> PeerAddr {
+    fn new(addr: SocketAddr, table: &EndpointTable) -> PeerAddr {
         let name_buf: Box<[u8]> = addr.to_string().into_bytes().into();
         let name = ngx_str_t {
             len: name_buf.len(),
@@ -46,9 +55,15 @@ impl PeerAddr {
         };
         PeerAddr {
             sockaddr: SockAddr::from(addr),
+            state: table.find(&addr),
             _name_buf: name_buf,
             name,
         }
+    }
+
+    /// `address:port` (`[v6]:port`), as Lua names peers.
+    pub fn name_str(&self) -> &str {
+        std::str::from_utf8(&self._name_buf).unwrap_or("")
     }
 }
 
@@ -59,7 +74,64 @@ pub struct WorkerBackend {
     /// The generation that wrote its blob.
     pub version: u64,
     pub endpoints: Box<[PeerAddr]>,
+    /// Round-robin state; also the endpoints' weights for least_conn.
     pub rr: RefCell<RoundRobin>,
+    pub algorithm: Balancing,
+    /// Canary backends, in order.
+    pub alternatives: Box<[String]>,
+    /// This backend's rules as a canary.
+    pub traffic: TrafficPolicy,
+    /// `traffic.header_pattern`, compiled; `Err` if it does not compile.
+    pub header_pattern: Option<Result<Regex, ()>>,
+    pub max_fails: u32,
+    pub fail_timeout_ms: u64,
+}
+
+/// The algorithm, with what it precomputes per backend.
+pub enum Balancing {
+    RoundRobin,
+    Ewma,
+    LeastConn,
+    Chash {
+        key: HashKey,
+        ring: ChashRing,
+    },
+    ChashSubset {
+        key: HashKey,
+        ring: ChashRing,
+        subsets: Vec<Vec<usize>>,
+    },
+    Sticky(Sticky),
+}
+
+pub struct Sticky {
+    pub mode: StickyMode,
+    pub cookie: CookieSpec,
+    /// `cookie_<name>`, the variable holding the cookie.
+    pub cookie_variable: String,
+    /// `md5(md5(name) .. name)`.
+    pub backend_key: String,
+    /// Balanced mode: the ring over endpoints.
+    pub ring: ChashRing,
+    /// Persistent mode: `md5(name .. "addr:port")` -> endpoint.
+    pub persistent: FxHashMap<String, usize>,
+}
+
+impl WorkerBackend {
+    /// Whether the request carries this backend's sticky cookie.
+    ///
+    /// # Safety
+    /// `r` is a live request.
+    pub unsafe fn is_affinitized(&self, r: *mut ngx::ffi::ngx_http_request_t) -> bool {
+        let Balancing::Sticky(sticky) = &self.algorithm else {
+            return false;
+        };
+        let Some(value) = crate::variables::get(r, &sticky.cookie_variable) else {
+            return false;
+        };
+        let value = String::from_utf8_lossy(value);
+        lua_compat::sticky::parse_cookie_value(&value).1 == Some(sticky.backend_key.as_str())
+    }
 }
 
 struct Entry {
@@ -97,7 +169,7 @@ pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
             }
         }
         let index = zone.header().index.read();
-        let found = refresh(cache, &index, name, current);
+        let found = refresh(cache, zone, &index, name, current);
         drop(index);
         found
     })
@@ -107,6 +179,7 @@ pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
 /// its blob is unchanged, decodes the new blob, or drops it when gone.
 fn refresh(
     cache: &mut WorkerCache,
+    zone: &Zone,
     index: &Index,
     name: &[u8],
     generation: u64,
@@ -121,7 +194,7 @@ fn refresh(
             return Some(Rc::clone(&entry.backend));
         }
     }
-    let backend = Rc::new(decode(blob)?);
+    let backend = Rc::new(decode(blob, zone.header().table())?);
     cache.backends.insert(
         name.into(),
         Entry {
@@ -132,17 +205,9 @@ fn refresh(
     Some(backend)
 }
 
-fn decode(blob: &Blob) -> Option<WorkerBackend> {
-    match RuntimeBackend::decode(blob.runtime()) {
-        Ok(rt) => Some(WorkerBackend {
-            name: blob.name().into(),
-            version: blob.version,
-            endpoints: rt.endpoints.iter().map(|e| PeerAddr::new(e.addr)).collect(),
-            rr: RefCell::new(RoundRobin::new(
-                rt.endpoints.iter().map(|e| e.weight),
-                worker_seed(),
-            )),
-        }),
+fn decode(blob: &Blob, table: &EndpointTable) -> Option<WorkerBackend> {
+    let rt = match RuntimeBackend::decode(blob.runtime()) {
+        Ok(rt) => rt,
         Err(e) => {
             // Cannot happen unless the zone is corrupt: the writer encoded it.
             let name = String::from_utf8_lossy(blob.name());
@@ -151,9 +216,65 @@ fn decode(blob: &Blob) -> Option<WorkerBackend> {
                 cycle_log(),
                 "dynamic_balancer: cannot decode backend \"{name}\": {e}"
             );
-            None
+            return None;
         }
-    }
+    };
+    let endpoints: Box<[PeerAddr]> = rt.endpoints.iter().map(|e| PeerAddr::new(e.addr, table)).collect();
+    let node_ids: Vec<String> = endpoints.iter().map(|e| e.name_str().to_string()).collect();
+    let ring = || {
+        ChashRing::new(
+            node_ids
+                .iter()
+                .zip(&rt.endpoints)
+                .map(|(id, e)| (id.as_str(), e.weight)),
+        )
+    };
+    let algorithm = match rt.algorithm {
+        Algorithm::RoundRobin => Balancing::RoundRobin,
+        Algorithm::Ewma => Balancing::Ewma,
+        Algorithm::LeastConn => Balancing::LeastConn,
+        Algorithm::Chash { key } => Balancing::Chash { key, ring: ring() },
+        Algorithm::ChashSubset { key, subset_size } => {
+            let subsets = subsets(endpoints.len(), subset_size);
+            let ids: Vec<String> = (1..=subsets.len()).map(|i| format!("set{i}")).collect();
+            let ring = ChashRing::new(ids.iter().map(|id| (id.as_str(), 1)));
+            Balancing::ChashSubset { key, ring, subsets }
+        }
+        Algorithm::Sticky { mode, cookie } => Balancing::Sticky(Sticky {
+            mode,
+            cookie_variable: format!("cookie_{}", cookie.name),
+            backend_key: backend_key(&rt.name),
+            ring: if mode == StickyMode::Balanced {
+                ring()
+            } else {
+                ChashRing::new(std::iter::empty())
+            },
+            persistent: if mode == StickyMode::Persistent {
+                node_ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| (persistent_key(&rt.name, id), i))
+                    .collect()
+            } else {
+                FxHashMap::default()
+            },
+            cookie,
+        }),
+    };
+    let header_pattern =
+        (!rt.traffic.header_pattern.is_empty()).then(|| Regex::new(&rt.traffic.header_pattern).map_err(|_| ()));
+    Some(WorkerBackend {
+        name: blob.name().into(),
+        version: blob.version,
+        rr: RefCell::new(RoundRobin::new(rt.endpoints.iter().map(|e| e.weight), worker_seed())),
+        endpoints,
+        algorithm,
+        alternatives: rt.alternatives.into(),
+        traffic: rt.traffic,
+        header_pattern,
+        max_fails: rt.max_fails,
+        fail_timeout_ms: rt.fail_timeout_ms,
+    })
 }
 
 /// Notes the zone's current generation (and reports it when it moved).
@@ -187,7 +308,7 @@ pub fn sweep(zone: &Zone) {
         let before = cache.backends.len();
         let index = zone.header().index.read();
         for name in &stale {
-            refresh(cache, &index, name, current);
+            refresh(cache, zone, &index, name, current);
         }
         drop(index);
         let (left, us) = (cache.backends.len(), started.elapsed().as_micros());
@@ -206,18 +327,10 @@ pub fn sweep(zone: &Zone) {
 /// the previous cycle cleared is taken back within one tick.
 pub fn report(zone: &Zone, generation: u64) {
     // SAFETY: plain reads of globals nginx sets before a worker runs modules.
-    let (process, worker, pid) = unsafe {
-        (
-            ngx::ffi::ngx_process,
-            ngx::ffi::ngx_worker,
-            ngx::ffi::ngx_pid,
-        )
-    };
+    let (process, worker, pid) = unsafe { (ngx::ffi::ngx_process, ngx::ffi::ngx_worker, ngx::ffi::ngx_pid) };
     // A worker of the previous cycle shares its slot index with its
     // successor; once shutting down it must not take the slot back.
-    let leaving = unsafe {
-        ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_quit != 0 || ngx::ffi::ngx_terminate != 0
-    };
+    let leaving = unsafe { ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_quit != 0 || ngx::ffi::ngx_terminate != 0 };
     if process == ngx::ffi::NGX_PROCESS_WORKER as usize && !leaving {
         zone.header().report(worker, pid as i64, generation);
     }

@@ -14,13 +14,14 @@ use ngx::core::SlabPool;
 use ngx::ffi::{ngx_int_t, ngx_shm_zone_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK};
 use ngx::ngx_log_error;
 
+use crate::endpoint_state::EndpointTable;
 use crate::guard::ffi_guard;
 use crate::shm_lock::ShmRwLock;
 use crate::store::Index;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.
-const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0002; // "dynbal" v2
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0003; // "dynbal" v3
 
 /// Status slots, indexed by `ngx_worker`. More workers than this are still
 /// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
@@ -36,6 +37,8 @@ pub struct ZoneHeader {
     pub endpoints: AtomicU64,
     /// Sorted backend blobs; readers copy out under the read lock.
     pub index: ShmRwLock<Index>,
+    /// Shared per-endpoint state; null if the zone had no room for it.
+    pub table: *mut EndpointTable,
     pub workers: [WorkerSlot; MAX_WORKERS],
 }
 
@@ -126,10 +129,7 @@ impl SlabGuard {
 
 /// `shm_zone->init`: creates the header in a new zone, or adopts the one the
 /// previous cycle left (reload), refusing an incompatible layout.
-pub unsafe extern "C" fn init_zone(
-    shm_zone: *mut ngx_shm_zone_t,
-    old_data: *mut std::ffi::c_void,
-) -> ngx_int_t {
+pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut std::ffi::c_void) -> ngx_int_t {
     ffi_guard("zone init", NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx passes its live zone.
         let shm_zone = &mut *shm_zone;
@@ -155,22 +155,34 @@ pub unsafe extern "C" fn init_zone(
         // We answer 507 ourselves; nginx's own "no memory" alert would be noise.
         (*slab).set_log_nomem(0);
         let pool = SlabPool::from_shm_zone(shm_zone).expect("zone has a slab pool");
-        let header = match pool
-            .lock()
-            .allocate(std::alloc::Layout::new::<ZoneHeader>())
-        {
+        let header = match pool.lock().allocate(std::alloc::Layout::new::<ZoneHeader>()) {
             Ok(p) => p.cast::<ZoneHeader>().as_ptr(),
             Err(_) => {
-                ngx_log_error!(
-                    NGX_LOG_EMERG,
-                    log,
-                    "dynamic_balancer_zone is too small for its header"
-                );
+                ngx_log_error!(NGX_LOG_EMERG, log, "dynamic_balancer_zone is too small for its header");
                 return NGX_ERROR as ngx_int_t;
             }
         };
         ptr::write_bytes(header, 0, 1);
         ptr::addr_of_mut!((*header).index).write(ShmRwLock::new(Index::empty()));
+        let cap = EndpointTable::capacity_for(shm_zone.shm.size);
+        let table_layout = std::alloc::Layout::from_size_align(EndpointTable::size_for(cap), 8).expect("table layout");
+        (*header).table = match pool.lock().allocate(table_layout) {
+            Ok(p) => {
+                let table = p.cast::<EndpointTable>().as_ptr();
+                ptr::write_bytes(table.cast::<u8>(), 0, table_layout.size());
+                EndpointTable::init(table, cap);
+                table
+            }
+            Err(_) => {
+                ngx_log_error!(
+                    NGX_LOG_EMERG,
+                    log,
+                    "dynamic_balancer_zone is too small for its endpoint table ({} bytes)",
+                    table_layout.size()
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
+        };
         (*header).magic = ZONE_MAGIC;
         (*slab).data = header.cast();
         shm_zone.data = header.cast();
@@ -179,6 +191,12 @@ pub unsafe extern "C" fn init_zone(
 }
 
 impl ZoneHeader {
+    /// The shared per-endpoint state.
+    pub fn table(&self) -> &EndpointTable {
+        // SAFETY: init_zone always sets it (or fails), and it is never freed.
+        unsafe { &*self.table }
+    }
+
     /// Records that worker `index` (pid `pid`) routes by `generation`.
     pub fn report(&self, index: usize, pid: i64, generation: u64) {
         if let Some(slot) = self.workers.get(index) {
@@ -191,9 +209,7 @@ impl ZoneHeader {
     /// with the same index may already have taken it over).
     pub fn retire(&self, index: usize, pid: i64) {
         if let Some(slot) = self.workers.get(index) {
-            let _ = slot
-                .pid
-                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
+            let _ = slot.pid.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 }

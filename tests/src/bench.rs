@@ -36,11 +36,7 @@ impl Proc {
         let p = Proc { child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         while p.worker_pids().is_empty() {
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not start: {}",
-                p.error_log()
-            );
+            assert!(Instant::now() < deadline, "nginx did not start: {}", p.error_log());
             std::thread::sleep(Duration::from_millis(50));
         }
         p
@@ -52,11 +48,7 @@ impl Proc {
 
     /// Worker PIDs: the master's children.
     pub fn worker_pids(&self) -> Vec<u32> {
-        let path = format!(
-            "/proc/{}/task/{}/children",
-            self.child.id(),
-            self.child.id()
-        );
+        let path = format!("/proc/{}/task/{}/children", self.child.id(), self.child.id());
         fs::read_to_string(path)
             .unwrap_or_default()
             .split_whitespace()
@@ -125,15 +117,9 @@ pub fn wrk(url: &str, seconds: u32, connections: u32, headers: &[&str]) -> WrkRu
         .and_then(|l| l.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let rps = number("Requests/sec:", 1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    let max_latency_ms = number("Latency", 3)
-        .map(|v| parse_duration_ms(&v))
-        .unwrap_or(f64::NAN);
-    let non_2xx = number("Non-2xx", 4)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let rps = number("Requests/sec:", 1).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let max_latency_ms = number("Latency", 3).map(|v| parse_duration_ms(&v)).unwrap_or(f64::NAN);
+    let non_2xx = number("Non-2xx", 4).and_then(|v| v.parse().ok()).unwrap_or(0);
     WrkRun {
         requests,
         rps,

@@ -38,11 +38,7 @@ pub fn artifacts() -> (PathBuf, PathBuf) {
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut given = GIVEN.lock().unwrap();
         if given.get_or_insert_with(HashSet::new).insert(port) {
             return port;

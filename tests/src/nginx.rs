@@ -23,9 +23,7 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
+        self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
     }
 
     pub fn json(&self) -> Value {
@@ -180,11 +178,7 @@ http {{
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("logs")).unwrap();
         let (port, api_port) = (free_port(), free_port());
-        fs::write(
-            dir.path().join("nginx.conf"),
-            self.render(&module, port, api_port),
-        )
-        .unwrap();
+        fs::write(dir.path().join("nginx.conf"), self.render(&module, port, api_port)).unwrap();
         let child = Command::new(&binary)
             .arg("-p")
             .arg(format!("{}/", dir.path().display()))
@@ -229,12 +223,7 @@ fn read(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Respon
     let headers = r
         .headers()
         .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_ascii_lowercase(),
-                v.to_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(|(k, v)| (k.as_str().to_ascii_lowercase(), v.to_str().unwrap_or("").to_string()))
         .collect();
     let body = r.body_mut().read_to_string().unwrap_or_default();
     Response {
@@ -272,11 +261,7 @@ impl Nginx {
     }
 
     pub fn get_path(&self, path: &str) -> Response {
-        read(
-            agent()
-                .get(&format!("http://127.0.0.1:{}{path}", self.port))
-                .call(),
-        )
+        read(agent().get(&format!("http://127.0.0.1:{}{path}", self.port)).call())
     }
 
     /// A request to the configuration API.
@@ -286,16 +271,8 @@ impl Nginx {
         match (method, body) {
             ("GET", _) => read(a.get(&url).call()),
             ("DELETE", _) => read(a.delete(&url).call()),
-            ("POST", Some(b)) => read(
-                a.post(&url)
-                    .header("Content-Type", "application/json")
-                    .send(b),
-            ),
-            ("PUT", Some(b)) => read(
-                a.put(&url)
-                    .header("Content-Type", "application/json")
-                    .send(b),
-            ),
+            ("POST", Some(b)) => read(a.post(&url).header("Content-Type", "application/json").send(b)),
+            ("PUT", Some(b)) => read(a.put(&url).header("Content-Type", "application/json").send(b)),
             (m, b) => {
                 let req = ureq::http::Request::builder()
                     .method(m)
@@ -308,11 +285,7 @@ impl Nginx {
     }
 
     pub fn post_backends(&self, backends: &Value) -> Response {
-        self.api(
-            "POST",
-            "/configuration/backends",
-            Some(&backends.to_string()),
-        )
+        self.api("POST", "/configuration/backends", Some(&backends.to_string()))
     }
 
     pub fn status(&self) -> Value {
@@ -384,12 +357,7 @@ impl Nginx {
         loop {
             let s = self.status();
             let workers = s["workers"].as_array().unwrap();
-            if workers
-                .iter()
-                .filter(|w| w["generation"] == generation)
-                .count()
-                >= self.workers
-            {
+            if workers.iter().filter(|w| w["generation"] == generation).count() >= self.workers {
                 return;
             }
             assert!(
@@ -440,10 +408,6 @@ impl Nginx {
 impl Nginx {
     /// A plain GET to another port of this nginx (a server from `http_extra`).
     pub fn get_port(&self, port: u16, path: &str) -> Response {
-        read(
-            agent()
-                .get(&format!("http://127.0.0.1:{port}{path}"))
-                .call(),
-        )
+        read(agent().get(&format!("http://127.0.0.1:{port}{path}")).call())
     }
 }

@@ -49,19 +49,11 @@ impl Upstream {
         let hits = Arc::new(AtomicUsize::new(0));
         let peers = Arc::new(Mutex::new(Vec::new()));
         let thread = {
-            let (server, identity, hits, peers) = (
-                server.clone(),
-                identity.clone(),
-                hits.clone(),
-                peers.clone(),
-            );
+            let (server, identity, hits, peers) = (server.clone(), identity.clone(), hits.clone(), peers.clone());
             std::thread::spawn(move || {
                 for request in server.incoming_requests() {
                     hits.fetch_add(1, Ordering::Relaxed);
-                    let peer = request
-                        .remote_addr()
-                        .map(|a| a.to_string())
-                        .unwrap_or_default();
+                    let peer = request.remote_addr().map(|a| a.to_string()).unwrap_or_default();
                     peers.lock().unwrap().push(peer.clone());
                     let response = Response::from_string(identity.clone())
                         .with_header(Header::from_bytes("X-Upstream", identity.as_bytes()).unwrap())

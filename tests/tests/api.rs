@@ -24,14 +24,7 @@ fn accepts_ingress_nginx_payload_unchanged() {
         .iter()
         .map(|b| b["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "shop-web-80",
-            "shop-web-canary-80",
-            "upstream-default-backend"
-        ]
-    );
+    assert_eq!(names, ["shop-web-80", "shop-web-canary-80", "upstream-default-backend"]);
     assert_eq!(
         stored[0]["endpoints"][1],
         json!({"address": "fd00:10:244::7", "port": "8080"})
@@ -40,10 +33,7 @@ fn accepts_ingress_nginx_payload_unchanged() {
         stored[0]["sessionAffinityConfig"]["cookieSessionAffinity"]["name"],
         "INGRESSCOOKIE"
     );
-    assert_eq!(
-        stored[0]["alternativeBackends"],
-        json!(["shop-web-canary-80"])
-    );
+    assert_eq!(stored[0]["alternativeBackends"], json!(["shop-web-canary-80"]));
     let status = ng.status();
     assert_eq!(
         (status["backends"].as_u64(), status["endpoints"].as_u64()),
@@ -65,11 +55,7 @@ fn post_replaces_all_and_bumps_generation() {
 
     let r = ng.post_backends(&json!([backend("two", &[a.endpoint()])]));
     assert_eq!((r.status, r.json()), (201, json!({"generation": 2})));
-    assert_eq!(
-        ng.get("one").status,
-        503,
-        "backends absent from a POST are removed"
-    );
+    assert_eq!(ng.get("one").status, 503, "backends absent from a POST are removed");
     assert_eq!(ng.get("two").body, a.identity);
     let status = ng.status();
     assert_eq!(status["generation"], 2);
@@ -85,30 +71,18 @@ fn single_backend_get_put_delete() {
     let path = "/configuration/backends/web-80";
 
     assert_eq!(ng.api("GET", path, None).status, 404);
-    let r = ng.api(
-        "PUT",
-        path,
-        Some(&json!({"endpoints": [a.endpoint()]}).to_string()),
-    );
+    let r = ng.api("PUT", path, Some(&json!({"endpoints": [a.endpoint()]}).to_string()));
     assert_eq!(r.status, 201, "created: {}", r.body);
     assert_eq!(ng.get("web-80").body, a.identity);
 
-    let r = ng.api(
-        "PUT",
-        path,
-        Some(&backend("web-80", &[b.endpoint()]).to_string()),
-    );
+    let r = ng.api("PUT", path, Some(&backend("web-80", &[b.endpoint()]).to_string()));
     assert_eq!(r.status, 200, "replaced: {}", r.body);
     assert_eq!(ng.get("web-80").body, b.identity);
     let got = ng.api("GET", path, None);
     assert_eq!(got.status, 200);
     assert_eq!(got.json()["endpoints"], json!([b.endpoint()]));
 
-    let r = ng.api(
-        "PUT",
-        path,
-        Some(&backend("other", &[a.endpoint()]).to_string()),
-    );
+    let r = ng.api("PUT", path, Some(&backend("other", &[a.endpoint()]).to_string()));
     assert_eq!((r.status, r.json()["path"].as_str()), (400, Some("name")));
 
     let r = ng.api("DELETE", path, None);
@@ -150,11 +124,7 @@ fn unknown_routes_and_wrong_methods() {
 fn bad_writes_are_refused_whole() {
     let ng = Nginx::builder().start();
     let a = Upstream::start();
-    assert_eq!(
-        ng.post_backends(&json!([backend("live", &[a.endpoint()])]))
-            .status,
-        201
-    );
+    assert_eq!(ng.post_backends(&json!([backend("live", &[a.endpoint()])])).status, 201);
 
     let ep = |address: &str, port: Value| json!({"address": address, "port": port});
     let cases: Vec<(String, &str)> = vec![
@@ -163,10 +133,7 @@ fn bad_writes_are_refused_whole() {
         (r#"{"name":"x"}"#.into(), ""),
         (json!([{"endpoints": []}]).to_string(), "[0]"),
         (json!([backend("", &[])]).to_string(), "[0].name"),
-        (
-            json!([backend("a", &[]), backend("a", &[])]).to_string(),
-            "[1].name",
-        ),
+        (json!([backend("a", &[]), backend("a", &[])]).to_string(), "[1].name"),
         (
             json!([backend("a", &[ep("10.0.0.300", json!("80"))])]).to_string(),
             "[0].endpoints[0].address",
@@ -191,10 +158,7 @@ fn bad_writes_are_refused_whole() {
             json!([backend("a", &[ep("::1", json!(65536))])]).to_string(),
             "[0].endpoints[0].port",
         ),
-        (
-            json!([{"name": "a", "endpoints": {}}]).to_string(),
-            "[0].endpoints",
-        ),
+        (json!([{"name": "a", "endpoints": {}}]).to_string(), "[0].endpoints"),
         (json!([{"name": 7}]).to_string(), "[0].name"),
         (
             json!([{"name": "a", "trafficShapingPolicy": {"weight": "x"}}]).to_string(),
@@ -207,27 +171,16 @@ fn bad_writes_are_refused_whole() {
         let err = r.json();
         assert_eq!(err["path"].as_str().unwrap_or(""), *path, "{body}: {err}");
         assert!(!err["error"].as_str().unwrap().is_empty());
-        assert_eq!(
-            ng.get("live").body,
-            a.identity,
-            "routing intact after {body}"
-        );
+        assert_eq!(ng.get("live").body, a.identity, "routing intact after {body}");
     }
     let r = ng.api(
         "PUT",
         "/configuration/backends/live",
         Some(r#"{"endpoints":[{"address":"::1","port":"x"}]}"#),
     );
-    assert_eq!(
-        (r.status, r.json()["path"].as_str()),
-        (400, Some("endpoints[0].port"))
-    );
+    assert_eq!((r.status, r.json()["path"].as_str()), (400, Some("endpoints[0].port")));
     assert_eq!(ng.get("live").body, a.identity);
-    assert_eq!(
-        ng.status()["generation"],
-        1,
-        "no refused write bumped the generation"
-    );
+    assert_eq!(ng.status()["generation"], 1, "no refused write bumped the generation");
 }
 
 fn endpoints(i: usize, n: usize) -> Vec<Value> {
@@ -250,24 +203,21 @@ fn oversize_body_gets_json_413() {
         .api_extra("client_max_body_size 4k; client_body_buffer_size 4k;")
         .start();
     let a = Upstream::start();
-    assert_eq!(
-        ng.post_backends(&json!([backend("live", &[a.endpoint()])]))
-            .status,
-        201
-    );
+    assert_eq!(ng.post_backends(&json!([backend("live", &[a.endpoint()])])).status, 201);
     let big = many_backends(40, 2).to_string();
     assert!(big.len() > 4096);
     let r = ng.api("POST", "/configuration/backends", Some(&big));
     assert_eq!(r.status, 413, "{}", r.body);
-    assert!(r.json()["error"]
-        .as_str()
-        .unwrap()
-        .contains("client_max_body_size"));
+    assert!(r.json()["error"].as_str().unwrap().contains("client_max_body_size"));
 
     // Chunked: no Content-Length to check up front.
     let mut s = TcpStream::connect(("127.0.0.1", ng.api_port)).unwrap();
     let chunk = big.as_bytes();
-    write!(s, "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     for part in chunk.chunks(1000) {
         write!(s, "{:x}\r\n", part.len()).unwrap();
         s.write_all(part).unwrap();
@@ -276,11 +226,7 @@ fn oversize_body_gets_json_413() {
     s.write_all(b"0\r\n\r\n").unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
-    assert!(
-        answer.starts_with("HTTP/1.1 413"),
-        "{answer}\n{}",
-        ng.error_log()
-    );
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}\n{}", ng.error_log());
 
     // Chunked and slow, so nginx reads it asynchronously: the limit still
     // holds, nothing past it is stored, and the answer is still JSON.
@@ -300,11 +246,7 @@ fn oversize_body_gets_json_413() {
     s.write_all(b"0\r\n\r\n").unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
-    assert!(
-        answer.starts_with("HTTP/1.1 413"),
-        "{answer}\n{}",
-        ng.error_log()
-    );
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}\n{}", ng.error_log());
     assert!(answer.contains("client_max_body_size"), "{answer}");
 
     assert_eq!(ng.get("live").body, a.identity);
@@ -319,7 +261,11 @@ fn slow_chunked_body_within_the_limit_is_applied() {
         .start();
     let body = many_backends(100, 2).to_string();
     let mut s = TcpStream::connect(("127.0.0.1", ng.api_port)).unwrap();
-    write!(s, "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     for part in body.as_bytes().chunks(3000) {
         write!(s, "{:x}\r\n", part.len()).unwrap();
         s.write_all(part).unwrap();
@@ -329,11 +275,7 @@ fn slow_chunked_body_within_the_limit_is_applied() {
     s.write_all(b"0\r\n\r\n").unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
-    assert!(
-        answer.starts_with("HTTP/1.1 201"),
-        "{answer}\n{}",
-        ng.error_log()
-    );
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}\n{}", ng.error_log());
     assert_eq!(ng.status()["backends"], 100);
 }
 
@@ -360,11 +302,7 @@ fn body_spooled_to_a_temp_file_is_read() {
 fn full_zone_gets_507_and_keeps_config() {
     let ng = Nginx::builder().zone("128k").start();
     let a = Upstream::start();
-    assert_eq!(
-        ng.post_backends(&json!([backend("live", &[a.endpoint()])]))
-            .status,
-        201
-    );
+    assert_eq!(ng.post_backends(&json!([backend("live", &[a.endpoint()])])).status, 201);
     let r = ng.post_backends(&many_backends(400, 10));
     assert_eq!(r.status, 507, "{}", r.body);
     assert!(r.json()["error"].as_str().unwrap().contains("zone is full"));

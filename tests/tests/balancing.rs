@@ -19,20 +19,12 @@ fn round_robin_gives_exact_shares_per_worker() {
         let r = ng.get("web");
         assert_eq!(r.status, 200);
         let pid = r.header("x-pid").unwrap().to_string();
-        *per_worker
-            .entry(pid)
-            .or_default()
-            .entry(r.body)
-            .or_default() += 1;
+        *per_worker.entry(pid).or_default().entry(r.body).or_default() += 1;
     }
     assert_eq!(per_worker.len(), 2, "both workers served: {per_worker:?}");
     for (pid, counts) in &per_worker {
         let n: usize = counts.values().sum();
-        assert_eq!(
-            counts.len(),
-            3,
-            "worker {pid} used every endpoint: {counts:?}"
-        );
+        assert_eq!(counts.len(), 3, "worker {pid} used every endpoint: {counts:?}");
         for c in counts.values() {
             assert!(c.abs_diff(n / 3) <= 1, "worker {pid}: {counts:?} of {n}");
         }
@@ -43,28 +35,18 @@ fn round_robin_gives_exact_shares_per_worker() {
 fn keepalive_after_the_directive_reuses_connections() {
     let ng = Nginx::builder().upstream_extra("keepalive 8;").start();
     let a = Upstream::start();
-    assert_eq!(
-        ng.post_backends(&json!([backend("web", &[a.endpoint()])]))
-            .status,
-        201
-    );
+    assert_eq!(ng.post_backends(&json!([backend("web", &[a.endpoint()])])).status, 201);
     for _ in 0..20 {
         assert_eq!(ng.get("web").status, 200);
     }
     let peers: BTreeSet<String> = a.peers().into_iter().collect();
-    assert_eq!(
-        peers.len(),
-        1,
-        "20 requests over one upstream connection: {peers:?}"
-    );
+    assert_eq!(peers.len(), 1, "20 requests over one upstream connection: {peers:?}");
 
     // Control: without keepalive every request opens a new connection.
     let plain = Nginx::builder().upstream_extra("").start();
     let b = Upstream::start();
     assert_eq!(
-        plain
-            .post_backends(&json!([backend("web", &[b.endpoint()])]))
-            .status,
+        plain.post_backends(&json!([backend("web", &[b.endpoint()])])).status,
         201
     );
     for _ in 0..5 {
@@ -138,14 +120,8 @@ fn missing_backend_or_endpoints_is_503() {
     assert_eq!(ng.get("empty").status, 503);
     assert_eq!(ng.get_with(&[]).status, 503, "empty variable");
     assert_eq!(ng.get("web").status, 200);
-    assert_eq!(
-        ng.get_path("/not-proxied").status,
-        200,
-        "other locations are untouched"
-    );
-    assert!(ng
-        .error_log()
-        .contains("no endpoints for backend \"unknown\""));
+    assert_eq!(ng.get_path("/not-proxied").status, 200, "other locations are untouched");
+    assert!(ng.error_log().contains("no endpoints for backend \"unknown\""));
 }
 
 #[test]
@@ -158,18 +134,9 @@ fn ipv6_endpoints() {
         201
     );
     let seen: BTreeSet<String> = (0..4).map(|_| ng.get("web").body).collect();
-    assert_eq!(
-        seen,
-        BTreeSet::from([v6.identity.clone(), v4.identity.clone()])
-    );
-    let r = (0..2)
-        .map(|_| ng.get("web"))
-        .find(|r| r.body == v6.identity)
-        .unwrap();
-    assert_eq!(
-        r.header("x-upstream-addr"),
-        Some(format!("[::1]:{}", v6.port).as_str())
-    );
+    assert_eq!(seen, BTreeSet::from([v6.identity.clone(), v4.identity.clone()]));
+    let r = (0..2).map(|_| ng.get("web")).find(|r| r.body == v6.identity).unwrap();
+    assert_eq!(r.header("x-upstream-addr"), Some(format!("[::1]:{}", v6.port).as_str()));
 }
 
 #[test]
@@ -179,11 +146,7 @@ fn the_backend_variable_is_configurable() {
         .location_extra("set $chosen_backend $http_x_other;")
         .start();
     let a = Upstream::start();
-    assert_eq!(
-        ng.post_backends(&json!([backend("web", &[a.endpoint()])]))
-            .status,
-        201
-    );
+    assert_eq!(ng.post_backends(&json!([backend("web", &[a.endpoint()])])).status, 201);
     assert_eq!(ng.get_with(&[("X-Other", "web")]).body, a.identity);
     assert_eq!(
         ng.get_with(&[("X-Backend", "web")]).status,
@@ -195,14 +158,9 @@ fn the_backend_variable_is_configurable() {
 /// A literal name per location, with no rewrite script; it wins over the variable.
 #[test]
 fn a_location_can_name_its_backend_literally() {
-    let ng = Nginx::builder()
-        .location_extra("dynamic_balancer_backend web;")
-        .start();
+    let ng = Nginx::builder().location_extra("dynamic_balancer_backend web;").start();
     let (a, b) = (Upstream::start(), Upstream::start());
-    let body = json!([
-        backend("web", &[a.endpoint()]),
-        backend("other", &[b.endpoint()])
-    ]);
+    let body = json!([backend("web", &[a.endpoint()]), backend("other", &[b.endpoint()])]);
     assert_eq!(ng.post_backends(&body).status, 201);
     assert_eq!(
         ng.get("other").body,
@@ -210,9 +168,6 @@ fn a_location_can_name_its_backend_literally() {
         "the literal name wins over $proxy_upstream_name"
     );
     assert_eq!(ng.get_with(&[]).body, a.identity);
-    assert_eq!(
-        ng.api("DELETE", "/configuration/backends/web", None).status,
-        204
-    );
+    assert_eq!(ng.api("DELETE", "/configuration/backends/web", None).status, 204);
     assert_eq!(ng.get("other").status, 503);
 }

@@ -19,10 +19,7 @@ fn configuration_survives_reload_without_repost() {
     let new_workers = ng.reload();
     assert_eq!(new_workers.len(), 2);
     let seen: BTreeSet<String> = (0..6).map(|_| ng.get("web").body).collect();
-    assert_eq!(
-        seen,
-        BTreeSet::from([a.identity.clone(), b.identity.clone()])
-    );
+    assert_eq!(seen, BTreeSet::from([a.identity.clone(), b.identity.clone()]));
     assert_eq!(ng.api("GET", "/configuration/backends", None).body, before);
     let status = ng.status();
     assert_eq!(status["generation"], 1);
@@ -84,8 +81,7 @@ fn bad_directive_arguments_are_refused() {
     assert!(err.contains("at least 64k"), "{err}");
     let err = config_error(Nginx::builder().balancer_directive("dynamic_balancer upstream_name;"));
     assert!(err.contains("invalid variable name"), "{err}");
-    let err =
-        config_error(Nginx::builder().api_extra("client_max_body_size 1m; dynamic_balancer_api;"));
+    let err = config_error(Nginx::builder().api_extra("client_max_body_size 1m; dynamic_balancer_api;"));
     assert!(err.contains("is duplicate"), "{err}");
     let err = config_error(Nginx::builder().upstream_extra("least_conn;"));
     assert!(
@@ -95,9 +91,5 @@ fn bad_directive_arguments_are_refused() {
     let err = config_error(Nginx::builder().location_extra("dynamic_balancer_backend $x;"));
     assert!(err.contains("a literal name is expected"), "{err}");
     let ok = Nginx::builder().test_config();
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
 }

@@ -32,11 +32,7 @@ fn tls_upstreams_work_and_are_kept_alive() {
         .arg(&cert)
         .output()
         .expect("openssl is installed by nginx-build");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let (tls_port, front) = (free_port(), free_port());
     let ng = Nginx::builder()
         .http_extra(&format!(
@@ -55,15 +51,9 @@ fn tls_upstreams_work_and_are_kept_alive() {
     )]);
     assert_eq!(ng.post_backends(&body).status, 201);
     let answers: Vec<String> = (0..5).map(|_| ng.get_port(front, "/").body).collect();
-    assert!(
-        answers.iter().all(|a| a.starts_with("tls upstream")),
-        "{answers:?}"
-    );
+    assert!(answers.iter().all(|a| a.starts_with("tls upstream")), "{answers:?}");
     assert_eq!(
-        answers
-            .iter()
-            .collect::<std::collections::BTreeSet<_>>()
-            .len(),
+        answers.iter().collect::<std::collections::BTreeSet<_>>().len(),
         1,
         "one kept-alive TLS connection: {answers:?}"
     );

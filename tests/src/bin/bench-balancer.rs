@@ -11,17 +11,10 @@ use tests::bench::{cpu_seconds, median, upstream_pair, wrk, Proc};
 use tests::free_port;
 
 fn main() {
-    let args: Vec<u32> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let (rounds, seconds) = (
-        args.first().copied().unwrap_or(5),
-        args.get(1).copied().unwrap_or(5),
-    );
+    let args: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let (rounds, seconds) = (args.first().copied().unwrap_or(5), args.get(1).copied().unwrap_or(5));
     let (_upstreams, a, b) = upstream_pair();
-    let (stock_port, dyn_port, set_port, api_port) =
-        (free_port(), free_port(), free_port(), free_port());
+    let (stock_port, dyn_port, set_port, api_port) = (free_port(), free_port(), free_port(), free_port());
     let location = "proxy_http_version 1.1; proxy_set_header Connection \"\";";
     let front = Proc::start(&format!(
         r#"worker_processes 1;
@@ -40,15 +33,8 @@ http {{
     let body = format!(
         r#"[{{"name":"web","endpoints":[{{"address":"127.0.0.1","port":"{a}"}},{{"address":"127.0.0.1","port":"{b}"}}]}}]"#
     );
-    let posted = ureq::post(&format!(
-        "http://127.0.0.1:{api_port}/configuration/backends"
-    ))
-    .send(&body);
-    assert_eq!(
-        posted.map(|r| r.status().as_u16()).ok(),
-        Some(201),
-        "POST failed"
-    );
+    let posted = ureq::post(&format!("http://127.0.0.1:{api_port}/configuration/backends")).send(&body);
+    assert_eq!(posted.map(|r| r.status().as_u16()).ok(), Some(201), "POST failed");
     let worker = front.worker_pids()[0];
 
     let measure = |port: u16| {

@@ -51,10 +51,7 @@ fn backend_set(variant: usize, real: &[Value], last: &str) -> String {
 }
 
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(3);
+    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3);
     let (_upstreams, a, b) = upstream_pair();
     let (port, api_port) = (free_port(), free_port());
     let front = Proc::start(&format!(
@@ -75,10 +72,7 @@ http {{
         json!({"address": "127.0.0.1", "port": b.to_string()}),
     ];
     let api = format!("http://127.0.0.1:{api_port}/configuration/backends");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let post = |body: &str| {
         let started = Instant::now();
         let status = agent
@@ -128,9 +122,7 @@ http {{
         .collect();
     println!("control (40 ms nice-19 CPU burn, no update) wrk max latency: {control:.2?} ms");
 
-    println!(
-        "round  POST ms  routable after POST ms  next request routed  wrk max latency ms  non-2xx"
-    );
+    println!("round  POST ms  routable after POST ms  next request routed  wrk max latency ms  non-2xx");
     let (mut routable_ms, mut stalls) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let last = format!("last-{round}");
@@ -142,10 +134,7 @@ http {{
         std::thread::sleep(Duration::from_millis(1500));
         let post_took = post(&body);
         let returned = Instant::now();
-        let probe: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let probe: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
         let mut first_ok = None;
         for attempt in 0..1000 {
             let r = probe

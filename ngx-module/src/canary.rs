@@ -1,0 +1,52 @@
+//! Picks between a backend and its canaries for one request, in the order of
+//! ingress-nginx's `route_to_alternative_balancer`: affinity to the primary,
+//! then affinity to a canary, then each canary's header, cookie and weight.
+//!
+//! Beyond Lua, every listed canary is considered in order, not only the first,
+//! and a canary with endpoints serves its matching requests even when the
+//! primary has none (ingress-nginx answers 503 there).
+
+use std::rc::Rc;
+
+use lua_compat::canary::Verdict;
+use ngx::ffi::ngx_http_request_t;
+
+use crate::variables;
+use crate::worker_cache::{lookup, WorkerBackend};
+use crate::zone::Zone;
+
+/// The backend the request goes to, and whether it is a canary.
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<WorkerBackend>, bool) {
+    if primary.alternatives.is_empty() || primary.is_affinitized(r) {
+        return (primary, false);
+    }
+    let canaries: Vec<Rc<WorkerBackend>> = primary
+        .alternatives
+        .iter()
+        .filter_map(|name| lookup(zone, name.as_bytes()))
+        .filter(|b| !b.endpoints.is_empty())
+        .collect();
+    if let Some(c) = canaries.iter().find(|c| c.is_affinitized(r)) {
+        return (Rc::clone(c), true);
+    }
+    for canary in &canaries {
+        let policy = &canary.traffic;
+        let header = policy.header_variable().and_then(|v| variables::get(r, &v));
+        let cookie = policy.cookie_variable().and_then(|v| variables::get(r, &v));
+        let matches = |_: &str, value: &[u8]| match &canary.header_pattern {
+            Some(Ok(re)) => Ok(re.is_match(value)),
+            _ => Err(()),
+        };
+        match policy.header_and_cookie(header, cookie, matches) {
+            Verdict::Canary => return (Rc::clone(canary), true),
+            // `never` keeps the request off this canary; later ones may still take it.
+            Verdict::Primary => continue,
+            Verdict::Undecided if policy.by_weight(|n| fastrand::u32(1..=n)) => return (Rc::clone(canary), true),
+            Verdict::Undecided => {}
+        }
+    }
+    (primary, false)
+}
