@@ -26,6 +26,7 @@ pub enum Action<'a> {
     PutBackend(&'a str),
     DeleteBackend(&'a str),
     Status,
+    Health,
 }
 
 /// Why a request has no action.
@@ -39,6 +40,7 @@ pub enum RouteError {
 
 const BACKENDS: &str = "/configuration/backends";
 const STATUS: &str = "/configuration/status";
+const HEALTH: &str = "/configuration/health";
 
 /// Maps a method and a decoded URI path (no query string) to an action.
 pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
@@ -49,9 +51,10 @@ pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
             _ => Err(RouteError::MethodNotAllowed("GET, POST")),
         };
     }
-    if path == STATUS {
+    if path == STATUS || path == HEALTH {
         return match method {
-            Method::Get => Ok(Action::Status),
+            Method::Get if path == STATUS => Ok(Action::Status),
+            Method::Get => Ok(Action::Health),
             _ => Err(RouteError::MethodNotAllowed("GET")),
         };
     }
@@ -101,6 +104,21 @@ pub struct ZoneUsage {
     pub used: u64,
 }
 
+/// One endpoint of `GET /configuration/health`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EndpointHealth {
+    pub backend: String,
+    pub endpoint: String,
+    /// Out of rotation for every worker (passive health).
+    pub down: bool,
+    /// Failed attempts counted towards `maxFails`.
+    pub fails: u32,
+    /// Attempts in progress, over all workers.
+    pub connections: u32,
+    /// EWMA of connect + response time, seconds, decayed to now.
+    pub ewma: f64,
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct WorkerStatus {
     pub pid: i64,
@@ -142,6 +160,7 @@ mod tests {
             Ok(Action::DeleteBackend("a"))
         );
         assert_eq!(route(Get, "/configuration/status"), Ok(Action::Status));
+        assert_eq!(route(Get, "/configuration/health"), Ok(Action::Health));
         assert_eq!(
             route(Put, "/configuration/backends"),
             Err(RouteError::MethodNotAllowed("GET, POST"))

@@ -8,13 +8,16 @@
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 
-use lua_compat::api::{json_array, route, Action, ErrorBody, Method, RouteError, Status, WorkerStatus, ZoneUsage};
+use lua_compat::api::{
+    json_array, route, Action, EndpointHealth, ErrorBody, Method, RouteError, Status, WorkerStatus, ZoneUsage,
+};
+use lua_compat::runtime::RuntimeBackend;
 use lua_compat::runtime::{prepare_backend, prepare_backends};
 use lua_compat::ValidationError;
 use ngx::ffi::{
     ngx_http_discard_request_body, ngx_http_finalize_request, ngx_http_read_client_request_body, ngx_http_request_t,
     ngx_int_t, ngx_uint_t, NGX_DONE, NGX_HTTP_DELETE, NGX_HTTP_GET, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_POST,
-    NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_ERR, NGX_LOG_INFO, NGX_OK,
+    NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_WARN, NGX_OK,
 };
 use ngx::http::HttpModuleLocationConf;
 use ngx::ngx_log_error;
@@ -24,7 +27,7 @@ use crate::config::zone_of;
 use crate::guard::ffi_guard;
 use crate::http::{body_parts, pool_box, read_body_parts, send_json, BodyPart};
 use crate::offload::offload;
-use crate::store::{apply, Change, StoreError};
+use crate::store::{apply, unix_seconds, Change, StoreError};
 use crate::zone::Zone;
 use crate::Module;
 
@@ -70,6 +73,7 @@ enum WriteOutcome {
         generation: u64,
         status: ngx_uint_t,
         what: &'static str,
+        warnings: Vec<String>,
     },
     Invalid(ValidationError),
     Store(StoreError, String),
@@ -133,6 +137,7 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
             }
         }
         Ok(Action::Status) => send_json(r, OK, &status(&zone), None),
+        Ok(Action::Health) => send_json(r, OK, &health(&zone), None),
         Ok(Action::DeleteBackend(name)) => {
             // Hold the request until the thread answers, as reading a body does.
             (*req.main).set_count((*req.main).count() + 1);
@@ -246,6 +251,11 @@ fn run_write(job: WriteJob) -> WriteOutcome {
             Err(e) => return WriteOutcome::Unreadable(e.to_string()),
         },
     };
+    let warnings: Vec<String> = match &change {
+        Ok(Change::ReplaceAll(items)) => items.iter().filter_map(|p| p.warning.clone()).collect(),
+        Ok(Change::Put(item)) => item.warning.iter().cloned().collect(),
+        _ => Vec::new(),
+    };
     match change {
         Err(e) => WriteOutcome::Invalid(e),
         Ok(change) => match apply(&job.zone, change) {
@@ -259,6 +269,7 @@ fn run_write(job: WriteJob) -> WriteOutcome {
                     generation: a.generation,
                     status,
                     what,
+                    warnings,
                 }
             }
             Err(e) => WriteOutcome::Store(e, name),
@@ -282,7 +293,11 @@ fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
                 generation,
                 status,
                 what,
+                warnings,
             }) => {
+                for w in warnings {
+                    ngx_log_error!(NGX_LOG_WARN, (*(*r).connection).log, "dynamic_balancer: {w}");
+                }
                 ngx_log_error!(
                     NGX_LOG_INFO,
                     (*(*r).connection).log,
@@ -320,6 +335,33 @@ unsafe fn store_error(r: *mut ngx_http_request_t, e: &StoreError, name: &str) ->
 
 unsafe fn error(r: *mut ngx_http_request_t, status: ngx_uint_t, message: &str, path: Option<&str>) -> ngx_int_t {
     send_json(r, status, &ErrorBody { error: message, path }.to_json(), None)
+}
+
+/// Every endpoint of every backend with its shared state.
+fn health(zone: &Zone) -> Vec<u8> {
+    let (now, now_ms) = (unix_seconds(), (unix_seconds() * 1000.0) as u64);
+    let table = zone.header().table();
+    let index = zone.header().index.read();
+    let mut out = Vec::new();
+    for blob in index.blobs() {
+        let Ok(rt) = RuntimeBackend::decode(blob.runtime()) else {
+            continue;
+        };
+        for e in &rt.endpoints {
+            let slot = table.find(&e.addr).and_then(|s| s.get());
+            out.push(EndpointHealth {
+                backend: rt.name.clone(),
+                endpoint: e.addr.to_string(),
+                down: slot.is_some_and(|s| s.is_down(rt.max_fails, rt.fail_timeout_ms, now_ms)),
+                fails: slot.map_or(0, |s| s.fails.load(Ordering::Relaxed)),
+                connections: slot.map_or(0, |s| s.conns.load(Ordering::Relaxed)),
+                ewma: slot.map_or(0.0, |s| s.score(now)),
+            });
+        }
+    }
+    drop(index);
+    serde_json::to_vec(&serde_json::json!({ "endpoints": out, "tracked": table.live(), "capacity": table.capacity() }))
+        .expect("JSON encoding of health")
 }
 
 fn status(zone: &Zone) -> Vec<u8> {

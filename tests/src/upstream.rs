@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use tiny_http::{Header, Response, Server};
 
@@ -20,18 +21,30 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// Listens on 127.0.0.1 (or `[::1]` when `ipv6`), on a free port.
+    /// Listens on 127.0.0.1, on a free port.
     pub fn start() -> Upstream {
-        Self::start_on(false)
+        Self::start_on(false, Duration::ZERO, None)
     }
 
+    /// Listens on `[::1]`.
     pub fn start_v6() -> Upstream {
-        Self::start_on(true)
+        Self::start_on(true, Duration::ZERO, None)
     }
 
-    fn start_on(ipv6: bool) -> Upstream {
+    /// Answers every request after `delay` (each request on its own thread,
+    /// so slow answers overlap, as a stalled pod's would).
+    pub fn start_slow(delay: Duration) -> Upstream {
+        Self::start_on(false, delay, None)
+    }
+
+    /// Listens again on `port` (after a previous upstream there was dropped).
+    pub fn restart_on(port: u16) -> Upstream {
+        Self::start_on(false, Duration::ZERO, Some(port))
+    }
+
+    fn start_on(ipv6: bool, delay: Duration, fixed_port: Option<u16>) -> Upstream {
         let (server, port) = loop {
-            let port = crate::free_port();
+            let port = fixed_port.unwrap_or_else(crate::free_port);
             let addr = if ipv6 {
                 format!("[::1]:{port}")
             } else {
@@ -58,7 +71,14 @@ impl Upstream {
                     let response = Response::from_string(identity.clone())
                         .with_header(Header::from_bytes("X-Upstream", identity.as_bytes()).unwrap())
                         .with_header(Header::from_bytes("X-Peer", peer.as_bytes()).unwrap());
-                    let _ = request.respond(response);
+                    if delay.is_zero() {
+                        let _ = request.respond(response);
+                    } else {
+                        std::thread::spawn(move || {
+                            std::thread::sleep(delay);
+                            let _ = request.respond(response);
+                        });
+                    }
                 }
             })
         };
