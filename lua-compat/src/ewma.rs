@@ -14,24 +14,18 @@ pub fn decay(ewma: f64, last_touched: f64, rtt: f64, now: f64) -> f64 {
     ewma * weight + rtt * (1.0 - weight)
 }
 
-/// Picks among `candidates` (endpoint indexes, already without the tried
-/// ones): two distinct random ones when there are more than two, the lower
-/// score wins. `random(n)` is uniform in `0..n`.
+/// Picks among endpoints `0..n` for which `eligible` holds (the untried
+/// ones): two random ones compared by score, the lower wins; a single
+/// eligible endpoint is taken as is. `random(k)` is uniform in `0..k`.
 pub fn pick_two(
-    candidates: &[usize],
+    n: usize,
+    eligible: impl Fn(usize) -> bool,
     score: impl Fn(usize) -> f64,
-    mut random: impl FnMut(usize) -> usize,
+    random: impl FnMut(usize) -> usize,
 ) -> Option<(usize, f64)> {
-    match candidates {
-        [] => None,
-        [only] => Some((*only, score(*only))),
-        _ => {
-            let a = random(candidates.len());
-            let mut b = random(candidates.len() - 1);
-            if b >= a {
-                b += 1;
-            }
-            let (a, b) = (candidates[a], candidates[b]);
+    match crate::sample::sample_two(n, eligible, random)? {
+        (a, None) => Some((a, score(a))),
+        (a, Some(b)) => {
             let (sa, sb) = (score(a), score(b));
             Some(if sb < sa { (b, sb) } else { (a, sa) })
         }
@@ -54,12 +48,11 @@ mod tests {
     }
 
     #[test]
-    fn lower_score_of_two_distinct_wins() {
+    fn lower_score_of_two_wins() {
         let scores = [0.5, 0.1, 0.9];
-        let mut rolls = vec![0, 0].into_iter();
-        let picked = pick_two(&[0, 1, 2], |i| scores[i], |_| rolls.next().unwrap());
-        assert_eq!(picked, Some((1, 0.1)), "0 and then 1 (skipping 0)");
-        assert_eq!(pick_two(&[2], |i| scores[i], |_| unreachable!()), Some((2, 0.9)));
-        assert_eq!(pick_two(&[], |i| scores[i], |_| 0), None);
+        // Two eligible endpoints: both compared, whatever the draw.
+        assert_eq!(pick_two(3, |i| i != 2, |i| scores[i], |_| 2), Some((1, 0.1)));
+        assert_eq!(pick_two(3, |i| i == 2, |i| scores[i], |_| 0), Some((2, 0.9)));
+        assert_eq!(pick_two(3, |_| false, |i| scores[i], |_| 0), None);
     }
 }

@@ -5,41 +5,32 @@
 //! thousands of endpoints while still steering away from loaded ones.
 
 /// Largest backend compared exhaustively.
-pub const EXACT_LIMIT: usize = 64;
+pub const EXACT_LIMIT: usize = crate::sample::SCAN_LIMIT;
 
-/// Picks among `candidates` (endpoint indexes without the tried or ejected
-/// ones). `conns(i)` and `weight(i)` describe endpoint `i`; `random(n)` is
-/// uniform in `0..n` and rotates the start so ties spread out.
+/// Picks among endpoints `0..n` for which `eligible` holds (not tried, not
+/// ejected). `conns(i)` and `weight(i)` describe endpoint `i`; `random(k)` is
+/// uniform in `0..k` and rotates the start so that ties spread out.
 pub fn pick(
-    candidates: &[usize],
+    n: usize,
+    eligible: impl Fn(usize) -> bool,
     conns: impl Fn(usize) -> u64,
     weight: impl Fn(usize) -> u64,
     mut random: impl FnMut(usize) -> usize,
 ) -> Option<usize> {
     let better = |a: usize, b: usize| conns(a) * weight(b).max(1) < conns(b) * weight(a).max(1);
-    match candidates.len() {
-        0 => None,
-        1 => Some(candidates[0]),
-        n if n <= EXACT_LIMIT => {
-            let start = random(n);
-            let mut best = candidates[start];
-            for k in 1..n {
-                let c = candidates[(start + k) % n];
-                if better(c, best) {
-                    best = c;
-                }
+    if n <= EXACT_LIMIT {
+        let start = if n == 0 { 0 } else { random(n) };
+        let mut best: Option<usize> = None;
+        for i in (0..n).map(|k| (start + k) % n).filter(|i| eligible(*i)) {
+            if best.is_none_or(|b| better(i, b)) {
+                best = Some(i);
             }
-            Some(best)
         }
-        n => {
-            let a = random(n);
-            let mut b = random(n - 1);
-            if b >= a {
-                b += 1;
-            }
-            let (a, b) = (candidates[a], candidates[b]);
-            Some(if better(b, a) { b } else { a })
-        }
+        return best;
+    }
+    match crate::sample::sample_two(n, eligible, random)? {
+        (a, None) => Some(a),
+        (a, Some(b)) => Some(if better(b, a) { b } else { a }),
     }
 }
 
@@ -50,27 +41,28 @@ mod tests {
     #[test]
     fn fewest_connections_per_weight_win() {
         let conns = [5u64, 1, 3];
-        assert_eq!(pick(&[0, 1, 2], |i| conns[i], |_| 1, |_| 0), Some(1));
+        assert_eq!(pick(3, |_| true, |i| conns[i], |_| 1, |_| 0), Some(1));
+        assert_eq!(pick(3, |i| i != 1, |i| conns[i], |_| 1, |_| 0), Some(2));
         // Weight 10 makes 5 connections cheap.
         let weights = [10u64, 1, 1];
-        assert_eq!(pick(&[0, 1, 2], |i| conns[i], |i| weights[i], |_| 0), Some(0));
-        assert_eq!(pick(&[], |_| 0, |_| 1, |_| 0), None);
+        assert_eq!(pick(3, |_| true, |i| conns[i], |i| weights[i], |_| 0), Some(0));
+        assert_eq!(pick(0, |_| true, |_| 0, |_| 1, |_| 0), None);
     }
 
     #[test]
     fn large_backends_compare_two() {
-        let all: Vec<usize> = (0..1000).collect();
         let mut calls = 0;
         let picked = pick(
-            &all,
+            1000,
+            |_| true,
             |i| if i == 7 { 0 } else { 10 },
             |_| 1,
-            |n| {
+            |_| {
                 calls += 1;
-                if n == 1000 {
-                    7
-                } else {
+                if calls == 1 {
                     3
+                } else {
+                    7
                 }
             },
         );

@@ -27,6 +27,7 @@ pub mod hash_key;
 pub mod least_conn;
 pub mod round_robin;
 pub mod runtime;
+pub mod sample;
 pub mod sticky;
 pub mod tried;
 pub mod validate;

@@ -27,7 +27,7 @@ use crate::config::zone_of;
 use crate::guard::ffi_guard;
 use crate::http::{body_parts, pool_box, read_body_parts, send_json, BodyPart};
 use crate::offload::offload;
-use crate::store::{apply, unix_seconds, Change, StoreError};
+use crate::store::{apply, now_ms, Change, StoreError};
 use crate::zone::Zone;
 use crate::Module;
 
@@ -339,7 +339,8 @@ unsafe fn error(r: *mut ngx_http_request_t, status: ngx_uint_t, message: &str, p
 
 /// Every endpoint of every backend with its shared state.
 fn health(zone: &Zone) -> Vec<u8> {
-    let (now, now_ms) = (unix_seconds(), (unix_seconds() * 1000.0) as u64);
+    let now_ms = now_ms();
+    let now = now_ms as f64 / 1000.0;
     let table = zone.header().table();
     let index = zone.header().index.read();
     let mut out = Vec::new();

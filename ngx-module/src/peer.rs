@@ -12,11 +12,12 @@ use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use lua_compat::least_conn;
+use lua_compat::sample::sample_two;
 use lua_compat::sticky::{
     parse_cookie_value, persistent_key, set_cookie_value, should_set_cookie, CookieContext, StickyMode,
 };
 use lua_compat::tried::TriedSet;
+use lua_compat::{ewma, least_conn};
 use ngx::ffi::{
     ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_peer_connection_t, ngx_uint_t, NGX_BUSY,
     NGX_ERROR, NGX_LOG_WARN, NGX_OK, NGX_PEER_FAILED,
@@ -28,16 +29,15 @@ use crate::canary;
 use crate::config::{backend_name, upstream_conf, zone_of, UpstreamConf};
 use crate::guard::ffi_guard;
 use crate::http::pool_box;
-use crate::store::unix_seconds;
 use crate::variables::{self, Own};
 use crate::worker_cache::{lookup, Balancing, Sticky, WorkerBackend};
 use crate::zone::Zone;
+use crate::Module;
+use ngx::http::HttpModuleLocationConf;
 
 /// Sticky balanced mode's attempts at a new key avoiding failed endpoints,
 /// as Lua's `MAX_UPSTREAM_CHECKS_COUNT`.
 const STICKY_NEW_KEY_TRIES: u32 = 20;
-/// Random draws before a sampled pick falls back to a scan.
-const SAMPLE_DRAWS: usize = 16;
 
 /// Per-request balancer state, in the request pool.
 pub struct PeerData {
@@ -45,13 +45,19 @@ pub struct PeerData {
     /// in the log phase) alive even if a sync replaces the backend.
     backend: Rc<WorkerBackend>,
     /// The name the request asked for (the primary, also for a canary).
-    requested: Box<[u8]>,
+    /// Points into the request's variables or the location's configuration,
+    /// both of which outlive this state (a copy would cost a malloc per request).
+    requested: (*const u8, usize),
     tried: TriedSet,
     request: *mut ngx_http_request_t,
     /// The chash key, rendered once per request.
     key: Option<Vec<u8>>,
     /// The endpoint of the attempt in progress.
     current: Option<usize>,
+    /// The EWMA score of the last pick, for `$balancer_ewma_score`.
+    ewma_score: Option<f64>,
+    /// `init_peer` took this state over from the preaccess phase.
+    taken: bool,
 }
 
 /// Finds the backend for the request (following canary rules) and allocates
@@ -71,31 +77,93 @@ pub unsafe fn prepare(r: *mut ngx_http_request_t, conf: &UpstreamConf, zone: &Zo
     }
     let data = PeerData {
         backend,
-        requested: name.into(),
+        requested: (name.as_ptr(), name.len()),
         tried: TriedSet::new(),
         request: r,
         key: None,
         current: None,
+        ewma_score: None,
+        taken: false,
     };
-    pool_box((*r).pool, data)
-}
-
-/// Hands state prepared in the preaccess phase over to `init_peer`, so the
-/// backend is chosen once per request.
-///
-/// # Safety
-/// `r` is a live request; `data` lives in its pool.
-pub unsafe fn stash(r: *mut ngx_http_request_t, data: NonNull<PeerData>) {
+    let data = recycled_box((*r).pool, data)?;
+    // The request ctx keeps it for the whole request: init_peer takes it
+    // over, and $balancer_ewma_score reads it.
     *(*r).ctx.add(crate::module_ctx_index()) = data.as_ptr().cast();
+    Some(data)
 }
 
-/// Takes the stashed state if it is for backend `name`.
-unsafe fn take_stash(r: *mut ngx_http_request_t, name: &[u8]) -> Option<NonNull<PeerData>> {
-    let slot = (*r).ctx.add(crate::module_ctx_index());
-    let data = NonNull::new((*slot).cast::<PeerData>())?;
-    *slot = std::ptr::null_mut();
+/// Per-request state lives in heap boxes recycled per worker, not in the
+/// request pool: the pool keeps only a pointer (and its cleanup), so a
+/// proxied request allocates no more pool memory than under stock
+/// round-robin, and the steady state calls no malloc.
+struct Recycled(Option<Box<Option<PeerData>>>);
+
+/// Boxes kept for reuse, at most: about one per concurrent request.
+const MAX_RECYCLED: usize = 4096;
+
+thread_local! {
+    static RECYCLED: std::cell::RefCell<Vec<Box<Option<PeerData>>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        if let Some(mut b) = self.0.take() {
+            // Drops the state (and its hold on the backend) now.
+            *b = None;
+            RECYCLED.with_borrow_mut(|free| {
+                if free.len() < MAX_RECYCLED {
+                    free.push(b);
+                }
+            });
+        }
+    }
+}
+
+/// Places `data` in a recycled box released with the pool.
+unsafe fn recycled_box(pool: *mut ngx::ffi::ngx_pool_t, data: PeerData) -> Option<NonNull<PeerData>> {
+    let mut b = RECYCLED
+        .with_borrow_mut(|free| free.pop())
+        .unwrap_or_else(|| Box::new(None));
+    let ptr = NonNull::from(b.insert(data));
+    pool_box(pool, Recycled(Some(b)))?;
+    Some(ptr)
+}
+
+/// The state `prepare` left in the ctx, unless this is an API location
+/// (whose ctx holds its pending write).
+unsafe fn request_data<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PeerData> {
+    if Module::location_conf(&*r).is_some_and(|c| c.enabled) {
+        return None;
+    }
+    (*(*r).ctx.add(crate::module_ctx_index())).cast::<PeerData>().as_mut()
+}
+
+/// `$balancer_ewma_score`: the score of the request's last EWMA pick,
+/// formatted only when something reads it.
+pub unsafe extern "C" fn ewma_score_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx::ffi::ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("$balancer_ewma_score", NGX_ERROR as ngx_int_t, || unsafe {
+        let text = request_data(r)
+            .and_then(|pd| pd.ewma_score)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        variables::fill(r, v, text.as_bytes())
+    })
+}
+
+/// Takes over the state `prepare` made in the preaccess phase, if it is for
+/// backend `name`: the backend is chosen once per request.
+unsafe fn take_prepared(r: *mut ngx_http_request_t, name: &[u8]) -> Option<NonNull<PeerData>> {
+    let pd = request_data(r)?;
     // A later phase (auth_request_set, say) may have renamed the backend.
-    (data.as_ref().requested.as_ref() == name).then_some(data)
+    if pd.taken || std::slice::from_raw_parts(pd.requested.0, pd.requested.1) != name {
+        return None;
+    }
+    pd.taken = true;
+    Some(NonNull::from(pd))
 }
 
 /// `peer.init` of a `dynamic_balancer` upstream.
@@ -105,7 +173,7 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
         let data = match (upstream_conf(us), zone_of(&*r)) {
             (Some(conf), Some(zone)) => {
                 let name = backend_name(r, conf).unwrap_or_default();
-                take_stash(r, name).or_else(|| prepare(r, conf, &zone))
+                take_prepared(r, name).or_else(|| prepare(r, conf, &zone))
             }
             _ => None,
         };
@@ -149,7 +217,9 @@ unsafe extern "C" fn set_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut
 unsafe extern "C" fn save_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) {}
 
 fn now_ms() -> u64 {
-    (unix_seconds() * 1000.0) as u64
+    // nginx's cached CLOCK_MONOTONIC milliseconds: no system call, and the
+    // same clock in every worker and in the writer thread (store::now_ms).
+    unsafe { ngx::ffi::ngx_current_msec as u64 }
 }
 
 /// `peer.get`: one endpoint for this attempt.
@@ -190,12 +260,12 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
 unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
     let backend = Rc::clone(&pd.backend);
     let n = backend.endpoints.len();
-    let now = now_ms();
+    let now_ms = now_ms();
     let healthy = |i: usize| {
         backend.endpoints[i]
             .state
             .and_then(|s| s.get())
-            .is_none_or(|s| s.usable(backend.max_fails, backend.fail_timeout_ms, now))
+            .is_none_or(|s| s.usable(backend.max_fails, backend.fail_timeout_ms, now_ms))
     };
     let tried = &pd.tried;
     let fresh = |i: usize| !tried.contains(i);
@@ -213,22 +283,25 @@ unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
             };
             let rr = backend.rr.borrow();
             let weight = |i: usize| u64::from(rr.weight(i));
-            let candidates = candidates(n, |i| fresh(i) && healthy(i)).or_else(|| candidates(n, fresh))?;
-            least_conn::pick(&candidates, conns, weight, |k| fastrand::usize(..k))
+            let random = |k: usize| fastrand::usize(..k);
+            least_conn::pick(n, |i| fresh(i) && healthy(i), conns, weight, random)
+                .or_else(|| least_conn::pick(n, fresh, conns, weight, random))
         }
         Balancing::Ewma => {
-            let secs = unix_seconds();
+            let secs = now_ms as f64 / 1000.0;
             let score = |i: usize| {
                 backend.endpoints[i]
                     .state
                     .and_then(|s| s.get())
                     .map_or(0.0, |s| s.score(secs))
             };
-            let candidates = candidates(n, |i| fresh(i) && healthy(i))
-                .or_else(|| candidates(n, fresh))
-                .or_else(|| candidates(n, |_| true))?;
-            let (i, score) = lua_compat::ewma::pick_two(&candidates, score, |k| fastrand::usize(..k))?;
-            variables::set(pd.request, Own::EwmaScore, format!("{score}").as_bytes());
+            let random = |k: usize| fastrand::usize(..k);
+            // Untried and healthy; else untried; else all (Lua resets its
+            // tried list when everything was tried).
+            let (i, score) = ewma::pick_two(n, |i| fresh(i) && healthy(i), score, random)
+                .or_else(|| ewma::pick_two(n, fresh, score, random))
+                .or_else(|| ewma::pick_two(n, |_| true, score, random))?;
+            pd.ewma_score = Some(score);
             Some(i)
         }
         Balancing::Chash { key, ring } => {
@@ -249,8 +322,7 @@ unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
                 in_set
             };
             if in_set.is_empty() {
-                let others = candidates(n, fresh)?;
-                return Some(others[fastrand::usize(..others.len())]);
+                return random_where(n, fresh);
             }
             Some(in_set[fastrand::usize(..in_set.len())])
         }
@@ -258,30 +330,10 @@ unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
     }
 }
 
-/// Eligible endpoints to choose from, without scanning large backends: up to
-/// [`least_conn::EXACT_LIMIT`] endpoints all are listed; beyond, two are drawn
-/// at random (power of two choices), with a scan only if draws keep missing.
-fn candidates(n: usize, eligible: impl Fn(usize) -> bool) -> Option<Vec<usize>> {
-    let list = if n <= least_conn::EXACT_LIMIT {
-        (0..n).filter(|i| eligible(*i)).collect::<Vec<_>>()
-    } else {
-        let mut drawn = Vec::with_capacity(2);
-        for _ in 0..SAMPLE_DRAWS {
-            let i = fastrand::usize(..n);
-            if eligible(i) && !drawn.contains(&i) {
-                drawn.push(i);
-                if drawn.len() == 2 {
-                    break;
-                }
-            }
-        }
-        if drawn.len() == 2 {
-            drawn
-        } else {
-            (0..n).filter(|i| eligible(*i)).collect()
-        }
-    };
-    (!list.is_empty()).then_some(list)
+/// One random endpoint among `0..n` for which `eligible` holds, without
+/// scanning large backends.
+fn random_where(n: usize, eligible: impl Fn(usize) -> bool) -> Option<usize> {
+    sample_two(n, eligible, |k| fastrand::usize(..k)).map(|(a, _)| a)
 }
 
 /// Sticky sessions, as `balancer/sticky.lua`: follow the cookie, unless there
@@ -311,7 +363,7 @@ unsafe fn pick_sticky(
     let usable = |i: usize| !pd.tried.contains(i) && healthy(i);
     let (i, key) = match sticky.mode {
         StickyMode::Balanced => {
-            let now = unix_seconds();
+            let now = now_ms() as f64 / 1000.0;
             let pid = ngx::ffi::ngx_pid;
             (1..=STICKY_NEW_KEY_TRIES).find_map(|k| {
                 let key = format!("{:.3}.{pid}.{}", now + f64::from(k), fastrand::u32(1..=999_999));
@@ -320,8 +372,7 @@ unsafe fn pick_sticky(
             })?
         }
         StickyMode::Persistent => {
-            let list = candidates(backend.endpoints.len(), usable)?;
-            let i = list[fastrand::usize(..list.len())];
+            let i = random_where(backend.endpoints.len(), usable)?;
             (
                 i,
                 persistent_key(
@@ -392,7 +443,7 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
         slot.record_success();
         if matches!(backend.algorithm, Balancing::Ewma) {
             if let Some(rtt) = last_round_trip(pd.request) {
-                slot.record_rtt(rtt, unix_seconds());
+                slot.record_rtt(rtt, now_ms() as f64 / 1000.0);
             }
         }
     })

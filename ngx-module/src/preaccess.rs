@@ -69,8 +69,7 @@ pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_in
         let Some(zone) = zone_of(req) else {
             return NGX_DECLINED as ngx_int_t;
         };
-        if let Some(data) = peer::prepare(r, conf, &zone) {
-            peer::stash(r, data);
+        if peer::prepare(r, conf, &zone).is_some() {
             return NGX_DECLINED as ngx_int_t;
         }
         let name = String::from_utf8_lossy(backend_name(r, conf).unwrap_or_default());

@@ -249,7 +249,7 @@ fn decoded(blob: NonNull<Blob>) -> Option<RuntimeBackend> {
 /// backend's new endpoints start at the mean score of its existing ones, so
 /// they are not flooded (Lua's slow start).
 fn add_endpoint_state(table: &EndpointTable, fresh: &[NonNull<Blob>]) {
-    let now = unix_seconds();
+    let now = now_ms() as f64 / 1000.0;
     for backend in fresh.iter().filter_map(|b| decoded(*b)) {
         let slow_start = matches!(backend.algorithm, Algorithm::Ewma)
             .then(|| {
@@ -282,12 +282,14 @@ fn remove_endpoint_state(table: &EndpointTable, next: &[NonNull<Blob>]) {
     table.retain(|addr| present.contains(addr));
 }
 
-/// Wall-clock seconds, the time base of EWMA scores (shared by workers and
-/// the writer thread, as Lua's `ngx.now()`).
-pub fn unix_seconds() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+/// CLOCK_MONOTONIC milliseconds, the clock of `ngx_current_msec`: the time
+/// base of the shared endpoint state, read here off the event loop (the
+/// writer thread, `/configuration/health`).
+pub fn now_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
 fn dangling() -> *mut Blob {

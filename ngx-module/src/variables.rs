@@ -7,20 +7,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ngx::ffi::{
     ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable, ngx_http_get_variable_index, ngx_http_request_t,
     ngx_http_variable_value_t, ngx_int_t, ngx_pnalloc, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_VAR_CHANGEABLE,
-    NGX_OK,
+    NGX_HTTP_VAR_NOCACHEABLE, NGX_OK,
 };
 
 use crate::guard::ffi_guard;
 
-/// Variables this module sets.
+/// Variables this module sets per request.
 #[derive(Clone, Copy)]
 pub enum Own {
     AlternativeUpstream = 0,
-    EwmaScore = 1,
 }
 
-const OWN_NAMES: [&str; 2] = ["proxy_alternative_upstream_name", "balancer_ewma_score"];
-static OWN_INDEX: [AtomicUsize; 2] = [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
+const OWN_NAMES: [&str; 1] = ["proxy_alternative_upstream_name"];
+static OWN_INDEX: [AtomicUsize; 1] = [AtomicUsize::new(usize::MAX)];
 
 /// `preconfiguration`: declares our variables (changeable, so that an
 /// ingress-nginx template's `set $proxy_alternative_upstream_name "";` works).
@@ -36,6 +35,32 @@ pub unsafe fn declare(cf: *mut ngx_conf_t) -> ngx_int_t {
         }
         (*v).get_handler = Some(empty_value);
     }
+    // Computed when read, from the request's balancer state.
+    let mut name = ngx_str_t::from_str((*cf).pool, "balancer_ewma_score");
+    let flags = NGX_HTTP_VAR_CHANGEABLE | NGX_HTTP_VAR_NOCACHEABLE;
+    let v = ngx_http_add_variable(cf, &mut name, flags as ngx_uint_t);
+    if v.is_null() {
+        return NGX_ERROR as ngx_int_t;
+    }
+    (*v).get_handler = Some(crate::peer::ewma_score_variable);
+    NGX_OK as ngx_int_t
+}
+
+/// Fills `v` with a copy of `value` in the request pool.
+///
+/// # Safety
+/// `r` is a live request; `v` its variable slot.
+pub unsafe fn fill(r: *mut ngx_http_request_t, v: *mut ngx_http_variable_value_t, value: &[u8]) -> ngx_int_t {
+    let data = ngx_pnalloc((*r).pool, value.len().max(1)).cast::<u8>();
+    if data.is_null() {
+        return NGX_ERROR as ngx_int_t;
+    }
+    std::ptr::copy_nonoverlapping(value.as_ptr(), data, value.len());
+    (*v).set_len(value.len() as u32);
+    (*v).set_valid(1);
+    (*v).set_no_cacheable(0);
+    (*v).set_not_found(0);
+    (*v).data = data;
     NGX_OK as ngx_int_t
 }
 

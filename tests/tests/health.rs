@@ -81,7 +81,7 @@ fn when_every_endpoint_is_down_all_are_still_tried() {
 #[test]
 fn health_and_ewma_state_survive_reload() {
     let ng = Nginx::builder().workers(2).start();
-        // 20 ms, so the round trip registers (nginx times upstreams in ms).
+    // 20 ms, so the round trip registers (nginx times upstreams in ms).
     let (fast, dead) = (Upstream::start_slow(Duration::from_millis(20)), dead_endpoint());
     let dead_port: u16 = dead["port"].as_str().unwrap().parse().unwrap();
     let mut bk = backend("web", &[fast.endpoint(), dead]);

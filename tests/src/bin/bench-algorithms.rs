@@ -1,0 +1,100 @@
+//! Balancing algorithms side by side in one front nginx (one worker):
+//! req/s of each algorithm against round_robin, and of each algorithm with
+//! 10,000 endpoints in one backend against the same algorithm with 2.
+//!
+//! Only two upstream servers exist (tests listen on 127.0.0.1 only), so the
+//! 10,000 endpoints alternate between their two addresses; every pick still
+//! runs over the 10,000-entry backend.
+//!
+//! `cargo run --release -p tests --bin bench-algorithms [-- ROUNDS SECONDS]`
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use tests::bench::{median, upstream_pair, wrk, Proc};
+use tests::free_port;
+
+fn backend(name: &str, n: usize, a: u16, b: u16, extra: Value) -> Value {
+    let eps: Vec<Value> = (0..n)
+        .map(|i| json!({"address": "127.0.0.1", "port": (if i % 2 == 0 { a } else { b }).to_string()}))
+        .collect();
+    let mut v = json!({"name": name, "endpoints": eps});
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+fn main() {
+    let args: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let (rounds, seconds) = (args.first().copied().unwrap_or(3), args.get(1).copied().unwrap_or(4));
+    let (_upstreams, a, b) = upstream_pair();
+    let (port, api_port) = (free_port(), free_port());
+    let _front = Proc::start(&format!(
+        r#"worker_processes 1;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    dynamic_balancer_zone 256m;
+    upstream dynamic {{ server 0.0.0.1; dynamic_balancer $http_x_backend; keepalive 32; }}
+    server {{ listen 127.0.0.1:{port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
+    server {{ listen 127.0.0.1:{api_port}; location /configuration {{ client_max_body_size 64m; client_body_buffer_size 64m; dynamic_balancer_api; }} }}
+}}
+"#
+    ));
+    let algorithms: [(&str, Value); 4] = [
+        ("round_robin", json!({})),
+        ("ewma", json!({"load-balance": "ewma"})),
+        ("least_conn", json!({"load-balance": "least_conn"})),
+        (
+            "chash",
+            json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri$http_x_n"}}),
+        ),
+    ];
+    let mut list = Vec::new();
+    for (name, extra) in &algorithms {
+        list.push(backend(&format!("{name}-2"), 2, a, b, extra.clone()));
+        list.push(backend(&format!("{name}-10k"), 10_000, a, b, extra.clone()));
+    }
+    let posted = ureq::post(&format!("http://127.0.0.1:{api_port}/configuration/backends"))
+        .send(&Value::Array(list).to_string());
+    assert_eq!(posted.map(|r| r.status().as_u16()).ok(), Some(201), "POST failed");
+
+    let url = format!("http://127.0.0.1:{port}/");
+    let names: Vec<String> = algorithms
+        .iter()
+        .flat_map(|(n, _)| [format!("{n}-2"), format!("{n}-10k")])
+        .collect();
+    for name in &names {
+        // Warm up: the first request per worker builds the backend (the 10k
+        // chash ring has 1.6 M points).
+        wrk(&url, 1, 8, &[&format!("X-Backend: {name}")]);
+    }
+    let mut rps: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for round in 0..rounds {
+        let mut order = names.clone();
+        order.rotate_left(round as usize % names.len());
+        for name in &order {
+            let run = wrk(&url, seconds, 32, &[&format!("X-Backend: {name}")]);
+            assert_eq!(run.non_2xx, 0, "{name}: errors");
+            rps.entry(name.clone()).or_default().push(run.rps);
+        }
+    }
+    let med = |n: &str| median(rps[n].clone());
+    println!("backend          median req/s   runs");
+    for name in &names {
+        println!(
+            "{name:<16} {:>12.0}   {:?}",
+            med(name),
+            rps[name].iter().map(|v| *v as u64).collect::<Vec<_>>()
+        );
+    }
+    println!("\nalgorithm     ratio to round_robin (2 endpoints)   ratio 10,000 / 2 endpoints");
+    for (name, _) in &algorithms {
+        println!(
+            "{name:<13} {:>34.3}   {:>26.3}",
+            med(&format!("{name}-2")) / med("round_robin-2"),
+            med(&format!("{name}-10k")) / med(&format!("{name}-2"))
+        );
+    }
+}
