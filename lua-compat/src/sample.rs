@@ -53,7 +53,7 @@ mod tests {
     fn small_backends_are_sampled_among_eligible_only() {
         for seed in 0..50u64 {
             let mut rng = fastrand_like(seed);
-            let (a, b) = sample_two(10, |i| i % 3 == 0, |k| rng(k)).unwrap();
+            let (a, b) = sample_two(10, |i| i % 3 == 0, &mut rng).unwrap();
             assert!(a % 3 == 0 && b.unwrap() % 3 == 0 && Some(a) != b);
         }
         assert_eq!(sample_two(5, |i| i == 4, |_| 0), Some((4, None)));
