@@ -102,6 +102,9 @@ struct Recycled(Option<Box<Option<PeerData>>>);
 const MAX_RECYCLED: usize = 4096;
 
 thread_local! {
+    // Boxed on purpose: nginx holds pointers into them, so they must not
+    // move when the Vec grows.
+    #[allow(clippy::vec_box)]
     static RECYCLED: std::cell::RefCell<Vec<Box<Option<PeerData>>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
