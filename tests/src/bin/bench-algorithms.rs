@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
-use tests::bench::{median, upstream_pair, wrk, Proc};
+use tests::bench::{cpu_seconds, median, upstream_pair, wrk, Proc};
 use tests::free_port;
 
 fn backend(name: &str, n: usize, a: u16, b: u16, extra: Value) -> Value {
@@ -30,7 +30,7 @@ fn main() {
     let (rounds, seconds) = (args.first().copied().unwrap_or(3), args.get(1).copied().unwrap_or(4));
     let (_upstreams, a, b) = upstream_pair();
     let (port, api_port) = (free_port(), free_port());
-    let _front = Proc::start(&format!(
+    let front = Proc::start(&format!(
         r#"worker_processes 1;
 events {{ worker_connections 4096; }}
 http {{
@@ -70,31 +70,38 @@ http {{
         // chash ring has 1.6 M points).
         wrk(&url, 1, 8, &[&format!("X-Backend: {name}")]);
     }
+    let worker = front.worker_pids()[0];
     let mut rps: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut cpu: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for round in 0..rounds {
         let mut order = names.clone();
         order.rotate_left(round as usize % names.len());
         for name in &order {
+            let before = cpu_seconds(worker);
             let run = wrk(&url, seconds, 32, &[&format!("X-Backend: {name}")]);
             assert_eq!(run.non_2xx, 0, "{name}: errors");
             rps.entry(name.clone()).or_default().push(run.rps);
+            let us = (cpu_seconds(worker) - before) * 1e6 / run.requests.max(1) as f64;
+            cpu.entry(name.clone()).or_default().push(us);
         }
     }
     let med = |n: &str| median(rps[n].clone());
-    println!("backend          median req/s   runs");
+    let cpu_med = |n: &str| median(cpu[n].clone());
+    println!("backend          median req/s  median CPU us/req   runs (req/s)");
     for name in &names {
-        println!(
-            "{name:<16} {:>12.0}   {:?}",
-            med(name),
-            rps[name].iter().map(|v| *v as u64).collect::<Vec<_>>()
-        );
+        let runs: Vec<u64> = rps[name].iter().map(|v| *v as u64).collect();
+        println!("{name:<16} {:>12.0}  {:>17.2}   {runs:?}", med(name), cpu_med(name));
     }
-    println!("\nalgorithm     ratio to round_robin (2 endpoints)   ratio 10,000 / 2 endpoints");
+    println!("\n              to round_robin (2 endpoints)     10,000 / 2 endpoints");
+    println!("algorithm       req/s ratio   CPU ratio        req/s ratio   CPU ratio");
     for (name, _) in &algorithms {
+        let (two, big) = (format!("{name}-2"), format!("{name}-10k"));
         println!(
-            "{name:<13} {:>34.3}   {:>26.3}",
-            med(&format!("{name}-2")) / med("round_robin-2"),
-            med(&format!("{name}-10k")) / med(&format!("{name}-2"))
+            "{name:<13} {:>13.3} {:>11.3} {:>18.3} {:>11.3}",
+            med(&two) / med("round_robin-2"),
+            cpu_med("round_robin-2") / cpu_med(&two),
+            med(&big) / med(&two),
+            cpu_med(&two) / cpu_med(&big),
         );
     }
 }

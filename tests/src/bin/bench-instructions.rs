@@ -1,0 +1,144 @@
+//! Instructions per request, counted by `valgrind --tool=callgrind` on the
+//! front nginx (single process). Unlike req/s on a shared 2-core machine,
+//! the count is repeatable, so small differences between algorithms show.
+//!
+//! For each backend it runs nginx twice, with N and 11·N keep-alive requests,
+//! and reports (Ir(11·N) − Ir(N)) / 10·N: start-up and shutdown cancel out.
+//! Backends: stock `upstream { server A; server B; keepalive 32; }`, then
+//! every algorithm with 2 and with 10,000 endpoints.
+//!
+//! `cargo run --release -p tests --bin bench-instructions [-- N]` (needs valgrind)
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tests::bench::upstream_pair;
+use tests::{artifacts, free_port};
+
+fn backend(name: &str, n: usize, a: u16, b: u16, extra: &Value) -> Value {
+    let eps: Vec<Value> =
+        (0..n).map(|i| json!({"address": "127.0.0.1", "port": (if i % 2 == 0 { a } else { b }).to_string()})).collect();
+    let mut v = json!({"name": name, "endpoints": eps});
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+/// Sends `count` requests on one keep-alive connection.
+fn requests(port: u16, backend: &str, count: usize) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..count {
+        write!(s, "GET /k HTTP/1.1\r\nHost: x\r\nX-Backend: {backend}\r\n\r\n").unwrap();
+        let (mut line, mut length) = (String::new(), 0usize);
+        reader.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{backend}: {line}");
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+    }
+}
+
+/// Total instructions of one nginx run serving `count` requests for `backend`.
+fn run(conf: &str, body: &str, port: u16, api: u16, backend: &str, count: usize) -> u64 {
+    let (nginx, _) = artifacts();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let out = dir.path().join("callgrind.out");
+    let mut vg = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file"])
+        .arg(&out)
+        .arg(&nginx)
+        .arg("-p")
+        .arg(format!("{}/", dir.path().display()))
+        .args(["-c", "nginx.conf", "-e", "logs/error.log"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("valgrind is installed");
+        // Parsing megabytes of JSON under valgrind takes a while.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        match ureq::post(&format!("http://127.0.0.1:{api}/configuration/backends")).send(body) {
+            Ok(r) if r.status() == 201 => break,
+            Ok(r) => panic!("POST answered {}", r.status()),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "nginx under valgrind did not come up: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    if backend != "stock" {
+        requests(port, backend, 1); // builds the backend in the worker
+    }
+    requests(port, backend, count);
+    // SAFETY: signalling the valgrind process we started.
+    unsafe { libc::kill(vg.id() as libc::pid_t, libc::SIGQUIT) };
+    vg.wait().unwrap();
+    let text = std::fs::read_to_string(&out).unwrap();
+    text.lines().find_map(|l| l.strip_prefix("totals: ")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
+}
+
+fn main() {
+    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let (_upstreams, a, b) = upstream_pair();
+    let (port, stock_port, api) = (free_port(), free_port(), free_port());
+    let (_, module) = artifacts();
+    let conf = format!(
+        r#"load_module {module};
+master_process off; daemon off; worker_processes 1; error_log logs/error.log warn; pid logs/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off; keepalive_requests 1000000;
+    upstream stock {{ server 127.0.0.1:{a}; server 127.0.0.1:{b}; keepalive 32; }}
+    upstream dynamic {{ server 0.0.0.1; dynamic_balancer $http_x_backend; keepalive 32; }}
+    server {{ listen 127.0.0.1:{stock_port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://stock; }} }}
+    server {{ listen 127.0.0.1:{port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
+    server {{ listen 127.0.0.1:{api}; location /configuration {{ client_max_body_size 64m; client_body_buffer_size 64m; dynamic_balancer_api; }} }}
+}}
+"#,
+        module = module.display()
+    );
+    let algorithms = [
+        ("round_robin", json!({})),
+        ("ewma", json!({"load-balance": "ewma"})),
+        ("least_conn", json!({"load-balance": "least_conn"})),
+        ("chash", json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri"}})),
+    ];
+    let mut list = Vec::new();
+    for (name, extra) in &algorithms {
+        list.push(backend(&format!("{name}-2"), 2, a, b, extra));
+        list.push(backend(&format!("{name}-10k"), 10_000, a, b, extra));
+    }
+    let body = Value::Array(list).to_string();
+    let per_request = |name: &str, target: u16| {
+        let small = run(&conf, &body, target, api, name, n);
+        let large = run(&conf, &body, target, api, name, 11 * n);
+        (large - small) as f64 / (10 * n) as f64
+    };
+    let stock = per_request("stock", stock_port);
+    println!("instructions per request (callgrind, front worker), {n} and {} requests", 11 * n);
+    println!("stock round-robin            {stock:>8.0}");
+    for (name, _) in &algorithms {
+        let (two, big) = (per_request(&format!("{name}-2"), port), per_request(&format!("{name}-10k"), port));
+        println!(
+            "{name:<12} 2 endpoints {two:>8.0} ({:.3} of stock)   10,000 endpoints {big:>8.0} (2/10k {:.3})",
+            stock / two,
+            two / big
+        );
+    }
+}
