@@ -59,17 +59,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on the master we started.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGQUIT) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::stop_child(&mut self.child);
     }
 }
 

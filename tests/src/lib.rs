@@ -46,6 +46,21 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Stops a process we started: SIGQUIT (graceful), then SIGKILL after 5 s.
+pub fn stop_child(child: &mut std::process::Child) {
+    // SAFETY: kill(2) on a process we started and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGQUIT) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// A port with nothing listening on it: connections are refused.
 pub fn dead_port() -> u16 {
     free_port()

@@ -381,16 +381,7 @@ fn process_alive(pid: i64) -> bool {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        signal(self.pid() as i64, libc::SIGQUIT);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::stop_child(&mut self.child);
     }
 }
 

@@ -183,6 +183,27 @@ fn bad_writes_are_refused_whole() {
     assert_eq!(ng.status()["generation"], 1, "no refused write bumped the generation");
 }
 
+/// POSTs `body` chunked, in pieces of `size` (2 ms apart when `slow`, so
+/// that nginx reads it asynchronously); returns the raw answer.
+fn post_chunked(port: u16, body: &str, size: usize, slow: bool) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head =
+        "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    s.write_all(head.as_bytes()).unwrap();
+    for part in body.as_bytes().chunks(size) {
+        write!(s, "{:x}\r\n", part.len()).unwrap();
+        s.write_all(part).unwrap();
+        s.write_all(b"\r\n").unwrap();
+        if slow {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+}
+
 fn endpoints(i: usize, n: usize) -> Vec<Value> {
     (0..n)
         .map(|j| json!({"address": format!("10.{}.{}.{}", i / 250, i % 250, j % 250 + 1), "port": (8080 + j / 250).to_string()}))
@@ -211,41 +232,13 @@ fn oversize_body_gets_json_413() {
     assert!(r.json()["error"].as_str().unwrap().contains("client_max_body_size"));
 
     // Chunked: no Content-Length to check up front.
-    let mut s = TcpStream::connect(("127.0.0.1", ng.api_port)).unwrap();
-    let chunk = big.as_bytes();
-    write!(
-        s,
-        "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    for part in chunk.chunks(1000) {
-        write!(s, "{:x}\r\n", part.len()).unwrap();
-        s.write_all(part).unwrap();
-        s.write_all(b"\r\n").unwrap();
-    }
-    s.write_all(b"0\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
+    let answer = post_chunked(ng.api_port, &big, 1000, false);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}\n{}", ng.error_log());
 
     // Chunked and slow, so nginx reads it asynchronously: the limit still
     // holds, nothing past it is stored, and the answer is still JSON.
-    let mut s = TcpStream::connect(("127.0.0.1", ng.api_port)).unwrap();
-    write!(
-        s,
-        "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
-    .unwrap();
     let big = many_backends(400, 2).to_string();
-    for part in big.as_bytes().chunks(4000) {
-        write!(s, "{:x}\r\n", part.len()).unwrap();
-        s.write_all(part).unwrap();
-        s.write_all(b"\r\n").unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    s.write_all(b"0\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
+    let answer = post_chunked(ng.api_port, &big, 4000, true);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}\n{}", ng.error_log());
     assert!(answer.contains("client_max_body_size"), "{answer}");
 
@@ -260,21 +253,7 @@ fn slow_chunked_body_within_the_limit_is_applied() {
         .api_extra("client_max_body_size 1m; client_body_buffer_size 4k;")
         .start();
     let body = many_backends(100, 2).to_string();
-    let mut s = TcpStream::connect(("127.0.0.1", ng.api_port)).unwrap();
-    write!(
-        s,
-        "POST /configuration/backends HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    for part in body.as_bytes().chunks(3000) {
-        write!(s, "{:x}\r\n", part.len()).unwrap();
-        s.write_all(part).unwrap();
-        s.write_all(b"\r\n").unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    s.write_all(b"0\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
+    let answer = post_chunked(ng.api_port, &body, 3000, true);
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}\n{}", ng.error_log());
     assert_eq!(ng.status()["backends"], 100);
 }

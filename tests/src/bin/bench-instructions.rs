@@ -19,8 +19,9 @@ use tests::bench::upstream_pair;
 use tests::{artifacts, free_port};
 
 fn backend(name: &str, n: usize, a: u16, b: u16, extra: &Value) -> Value {
-    let eps: Vec<Value> =
-        (0..n).map(|i| json!({"address": "127.0.0.1", "port": (if i % 2 == 0 { a } else { b }).to_string()})).collect();
+    let eps: Vec<Value> = (0..n)
+        .map(|i| json!({"address": "127.0.0.1", "port": (if i % 2 == 0 { a } else { b }).to_string()}))
+        .collect();
     let mut v = json!({"name": name, "endpoints": eps});
     for (k, x) in extra.as_object().unwrap() {
         v[k] = x.clone();
@@ -70,7 +71,7 @@ fn run(conf: &str, body: &str, port: u16, api: u16, backend: &str, count: usize)
         .stderr(Stdio::null())
         .spawn()
         .expect("valgrind is installed");
-        // Parsing megabytes of JSON under valgrind takes a while.
+    // Parsing megabytes of JSON under valgrind takes a while.
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         match ureq::post(&format!("http://127.0.0.1:{api}/configuration/backends")).send(body) {
@@ -90,7 +91,10 @@ fn run(conf: &str, body: &str, port: u16, api: u16, backend: &str, count: usize)
     unsafe { libc::kill(vg.id() as libc::pid_t, libc::SIGQUIT) };
     vg.wait().unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
-    text.lines().find_map(|l| l.strip_prefix("totals: ")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
+    text.lines()
+        .find_map(|l| l.strip_prefix("totals: "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
 }
 
 fn main() {
@@ -117,7 +121,10 @@ http {{
         ("round_robin", json!({})),
         ("ewma", json!({"load-balance": "ewma"})),
         ("least_conn", json!({"load-balance": "least_conn"})),
-        ("chash", json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri"}})),
+        (
+            "chash",
+            json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri"}}),
+        ),
     ];
     let mut list = Vec::new();
     for (name, extra) in &algorithms {
@@ -131,10 +138,16 @@ http {{
         (large - small) as f64 / (10 * n) as f64
     };
     let stock = per_request("stock", stock_port);
-    println!("instructions per request (callgrind, front worker), {n} and {} requests", 11 * n);
+    println!(
+        "instructions per request (callgrind, front worker), {n} and {} requests",
+        11 * n
+    );
     println!("stock round-robin            {stock:>8.0}");
     for (name, _) in &algorithms {
-        let (two, big) = (per_request(&format!("{name}-2"), port), per_request(&format!("{name}-10k"), port));
+        let (two, big) = (
+            per_request(&format!("{name}-2"), port),
+            per_request(&format!("{name}-10k"), port),
+        );
         println!(
             "{name:<12} 2 endpoints {two:>8.0} ({:.3} of stock)   10,000 endpoints {big:>8.0} (2/10k {:.3})",
             stock / two,
