@@ -61,8 +61,8 @@ fn run(conf: &str, body: &str, port: u16, api: u16, backend: &str, count: usize)
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
     let out = dir.path().join("callgrind.out");
     let mut vg = Command::new("valgrind")
-        .args(["--tool=callgrind", "--callgrind-out-file"])
-        .arg(&out)
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(&nginx)
         .arg("-p")
         .arg(format!("{}/", dir.path().display()))
