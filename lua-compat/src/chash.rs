@@ -69,7 +69,7 @@ impl ChashRing {
     /// The first node at or after `key`'s position that `usable` accepts,
     /// walking the ring; `None` if no node is usable.
     pub fn find_usable(&self, key: &[u8], nodes: usize, usable: impl Fn(usize) -> bool) -> Option<usize> {
-                let (mut node, mut pos) = self.find(key)?;
+        let (mut node, mut pos) = self.find(key)?;
         // The common case, in O(log n): the key's own node is usable. Only a
         // walk (retries, ejected endpoints) tracks which nodes it has seen.
         if usable(node) {

@@ -7,7 +7,7 @@
 //! Backends: stock `upstream { server A; server B; keepalive 32; }`, then
 //! every algorithm with 2 and with 10,000 endpoints.
 //!
-//! `cargo run --release -p tests --bin bench-instructions [-- N]` (needs valgrind)
+//! `cargo run --release -p tests --bin bench-instructions [-- N [ALGORITHM]]` (needs valgrind)
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -143,7 +143,11 @@ http {{
         11 * n
     );
     println!("stock round-robin            {stock:>8.0}");
-    for (name, _) in &algorithms {
+    let only = std::env::args().nth(2);
+    for (name, _) in algorithms
+        .iter()
+        .filter(|(n, _)| only.as_deref().is_none_or(|o| o == *n))
+    {
         let (two, big) = (
             per_request(&format!("{name}-2"), port),
             per_request(&format!("{name}-10k"), port),
