@@ -154,3 +154,29 @@ pub fn upstream_pair() -> (Proc, u16, u16) {
     );
     (Proc::start(&conf), a, b)
 }
+
+/// A backend of `n` endpoints alternating between upstream ports `a` and `b`,
+/// with `extra` fields merged in (the algorithm benchmarks' synthetic set).
+pub fn alternating_backend(name: &str, n: usize, a: u16, b: u16, extra: &serde_json::Value) -> serde_json::Value {
+    let eps: Vec<serde_json::Value> = (0..n)
+        .map(|i| serde_json::json!({"address": "127.0.0.1", "port": (if i % 2 == 0 { a } else { b }).to_string()}))
+        .collect();
+    let mut v = serde_json::json!({"name": name, "endpoints": eps});
+    for (k, x) in extra.as_object().expect("an object of fields") {
+        v[k] = x.clone();
+    }
+    v
+}
+
+/// The algorithms the benchmarks compare, with the fields that select them.
+pub fn algorithm_variants() -> [(&'static str, serde_json::Value); 4] {
+    [
+        ("round_robin", serde_json::json!({})),
+        ("ewma", serde_json::json!({"load-balance": "ewma"})),
+        ("least_conn", serde_json::json!({"load-balance": "least_conn"})),
+        (
+            "chash",
+            serde_json::json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri"}}),
+        ),
+    ]
+}

@@ -10,20 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
-use tests::bench::{cpu_seconds, median, upstream_pair, wrk, Proc};
+use serde_json::Value;
+use tests::bench::{algorithm_variants, alternating_backend, cpu_seconds, median, upstream_pair, wrk, Proc};
 use tests::free_port;
-
-fn backend(name: &str, n: usize, a: u16, b: u16, extra: Value) -> Value {
-    let eps: Vec<Value> = (0..n)
-        .map(|i| json!({"address": "127.0.0.1", "port": (if i % 2 == 0 { a } else { b }).to_string()}))
-        .collect();
-    let mut v = json!({"name": name, "endpoints": eps});
-    for (k, x) in extra.as_object().unwrap() {
-        v[k] = x.clone();
-    }
-    v
-}
 
 fn main() {
     let args: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
@@ -42,19 +31,11 @@ http {{
 }}
 "#
     ));
-    let algorithms: [(&str, Value); 4] = [
-        ("round_robin", json!({})),
-        ("ewma", json!({"load-balance": "ewma"})),
-        ("least_conn", json!({"load-balance": "least_conn"})),
-        (
-            "chash",
-            json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri$http_x_n"}}),
-        ),
-    ];
+    let algorithms = algorithm_variants();
     let mut list = Vec::new();
     for (name, extra) in &algorithms {
-        list.push(backend(&format!("{name}-2"), 2, a, b, extra.clone()));
-        list.push(backend(&format!("{name}-10k"), 10_000, a, b, extra.clone()));
+        list.push(alternating_backend(&format!("{name}-2"), 2, a, b, extra));
+        list.push(alternating_backend(&format!("{name}-10k"), 10_000, a, b, extra));
     }
     let posted = ureq::post(&format!("http://127.0.0.1:{api_port}/configuration/backends"))
         .send(&Value::Array(list).to_string());

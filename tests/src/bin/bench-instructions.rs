@@ -14,20 +14,9 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use tests::bench::upstream_pair;
+use serde_json::Value;
+use tests::bench::{algorithm_variants, alternating_backend, upstream_pair};
 use tests::{artifacts, free_port};
-
-fn backend(name: &str, n: usize, a: u16, b: u16, extra: &Value) -> Value {
-    let eps: Vec<Value> = (0..n)
-        .map(|i| json!({"address": "127.0.0.1", "port": (if i % 2 == 0 { a } else { b }).to_string()}))
-        .collect();
-    let mut v = json!({"name": name, "endpoints": eps});
-    for (k, x) in extra.as_object().unwrap() {
-        v[k] = x.clone();
-    }
-    v
-}
 
 /// Sends `count` requests on one keep-alive connection.
 fn requests(port: u16, backend: &str, count: usize) {
@@ -117,19 +106,11 @@ http {{
 "#,
         module = module.display()
     );
-    let algorithms = [
-        ("round_robin", json!({})),
-        ("ewma", json!({"load-balance": "ewma"})),
-        ("least_conn", json!({"load-balance": "least_conn"})),
-        (
-            "chash",
-            json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri"}}),
-        ),
-    ];
+    let algorithms = algorithm_variants();
     let mut list = Vec::new();
     for (name, extra) in &algorithms {
-        list.push(backend(&format!("{name}-2"), 2, a, b, extra));
-        list.push(backend(&format!("{name}-10k"), 10_000, a, b, extra));
+        list.push(alternating_backend(&format!("{name}-2"), 2, a, b, extra));
+        list.push(alternating_backend(&format!("{name}-10k"), 10_000, a, b, extra));
     }
     let body = Value::Array(list).to_string();
     let per_request = |name: &str, target: u16| {
