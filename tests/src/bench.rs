@@ -5,7 +5,7 @@
 //! numbers on a shared 2-core machine swing too much to mean anything alone.
 
 use std::fs;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::artifacts;
@@ -18,7 +18,7 @@ pub struct Proc {
 
 impl Proc {
     pub fn start(conf: &str) -> Proc {
-        let (binary, module) = artifacts();
+        let (_, module) = artifacts();
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("logs")).unwrap();
         let text = format!(
@@ -26,13 +26,7 @@ impl Proc {
             module.display()
         );
         fs::write(dir.path().join("nginx.conf"), text).unwrap();
-        let child = Command::new(binary)
-            .arg("-p")
-            .arg(format!("{}/", dir.path().display()))
-            .args(["-c", "nginx.conf", "-e", "logs/error.log"])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = crate::nginx_command(dir.path()).spawn().unwrap();
         let p = Proc { child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         while p.worker_pids().is_empty() {

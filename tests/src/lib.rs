@@ -34,6 +34,17 @@ pub fn artifacts() -> (PathBuf, PathBuf) {
     (nginx, module)
 }
 
+/// The built nginx, pointed at the `nginx.conf` and `logs/` of `prefix`.
+pub fn nginx_command(prefix: &std::path::Path) -> std::process::Command {
+    let (nginx, _) = artifacts();
+    let mut cmd = std::process::Command::new(nginx);
+    cmd.arg("-p")
+        .arg(format!("{}/", prefix.display()))
+        .args(["-c", "nginx.conf", "-e", "logs/error.log"]);
+    cmd.stdin(std::process::Stdio::null());
+    cmd
+}
+
 /// A loopback port nobody in this process has been given yet.
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);

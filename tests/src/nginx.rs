@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -156,7 +156,7 @@ http {{
 
     /// Writes the configuration without starting nginx, for `nginx -t` tests.
     pub fn test_config(self) -> Output {
-        let (nginx, module) = artifacts();
+        let (_, module) = artifacts();
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("logs")).unwrap();
         fs::write(
@@ -164,28 +164,17 @@ http {{
             self.render(&module, free_port(), free_port()),
         )
         .unwrap();
-        Command::new(nginx)
-            .arg("-p")
-            .arg(format!("{}/", dir.path().display()))
-            .args(["-c", "nginx.conf", "-e", "logs/error.log", "-t"])
-            .output()
-            .unwrap()
+        crate::nginx_command(dir.path()).arg("-t").output().unwrap()
     }
 
     /// Starts nginx and waits until every worker reports in `/configuration/status`.
     pub fn start(self) -> Nginx {
-        let (binary, module) = artifacts();
+        let (_, module) = artifacts();
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("logs")).unwrap();
         let (port, api_port) = (free_port(), free_port());
         fs::write(dir.path().join("nginx.conf"), self.render(&module, port, api_port)).unwrap();
-        let child = Command::new(&binary)
-            .arg("-p")
-            .arg(format!("{}/", dir.path().display()))
-            .args(["-c", "nginx.conf", "-e", "logs/error.log"])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = crate::nginx_command(dir.path()).spawn().unwrap();
         let nginx = Nginx {
             child,
             dir,
