@@ -1,0 +1,13 @@
+//! ingress-controller: the control plane for ngx_http_dynamic_balancer_module.
+//!
+//! - [`source`]: where objects come from (Kubernetes watchers, or a manifest
+//!   directory), both producing a [`snapshot::Snapshot`].
+//! - [`model`]: the pure ingress-nginx model builder.
+//! - [`render`]: nginx.conf from a minijinja template, injection-proof.
+//! - [`nginx`]: running, testing and reloading nginx, and pushing backends.
+//! - [`sync`]: the two paths, structural (render, test, reload) and dynamic
+//!   (per-backend pushes), which never wait on each other.
+
+pub mod model;
+pub mod render;
+pub mod snapshot;

@@ -1,0 +1,479 @@
+//! `nginx.ingress.kubernetes.io/*` annotations, parsed into typed values.
+//!
+//! Each annotation is parsed on its own: a bad value drops that annotation
+//! only and yields a [`Problem`] saying why, so one typo never takes a whole
+//! Ingress down and no raw user string survives into the model.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::values::{
+    parse_cidrs, HeaderName, Host, Invalid, Origin, RedirectUrl, RewriteTarget, Seconds, Size, UrlPath,
+};
+
+pub const PREFIX: &str = "nginx.ingress.kubernetes.io/";
+
+/// A refused or ignored annotation, reported as a log line and an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub annotation: String,
+    pub reason: String,
+}
+
+/// The protocol nginx speaks to the backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendProtocol {
+    #[default]
+    Http,
+    Https,
+    Grpc,
+    Grpcs,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Cors {
+    pub allow_origin: Vec<Origin>,
+    pub allow_methods: Vec<HeaderName>,
+    pub allow_headers: Vec<HeaderName>,
+    pub expose_headers: Vec<HeaderName>,
+    pub allow_credentials: bool,
+    pub max_age: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Canary {
+    pub weight: i64,
+    pub weight_total: i64,
+    pub by_header: String,
+    pub by_header_value: String,
+    pub by_header_pattern: String,
+    pub by_cookie: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Affinity {
+    pub mode: String,
+    pub canary_behavior: String,
+    pub cookie_name: String,
+    pub path: String,
+    pub domain: String,
+    pub expires: String,
+    pub max_age: String,
+    pub secure: bool,
+    pub samesite: String,
+    pub conditional_samesite_none: bool,
+    pub change_on_failure: bool,
+}
+
+/// Everything this controller understands from one Ingress's annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Annotations {
+    // Backend (dynamic) settings: they only reach the JSON pushed to nginx.
+    pub load_balance: Option<String>,
+    pub upstream_hash_by: Option<String>,
+    pub upstream_hash_by_subset: bool,
+    pub upstream_hash_by_subset_size: Option<i64>,
+    pub affinity: Option<Affinity>,
+    pub canary: Option<Canary>,
+    pub service_upstream: bool,
+
+    // Location and server (structural) settings.
+    pub rewrite_target: Option<RewriteTarget>,
+    pub use_regex: bool,
+    pub ssl_redirect: Option<bool>,
+    pub force_ssl_redirect: bool,
+    pub app_root: Option<UrlPath>,
+    pub permanent_redirect: Option<(RedirectUrl, u16)>,
+    pub temporal_redirect: Option<(RedirectUrl, u16)>,
+    pub proxy_body_size: Option<Size>,
+    pub proxy_connect_timeout: Option<Seconds>,
+    pub proxy_read_timeout: Option<Seconds>,
+    pub proxy_send_timeout: Option<Seconds>,
+    pub proxy_next_upstream: Option<Vec<String>>,
+    pub proxy_next_upstream_tries: Option<u32>,
+    pub proxy_buffering: Option<bool>,
+    pub backend_protocol: BackendProtocol,
+    pub upstream_vhost: Option<Host>,
+    pub cors: Option<Cors>,
+    pub allow_source_range: Vec<String>,
+    pub deny_source_range: Vec<String>,
+    pub limit_rps: Option<u32>,
+    pub limit_connections: Option<u32>,
+    pub server_alias: Vec<Host>,
+    pub default_backend: Option<String>,
+    pub custom_http_errors: Vec<u16>,
+    pub configuration_snippet: Option<String>,
+    pub server_snippet: Option<String>,
+}
+
+/// Go's `strconv.ParseBool`, which ingress-nginx uses for every flag.
+fn parse_bool(s: &str) -> Result<bool, Invalid> {
+    match s.trim() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        other => Err(Invalid(format!("not a boolean: {other:?}"))),
+    }
+}
+
+fn parse_int<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, Invalid> {
+    s.trim().parse().map_err(|_| Invalid(format!("not {what}: {s:?}")))
+}
+
+/// Words made of `[A-Za-z0-9_-]` only: algorithm names, cookie names.
+fn parse_word(s: &str, what: &str) -> Result<String, Invalid> {
+    let t = s.trim();
+    if t.is_empty() || t.len() > 256 || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(Invalid(format!("not {what}: {s:?}")));
+    }
+    Ok(t.to_string())
+}
+
+fn one_of(s: &str, allowed: &[&str], what: &str) -> Result<String, Invalid> {
+    let t = s.trim();
+    if allowed.contains(&t) {
+        Ok(t.to_string())
+    } else {
+        Err(Invalid(format!("{what} must be one of {}: {s:?}", allowed.join(", "))))
+    }
+}
+
+/// A hash key for `upstream-hash-by`: nginx variables and literal text. It
+/// is only ever sent as JSON, but is still kept to a plain grammar.
+fn parse_hash_key(s: &str) -> Result<String, Invalid> {
+    let t = s.trim();
+    let ok = !t.is_empty()
+        && t.len() <= 256
+        && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"$_-{}:/.".contains(&b));
+    if ok {
+        Ok(t.to_string())
+    } else {
+        Err(Invalid(format!("not an upstream-hash-by key: {s:?}")))
+    }
+}
+
+/// Free-text values that only travel as JSON (cookie paths, header values,
+/// header patterns): printable and bounded.
+fn parse_json_text(s: &str, what: &str) -> Result<String, Invalid> {
+    if s.len() > 1024 || s.chars().any(char::is_control) {
+        return Err(Invalid(format!("not {what}: {s:?}")));
+    }
+    Ok(s.to_string())
+}
+
+fn parse_list<T>(s: &str, f: impl Fn(&str) -> Result<T, Invalid>) -> Result<Vec<T>, Invalid> {
+    s.split(',').map(str::trim).filter(|p| !p.is_empty()).map(f).collect()
+}
+
+fn parse_redirect_code(s: &str, allowed: &[u16]) -> Result<u16, Invalid> {
+    let code: u16 = parse_int(s, "an HTTP status")?;
+    if allowed.contains(&code) {
+        Ok(code)
+    } else {
+        Err(Invalid(format!("redirect code must be one of {allowed:?}: {s:?}")))
+    }
+}
+
+const NEXT_UPSTREAM: &[&str] = &[
+    "error",
+    "timeout",
+    "invalid_header",
+    "http_500",
+    "http_502",
+    "http_503",
+    "http_504",
+    "http_403",
+    "http_404",
+    "http_429",
+    "non_idempotent",
+    "off",
+];
+
+impl Annotations {
+    /// Parses every annotation under [`PREFIX`]. Snippets are refused unless
+    /// `allow_snippets`; when allowed they are kept verbatim (that is what a
+    /// snippet is) and reported as risky by the caller.
+    pub fn parse(raw: &BTreeMap<String, String>, allow_snippets: bool) -> (Annotations, Vec<Problem>) {
+        let mut a = Annotations::default();
+        let mut problems = Vec::new();
+        let get = |key: &str| raw.get(&format!("{PREFIX}{key}")).map(String::as_str);
+        for (key, value) in raw {
+            let Some(name) = key.strip_prefix(PREFIX) else { continue };
+            if let Err(e) = a.apply(name, value, allow_snippets, &get) {
+                problems.push(Problem {
+                    annotation: key.clone(),
+                    reason: e.0,
+                });
+            }
+        }
+        (a, problems)
+    }
+
+    fn apply<'r>(
+        &mut self,
+        name: &str,
+        v: &str,
+        allow_snippets: bool,
+        get: &dyn Fn(&str) -> Option<&'r str>,
+    ) -> Result<(), Invalid> {
+        match name {
+            "load-balance" => {
+                self.load_balance = Some(one_of(v, &["round_robin", "ewma", "least_conn"], "load-balance")?)
+            }
+            "upstream-hash-by" => self.upstream_hash_by = Some(parse_hash_key(v)?),
+            "upstream-hash-by-subset" => self.upstream_hash_by_subset = parse_bool(v)?,
+            "upstream-hash-by-subset-size" => {
+                let n: i64 = parse_int(v, "a subset size")?;
+                if !(1..=1000).contains(&n) {
+                    return Err(Invalid(format!("subset size must be 1..1000: {v:?}")));
+                }
+                self.upstream_hash_by_subset_size = Some(n);
+            }
+            "affinity" => {
+                one_of(v, &["cookie"], "affinity")?;
+                self.affinity = Some(Self::affinity(get)?);
+            }
+            "affinity-mode" | "affinity-canary-behavior" if get("affinity").is_some() => {}
+            n if n.starts_with("session-cookie-") && get("affinity").is_some() => {}
+            n if n.starts_with("session-cookie-") || n.starts_with("affinity-") => {
+                return Err(Invalid("ignored: it needs affinity: cookie".into()))
+            }
+            "canary" => {
+                if parse_bool(v)? {
+                    self.canary = Some(Self::canary(get)?);
+                }
+            }
+            n if n.starts_with("canary-") && get("canary").is_some() => {}
+            n if n.starts_with("canary-") => return Err(Invalid("ignored: it needs canary: \"true\"".into())),
+            "service-upstream" => self.service_upstream = parse_bool(v)?,
+            "rewrite-target" => self.rewrite_target = Some(RewriteTarget::parse(v)?),
+            "use-regex" => self.use_regex = parse_bool(v)?,
+            "ssl-redirect" => self.ssl_redirect = Some(parse_bool(v)?),
+            "force-ssl-redirect" => self.force_ssl_redirect = parse_bool(v)?,
+            "app-root" => self.app_root = Some(UrlPath::parse(v)?),
+            "permanent-redirect" => {
+                let code = get("permanent-redirect-code").map_or(Ok(301), |c| parse_redirect_code(c, &[301, 308]))?;
+                self.permanent_redirect = Some((RedirectUrl::parse(v)?, code));
+            }
+            "temporal-redirect" => {
+                let code = get("temporal-redirect-code").map_or(Ok(302), |c| parse_redirect_code(c, &[302, 303, 307]))?;
+                self.temporal_redirect = Some((RedirectUrl::parse(v)?, code));
+            }
+            "permanent-redirect-code" | "temporal-redirect-code" => {}
+            "proxy-body-size" => self.proxy_body_size = Some(Size::parse(v)?),
+            "proxy-connect-timeout" => self.proxy_connect_timeout = Some(Seconds::parse(v)?),
+            "proxy-read-timeout" => self.proxy_read_timeout = Some(Seconds::parse(v)?),
+            "proxy-send-timeout" => self.proxy_send_timeout = Some(Seconds::parse(v)?),
+            "proxy-next-upstream" => {
+                let words = v
+                    .split_whitespace()
+                    .map(|w| one_of(w, NEXT_UPSTREAM, "proxy-next-upstream"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if words.is_empty() {
+                    return Err(Invalid("proxy-next-upstream is empty".into()));
+                }
+                self.proxy_next_upstream = Some(words);
+            }
+            "proxy-next-upstream-tries" => self.proxy_next_upstream_tries = Some(parse_int(v, "a count")?),
+            "proxy-buffering" => {
+                self.proxy_buffering = Some(one_of(v, &["on", "off"], "proxy-buffering")? == "on");
+            }
+            "backend-protocol" => {
+                self.backend_protocol = match v.trim().to_ascii_uppercase().as_str() {
+                    "HTTP" => BackendProtocol::Http,
+                    "HTTPS" => BackendProtocol::Https,
+                    "GRPC" => BackendProtocol::Grpc,
+                    "GRPCS" => BackendProtocol::Grpcs,
+                    _ => return Err(Invalid(format!("backend-protocol must be HTTP, HTTPS, GRPC or GRPCS: {v:?}"))),
+                }
+            }
+            "upstream-vhost" => self.upstream_vhost = Some(Host::parse(v.trim())?),
+            "enable-cors" => {
+                if parse_bool(v)? {
+                    self.cors = Some(Self::cors(get)?);
+                }
+            }
+            n if n.starts_with("cors-") && get("enable-cors").is_some() => {}
+            n if n.starts_with("cors-") => return Err(Invalid("ignored: it needs enable-cors: \"true\"".into())),
+            "whitelist-source-range" | "allowlist-source-range" => self.allow_source_range = parse_cidrs(v)?,
+            "denylist-source-range" => self.deny_source_range = parse_cidrs(v)?,
+            "limit-rps" => self.limit_rps = Some(parse_int(v, "a rate")?).filter(|n| *n > 0),
+            "limit-connections" => self.limit_connections = Some(parse_int(v, "a count")?).filter(|n| *n > 0),
+            "server-alias" => self.server_alias = parse_list(v, Host::parse)?,
+            "default-backend" => {
+                let t = v.trim();
+                if !super::values::is_object_name(t) {
+                    return Err(Invalid(format!("not a Service name: {v:?}")));
+                }
+                self.default_backend = Some(t.to_string());
+            }
+            "custom-http-errors" => {
+                self.custom_http_errors = parse_list(v, |c| {
+                    let code: u16 = parse_int(c, "an HTTP status")?;
+                    if (400..600).contains(&code) {
+                        Ok(code)
+                    } else {
+                        Err(Invalid(format!("not an error status: {c:?}")))
+                    }
+                })?
+            }
+            "configuration-snippet" | "server-snippet" => {
+                if !allow_snippets {
+                    return Err(Invalid(
+                        "snippet annotations are disabled; start with --allow-snippet-annotations to accept them".into(),
+                    ));
+                }
+                let text = Some(v.to_string());
+                if name == "server-snippet" {
+                    self.server_snippet = text;
+                } else {
+                    self.configuration_snippet = text;
+                }
+            }
+            _ => return Err(Invalid("not supported by this controller; ignored".into())),
+        }
+        Ok(())
+    }
+
+    fn affinity<'r>(get: &dyn Fn(&str) -> Option<&'r str>) -> Result<Affinity, Invalid> {
+        let text = |k: &str| get(k).map(|v| parse_json_text(v, k)).transpose().map(Option::unwrap_or_default);
+        let flag = |k: &str| get(k).map(parse_bool).transpose().map(Option::unwrap_or_default);
+        Ok(Affinity {
+            mode: get("affinity-mode")
+                .map(|v| one_of(v, &["balanced", "persistent"], "affinity-mode"))
+                .transpose()?
+                .unwrap_or_else(|| "balanced".into()),
+            canary_behavior: get("affinity-canary-behavior")
+                .map(|v| one_of(v, &["sticky", "legacy"], "affinity-canary-behavior"))
+                .transpose()?
+                .unwrap_or_default(),
+            cookie_name: get("session-cookie-name")
+                .map(|v| parse_word(v, "a cookie name"))
+                .transpose()?
+                .unwrap_or_else(|| "INGRESSCOOKIE".into()),
+            path: text("session-cookie-path")?,
+            domain: text("session-cookie-domain")?,
+            expires: get("session-cookie-expires")
+                .map(|v| parse_int::<u64>(v, "seconds").map(|n| n.to_string()))
+                .transpose()?
+                .unwrap_or_default(),
+            max_age: get("session-cookie-max-age")
+                .map(|v| parse_int::<u64>(v, "seconds").map(|n| n.to_string()))
+                .transpose()?
+                .unwrap_or_default(),
+            secure: flag("session-cookie-secure")?,
+            samesite: get("session-cookie-samesite")
+                .map(|v| one_of(v, &["None", "Lax", "Strict"], "session-cookie-samesite"))
+                .transpose()?
+                .unwrap_or_default(),
+            conditional_samesite_none: flag("session-cookie-conditional-samesite-none")?,
+            change_on_failure: flag("session-cookie-change-on-failure")?,
+        })
+    }
+
+    fn canary<'r>(get: &dyn Fn(&str) -> Option<&'r str>) -> Result<Canary, Invalid> {
+        let weight_total = get("canary-weight-total").map_or(Ok(100), |v| parse_int::<i64>(v, "a weight total"))?;
+        let weight = get("canary-weight").map_or(Ok(0), |v| parse_int::<i64>(v, "a weight"))?;
+        if weight_total <= 0 || !(0..=weight_total).contains(&weight) {
+            return Err(Invalid(format!("canary-weight {weight} must be within 0..={weight_total}")));
+        }
+        let text = |k: &str| get(k).map(|v| parse_json_text(v, k)).transpose().map(Option::unwrap_or_default);
+        Ok(Canary {
+            weight,
+            weight_total,
+            by_header: get("canary-by-header")
+                .map(|v| HeaderName::parse(v).map(|h| h.as_str().to_string()))
+                .transpose()?
+                .unwrap_or_default(),
+            by_header_value: text("canary-by-header-value")?,
+            by_header_pattern: text("canary-by-header-pattern")?,
+            by_cookie: get("canary-by-cookie")
+                .map(|v| parse_word(v, "a cookie name"))
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
+
+    fn cors<'r>(get: &dyn Fn(&str) -> Option<&'r str>) -> Result<Cors, Invalid> {
+        let headers = |k: &str, default: &str| parse_list(get(k).unwrap_or(default), HeaderName::parse);
+        Ok(Cors {
+            allow_origin: parse_list(get("cors-allow-origin").unwrap_or("*"), Origin::parse)?,
+            allow_methods: headers("cors-allow-methods", "GET, PUT, POST, DELETE, PATCH, OPTIONS")?,
+            allow_headers: headers(
+                "cors-allow-headers",
+                "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization",
+            )?,
+            expose_headers: headers("cors-expose-headers", "")?,
+            allow_credentials: get("cors-allow-credentials").map_or(Ok(true), parse_bool)?,
+            max_age: get("cors-max-age").map_or(Ok(1728000), |v| parse_int(v, "seconds"))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)], snippets: bool) -> (Annotations, Vec<Problem>) {
+        let raw = pairs.iter().map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string())).collect();
+        Annotations::parse(&raw, snippets)
+    }
+
+    #[test]
+    fn valid_values_are_typed() {
+        let (a, p) = parse(
+            &[
+                ("proxy-read-timeout", "120"),
+                ("proxy-body-size", "8m"),
+                ("ssl-redirect", "false"),
+                ("whitelist-source-range", "10.0.0.0/8,192.168.1.1"),
+                ("backend-protocol", "GRPC"),
+                ("permanent-redirect", "https://example.com/new"),
+                ("permanent-redirect-code", "308"),
+                ("canary", "true"),
+                ("canary-weight", "30"),
+                ("affinity", "cookie"),
+                ("session-cookie-name", "route"),
+            ],
+            false,
+        );
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(a.proxy_read_timeout, Some(Seconds(120)));
+        assert_eq!(a.ssl_redirect, Some(false));
+        assert_eq!(a.allow_source_range, ["10.0.0.0/8", "192.168.1.1"]);
+        assert_eq!(a.backend_protocol, BackendProtocol::Grpc);
+        assert_eq!(a.permanent_redirect.unwrap().1, 308);
+        assert_eq!(a.canary.unwrap().weight, 30);
+        assert_eq!(a.affinity.unwrap().cookie_name, "route");
+    }
+
+    #[test]
+    fn a_bad_value_drops_only_that_annotation() {
+        let (a, p) = parse(&[("proxy-read-timeout", "soon"), ("proxy-send-timeout", "9")], false);
+        assert_eq!(a.proxy_read_timeout, None);
+        assert_eq!(a.proxy_send_timeout, Some(Seconds(9)));
+        assert_eq!(p.len(), 1);
+        assert!(p[0].reason.contains("timeout"), "{p:?}");
+    }
+
+    #[test]
+    fn snippets_need_the_flag() {
+        let (a, p) = parse(&[("configuration-snippet", "more_set_headers x;")], false);
+        assert!(a.configuration_snippet.is_none() && p[0].reason.contains("disabled"));
+        let (a, p) = parse(&[("configuration-snippet", "more_set_headers x;")], true);
+        assert!(a.configuration_snippet.is_some() && p.is_empty());
+    }
+
+    #[test]
+    fn unknown_annotations_are_reported() {
+        let (_, p) = parse(&[("auth-tls-match-cn", "CN=x")], false);
+        assert!(p[0].reason.contains("not supported"));
+    }
+
+    #[test]
+    fn canary_weight_must_fit_the_total() {
+        let (a, p) = parse(&[("canary", "true"), ("canary-weight", "300")], false);
+        assert!(a.canary.is_none() && p.len() == 1);
+    }
+}

@@ -1,0 +1,175 @@
+//! The controller's ConfigMap: global settings with ingress-nginx's names and
+//! defaults. Any change here is structural (it reloads), as in ingress-nginx.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::annotations::Problem;
+use super::values::{Invalid, Seconds, Size};
+
+/// Typed global settings. Unknown or invalid keys are reported and ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct GlobalConfig {
+    /// `0` means `auto`.
+    pub worker_processes: u32,
+    pub max_worker_connections: u32,
+    pub worker_shutdown_timeout: Seconds,
+    pub load_balance: String,
+    pub upstream_keepalive_connections: u32,
+    pub upstream_keepalive_timeout: Seconds,
+    pub upstream_keepalive_requests: u32,
+    pub proxy_connect_timeout: Seconds,
+    pub proxy_read_timeout: Seconds,
+    pub proxy_send_timeout: Seconds,
+    pub proxy_body_size: Size,
+    pub proxy_next_upstream: Vec<String>,
+    pub proxy_next_upstream_tries: u32,
+    pub proxy_buffering: bool,
+    pub ssl_redirect: bool,
+    pub hsts: bool,
+    pub hsts_max_age: u32,
+    pub hsts_include_subdomains: bool,
+    pub http_redirect_code: u16,
+    pub use_forwarded_headers: bool,
+    pub keep_alive: Seconds,
+    pub enable_access_log: bool,
+    pub allow_snippet_annotations: bool,
+    pub custom_http_errors: Vec<u16>,
+}
+
+impl Default for GlobalConfig {
+    fn default() -> Self {
+        GlobalConfig {
+            worker_processes: 0,
+            max_worker_connections: 16384,
+            worker_shutdown_timeout: Seconds(240),
+            load_balance: "round_robin".into(),
+            upstream_keepalive_connections: 320,
+            upstream_keepalive_timeout: Seconds(60),
+            upstream_keepalive_requests: 10000,
+            proxy_connect_timeout: Seconds(5),
+            proxy_read_timeout: Seconds(60),
+            proxy_send_timeout: Seconds(60),
+            proxy_body_size: Size::parse("1m").expect("valid default"),
+            proxy_next_upstream: vec!["error".into(), "timeout".into()],
+            proxy_next_upstream_tries: 3,
+            proxy_buffering: false,
+            ssl_redirect: true,
+            hsts: true,
+            hsts_max_age: 31_536_000,
+            hsts_include_subdomains: true,
+            http_redirect_code: 308,
+            use_forwarded_headers: false,
+            keep_alive: Seconds(75),
+            enable_access_log: true,
+            allow_snippet_annotations: false,
+            custom_http_errors: Vec::new(),
+        }
+    }
+}
+
+fn flag(v: &str) -> Result<bool, Invalid> {
+    match v.trim() {
+        "true" | "True" | "TRUE" | "1" | "t" | "T" => Ok(true),
+        "false" | "False" | "FALSE" | "0" | "f" | "F" => Ok(false),
+        _ => Err(Invalid(format!("not a boolean: {v:?}"))),
+    }
+}
+
+fn number<T: std::str::FromStr>(v: &str) -> Result<T, Invalid> {
+    v.trim().parse().map_err(|_| Invalid(format!("not a number: {v:?}")))
+}
+
+impl GlobalConfig {
+    pub fn parse(data: &BTreeMap<String, String>) -> (GlobalConfig, Vec<Problem>) {
+        let mut c = GlobalConfig::default();
+        let mut problems = Vec::new();
+        for (key, v) in data {
+            let result: Result<(), Invalid> = (|| {
+                match key.as_str() {
+                    "worker-processes" => {
+                        c.worker_processes = if v.trim() == "auto" { 0 } else { number(v)? };
+                    }
+                    "max-worker-connections" => c.max_worker_connections = number(v)?,
+                    "worker-shutdown-timeout" => c.worker_shutdown_timeout = Seconds::parse(v)?,
+                    "load-balance" => {
+                        if !["round_robin", "ewma", "least_conn"].contains(&v.trim()) {
+                            return Err(Invalid(format!("unknown load-balance: {v:?}")));
+                        }
+                        c.load_balance = v.trim().into();
+                    }
+                    "upstream-keepalive-connections" => c.upstream_keepalive_connections = number(v)?,
+                    "upstream-keepalive-timeout" => c.upstream_keepalive_timeout = Seconds::parse(v)?,
+                    "upstream-keepalive-requests" => c.upstream_keepalive_requests = number(v)?,
+                    "proxy-connect-timeout" => c.proxy_connect_timeout = Seconds::parse(v)?,
+                    "proxy-read-timeout" => c.proxy_read_timeout = Seconds::parse(v)?,
+                    "proxy-send-timeout" => c.proxy_send_timeout = Seconds::parse(v)?,
+                    "proxy-body-size" => c.proxy_body_size = Size::parse(v)?,
+                    "proxy-next-upstream" => {
+                        let words: Vec<String> = v.split_whitespace().map(String::from).collect();
+                        let known = ["error", "timeout", "invalid_header", "http_500", "http_502", "http_503"];
+                        let extra = ["http_504", "http_403", "http_404", "http_429", "non_idempotent", "off"];
+                        if words.is_empty() || !words.iter().all(|w| known.contains(&&**w) || extra.contains(&&**w)) {
+                            return Err(Invalid(format!("not a proxy-next-upstream list: {v:?}")));
+                        }
+                        c.proxy_next_upstream = words;
+                    }
+                    "proxy-next-upstream-tries" => c.proxy_next_upstream_tries = number(v)?,
+                    "proxy-buffering" => c.proxy_buffering = v.trim() == "on",
+                    "ssl-redirect" => c.ssl_redirect = flag(v)?,
+                    "hsts" => c.hsts = flag(v)?,
+                    "hsts-max-age" => c.hsts_max_age = number(v)?,
+                    "hsts-include-subdomains" => c.hsts_include_subdomains = flag(v)?,
+                    "http-redirect-code" => {
+                        let code = number(v)?;
+                        if ![301, 302, 307, 308].contains(&code) {
+                            return Err(Invalid(format!("http-redirect-code must be 301, 302, 307 or 308: {v:?}")));
+                        }
+                        c.http_redirect_code = code;
+                    }
+                    "use-forwarded-headers" => c.use_forwarded_headers = flag(v)?,
+                    "keep-alive" => c.keep_alive = Seconds::parse(v)?,
+                    "disable-access-log" => c.enable_access_log = !flag(v)?,
+                    "enable-access-log" => c.enable_access_log = flag(v)?,
+                    "allow-snippet-annotations" => c.allow_snippet_annotations = flag(v)?,
+                    "custom-http-errors" => {
+                        c.custom_http_errors = v
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .map(|s| number::<u16>(s).and_then(|n| (400..600).contains(&n).then_some(n).ok_or_else(|| Invalid(format!("not an error status: {s:?}")))))
+                            .collect::<Result<_, _>>()?;
+                    }
+                    _ => return Err(Invalid("not supported by this controller; ignored".into())),
+                }
+                Ok(())
+            })();
+            if let Err(e) = result {
+                problems.push(Problem {
+                    annotation: format!("ConfigMap key {key}"),
+                    reason: e.0,
+                });
+            }
+        }
+        (c, problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_typed_and_bad_ones_reported() {
+        let data = [("proxy-read-timeout", "90"), ("worker-processes", "2"), ("hsts", "maybe"), ("x", "y")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (c, p) = GlobalConfig::parse(&data);
+        assert_eq!(c.proxy_read_timeout, Seconds(90));
+        assert_eq!(c.worker_processes, 2);
+        assert!(c.hsts);
+        assert_eq!(p.len(), 2);
+    }
+}

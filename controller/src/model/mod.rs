@@ -1,0 +1,144 @@
+//! The ingress-nginx model, built purely from a [`Snapshot`].
+//!
+//! The output is split the way the data plane needs it:
+//! - [`Structure`]: servers, locations and global settings. It is rendered
+//!   into nginx.conf, and a change to it is the only thing that reloads.
+//! - `backends`: ingress-nginx's `Backend` JSON (endpoints, algorithm,
+//!   affinity, canary). It is pushed to the module and never reloads.
+
+pub mod annotations;
+mod build;
+pub mod class;
+pub mod config_map;
+mod endpoints;
+pub mod values;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub use build::{build, BuildOptions};
+
+use annotations::{BackendProtocol, Cors};
+use config_map::GlobalConfig;
+use values::{Host, RedirectUrl, RewriteTarget, Seconds, Size, UrlPath};
+
+/// The name of the catch-all backend, as ingress-nginx calls it.
+pub const DEFAULT_BACKEND: &str = "upstream-default-backend";
+
+/// Everything rendered into nginx.conf. Two equal structures render equal
+/// files, so comparing structures decides whether a reload is needed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Structure {
+    pub global: GlobalConfig,
+    pub listen: Listen,
+    pub servers: Vec<Server>,
+    /// Whether `--default-backend-service` gave a catch-all backend; without
+    /// it the default server answers 404 itself.
+    pub has_default_backend: bool,
+}
+
+/// Where nginx listens; from the command line, never from users.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Listen {
+    pub address: String,
+    pub http_port: u16,
+    pub https_port: u16,
+    pub api_port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Server {
+    /// A validated host name, or `_` for the catch-all server.
+    pub hostname: String,
+    pub aliases: Vec<Host>,
+    /// File name (under the conf dir's `ssl/`) of the PEM with cert and key.
+    pub tls: Option<String>,
+    pub locations: Vec<Location>,
+    /// Only present when snippets are allowed; rendered verbatim.
+    pub snippet: Option<String>,
+    /// Named error locations this server's locations use.
+    pub error_pages: Vec<ErrorPage>,
+    /// No location covers `/`: the template adds the default one (the
+    /// default backend, or a 404).
+    pub fallback: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Match {
+    /// `location = /path`
+    Exact,
+    /// `location /path`
+    Prefix,
+    /// `location ~* "^regex"`
+    Regex,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ErrorPage {
+    pub name: String,
+    pub code: u16,
+    pub backend: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Location {
+    pub path: String,
+    #[serde(rename = "match")]
+    pub match_: Match,
+    /// The backend (`<ns>-<svc>-<port>`) this location sends traffic to.
+    pub backend: String,
+    /// The source Ingress, `namespace/name` (validated Kubernetes names).
+    pub ingress: String,
+    /// A unique small id, used to name this location's limit zones.
+    pub id: usize,
+    pub rewrite_target: Option<RewriteTarget>,
+    pub ssl_redirect: bool,
+    pub force_ssl_redirect: bool,
+    pub app_root: Option<UrlPath>,
+    pub redirect: Option<(u16, RedirectUrl)>,
+    pub proxy_body_size: Size,
+    pub proxy_connect_timeout: Seconds,
+    pub proxy_read_timeout: Seconds,
+    pub proxy_send_timeout: Seconds,
+    pub proxy_next_upstream: Vec<String>,
+    pub proxy_next_upstream_tries: u32,
+    pub proxy_buffering: bool,
+    pub backend_protocol: BackendProtocol,
+    pub upstream_vhost: Option<Host>,
+    pub cors: Option<Cors>,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub limit_rps: Option<u32>,
+    pub limit_connections: Option<u32>,
+    /// custom-http-errors: codes sent to a named error location.
+    pub error_pages: Vec<ErrorPage>,
+    pub snippet: Option<String>,
+}
+
+/// What one build produced.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    pub structure: Option<Structure>,
+    pub backends: BTreeMap<String, lua_compat::wire::Backend>,
+    /// TLS files the structure refers to: file name → PEM (cert + key).
+    pub certificates: BTreeMap<String, Vec<u8>>,
+    /// Everything refused or ignored, for logs, events and metrics.
+    pub problems: Vec<Report>,
+}
+
+/// One refused value, tied to the object it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// `Ingress ns/name`, `ConfigMap ns/name`, ...
+    pub object: String,
+    pub what: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.object, self.what, self.reason)
+    }
+}

@@ -1,0 +1,181 @@
+//! Rendering the [`Structure`] into nginx.conf with minijinja.
+//!
+//! The template is data, users may replace it (`--template`), so the
+//! renderer enforces the injection rules itself rather than trusting the
+//! template to escape: every `{{ value }}` becomes exactly one nginx token.
+//! Plain words are written as they are; anything else is double-quoted with
+//! `\` and `"` escaped; control characters (newlines included) and `$` abort
+//! the render. The only way to emit a `$` is the `regex` filter, which the
+//! template applies to values the model has already validated as regexes or
+//! rewrite targets. Snippets, allowed only by an explicit flag, are the one
+//! verbatim path (`|safe`).
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use minijinja::value::Value;
+use minijinja::{Environment, Error, ErrorKind, Output, State};
+use serde::Serialize;
+
+use crate::model::Structure;
+
+/// The template compiled into the binary; `--template` overrides it.
+pub const DEFAULT_TEMPLATE: &str = include_str!("../templates/nginx.conf.j2");
+const TEMPLATE_NAME: &str = "nginx.conf";
+
+/// Values from the command line, not from users.
+#[derive(Debug, Clone, Serialize)]
+pub struct RenderContext {
+    pub module_path: String,
+    pub pid_file: String,
+    pub error_log: String,
+    pub error_log_level: String,
+    pub access_log: String,
+    pub zone_size: String,
+    pub ssl_dir: String,
+    /// The controller runs nginx in the foreground itself.
+    pub supervised: bool,
+}
+
+pub struct Renderer {
+    env: Environment<'static>,
+}
+
+fn is_plain(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_./:@*=~^-,".contains(&b))
+}
+
+/// Writes `s` as one nginx token: bare when plain, else quoted.
+fn write_token(out: &mut impl std::fmt::Write, s: &str, allow_dollar: bool) -> Result<(), Error> {
+    if let Some(c) = s.chars().find(|c| c.is_control() || (*c == '$' && !allow_dollar)) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("refusing to render {c:?} from a value into nginx.conf: {s:?}"),
+        ));
+    }
+    let io = |e: std::fmt::Error| Error::new(ErrorKind::WriteFailure, e.to_string());
+    if is_plain(s) && !s.starts_with('~') && !s.starts_with('=') {
+        return out.write_str(s).map_err(io);
+    }
+    let mut quoted = String::with_capacity(s.len() + 2);
+    quoted.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    out.write_str(&quoted).map_err(io)
+}
+
+fn formatter(out: &mut Output, _state: &State, value: &Value) -> Result<(), Error> {
+    if value.is_safe() {
+        return out.write_str(value.as_str().unwrap_or_default()).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()));
+    }
+    if value.is_undefined() || value.is_none() {
+        return Err(Error::new(ErrorKind::UndefinedError, "an undefined value reached nginx.conf"));
+    }
+    match value.as_str() {
+        Some(s) => write_token(out, s, false),
+        None => write_token(out, &value.to_string(), false),
+    }
+}
+
+/// `{{ value|regex(prefix="(?i)") }}`: a quoted token in which `$` may
+/// appear (regex anchors, `$1` captures). Only for validated regexes and
+/// rewrite targets.
+fn regex_filter(value: String, prefix: Option<String>) -> Result<Value, Error> {
+    let mut out = String::new();
+    write_token(&mut out, &format!("{}{value}", prefix.unwrap_or_default()), true)?;
+    Ok(Value::from_safe_string(out))
+}
+
+/// `{{ value|after("$scheme://$host") }}`: a quoted token made of the
+/// template's own variable prefix and a `$`-free value.
+fn after_filter(value: String, prefix: String) -> Result<Value, Error> {
+    if value.contains('$') {
+        return Err(Error::new(ErrorKind::InvalidOperation, format!("refusing `$` in {value:?}")));
+    }
+    regex_filter(value, Some(prefix))
+}
+
+impl Renderer {
+    /// Loads `--template` when given, else the built-in one.
+    pub fn new(template: Option<&Path>) -> anyhow::Result<Self> {
+        let source = match template {
+            Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading template {}", path.display()))?,
+            None => DEFAULT_TEMPLATE.to_string(),
+        };
+        let mut env = Environment::new();
+        env.set_formatter(formatter);
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_filter("regex", regex_filter);
+        env.add_filter("after", after_filter);
+        env.add_template_owned(TEMPLATE_NAME, source).context("compiling the nginx.conf template")?;
+        Ok(Renderer { env })
+    }
+
+    pub fn render(&self, structure: &Structure, ctx: &RenderContext) -> anyhow::Result<String> {
+        let tmpl = self.env.get_template(TEMPLATE_NAME)?;
+        let text = tmpl
+            .render(minijinja::context! {
+                s => Value::from_serialize(structure),
+                ctx => Value::from_serialize(ctx),
+                limits => Value::from_serialize(limits(structure)),
+            })
+            .map_err(|e| anyhow::anyhow!("rendering nginx.conf: {e:#}"))?;
+        Ok(text)
+    }
+}
+
+/// One `limit_req_zone`/`limit_conn_zone` pair per Ingress that asks for
+/// limits; every location of that Ingress shares them, as in ingress-nginx.
+#[derive(Serialize)]
+struct LimitZone {
+    id: usize,
+    rps: Option<u32>,
+    connections: Option<u32>,
+}
+
+fn limits(s: &Structure) -> Vec<LimitZone> {
+    let mut zones: std::collections::BTreeMap<usize, LimitZone> = Default::default();
+    for l in s.servers.iter().flat_map(|srv| &srv.locations) {
+        if l.limit_rps.is_some() || l.limit_connections.is_some() {
+            zones.entry(l.id).or_insert(LimitZone {
+                id: l.id,
+                rps: l.limit_rps,
+                connections: l.limit_connections,
+            });
+        }
+    }
+    zones.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(s: &str) -> Result<String, Error> {
+        let mut out = String::new();
+        write_token(&mut out, s, false)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn plain_words_stay_bare_and_others_are_quoted() {
+        assert_eq!(token("example.com").unwrap(), "example.com");
+        assert_eq!(token("a b").unwrap(), "\"a b\"");
+        assert_eq!(token("a\"b;}").unwrap(), "\"a\\\"b;}\"");
+        assert_eq!(token("~x").unwrap(), "\"~x\"");
+    }
+
+    #[test]
+    fn control_characters_and_dollars_never_render() {
+        for bad in ["a\nb", "a\rb", "x$host", "\u{0}"] {
+            assert!(token(bad).is_err(), "{bad:?}");
+        }
+    }
+}
