@@ -8,6 +8,10 @@
 //! - [`sync`]: the two paths, structural (render, test, reload) and dynamic
 //!   (per-backend pushes), which never wait on each other.
 
+pub mod metrics;
 pub mod model;
+pub mod nginx;
 pub mod render;
 pub mod snapshot;
+pub mod source;
+pub mod sync;

@@ -1,1 +1,169 @@
-fn main() {}
+//! `ingress-controller`: see the crate docs and README.md.
+
+mod cli;
+mod http;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use controller::metrics::Metrics;
+use controller::model::class::ClassFilter;
+use controller::model::{BuildOptions, Listen};
+use controller::nginx::{ApiClient, Mode, Nginx};
+use controller::render::{RenderContext, Renderer};
+use controller::snapshot::Snapshot;
+use controller::source::{cluster, manifests};
+use controller::sync::{self, Settings, Shared};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use cli::{Args, LogFormat};
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => fmt.json().init(),
+        LogFormat::Text => fmt.init(),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let conf_dir = std::path::absolute(&args.conf_dir)?;
+    std::fs::create_dir_all(conf_dir.join("logs")).with_context(|| format!("creating {}", conf_dir.display()))?;
+    let ssl_dir = conf_dir.join("ssl");
+    let module = std::path::absolute(&args.nginx_module)?;
+    if !module.exists() {
+        anyhow::bail!("--nginx-module {} does not exist", module.display());
+    }
+    let renderer = Renderer::new(args.template.as_deref())?;
+    let config_map = args.configmap_ref()?;
+    let default_backend_service = args
+        .default_backend_service
+        .as_deref()
+        .map(|s| cli::split_ref(s, "--default-backend-service"))
+        .transpose()?;
+
+    let mode = match &args.nginx_pid_file {
+        Some(pid_file) => Mode::External {
+            pid_file: pid_file.clone(),
+        },
+        None => Mode::Supervised,
+    };
+    let supervised = matches!(mode, Mode::Supervised);
+    let pid_file = args.nginx_pid_file.clone().unwrap_or_else(|| conf_dir.join("logs/nginx.pid"));
+    let nginx = Arc::new(Nginx::new(args.nginx_binary.clone(), conf_dir.clone(), conf_dir.join("nginx.conf"), mode));
+    let status_url = args.status_url.clone().unwrap_or_else(|| format!("http://127.0.0.1:{}", args.api_port));
+    let shared = Arc::new(Shared {
+        metrics: Metrics::new(),
+        ready: AtomicBool::new(false),
+        nginx: nginx.clone(),
+        api: ApiClient::new(&status_url),
+        stopping: AtomicBool::new(false),
+    });
+
+    let display = |p: &std::path::Path| p.display().to_string();
+    let settings = Settings {
+        build: BuildOptions {
+            class: ClassFilter {
+                class: args.ingress_class.clone(),
+                controller: args.controller_class.clone(),
+                without_class: args.watch_ingress_without_class,
+            },
+            allow_snippets: args.allow_snippet_annotations,
+            default_backend_service,
+            namespace: args.watch_namespace.clone(),
+            listen: Listen {
+                address: args.listen_address.clone(),
+                http_port: args.http_port,
+                https_port: args.https_port,
+                api_port: args.api_port,
+            },
+        },
+        render: RenderContext {
+            module_path: display(&module),
+            pid_file: display(&pid_file),
+            error_log: display(&conf_dir.join("logs/error.log")),
+            error_log_level: args.error_log_level.clone(),
+            access_log: display(&conf_dir.join("logs/access.log")),
+            zone_size: args.zone_size.clone(),
+            ssl_dir: display(&ssl_dir),
+            supervised,
+        },
+        conf_dir: conf_dir.clone(),
+        ssl_dir,
+        settle: Duration::from_millis(args.reload_settle_ms),
+        reload_timeout: Duration::from_secs(args.reload_timeout_s),
+    };
+    if args.allow_snippet_annotations {
+        tracing::warn!("--allow-snippet-annotations: snippet annotations are rendered verbatim into nginx.conf");
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.metrics_address)
+        .await
+        .with_context(|| format!("binding {}", args.metrics_address))?;
+    tracing::info!("metrics, /healthz and /readyz on http://{}", args.metrics_address);
+    let router = http::router(shared.clone());
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!("metrics server: {e}");
+        }
+    });
+
+    let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
+    let source = match &args.manifests {
+        Some(dir) => {
+            let dir = manifests::ManifestDir::new(dir.clone(), config_map);
+            tokio::spawn(manifests::run(dir, tx, Duration::from_millis(50)))
+        }
+        None => {
+            let config = match &args.kubeconfig {
+                Some(path) => {
+                    let kc = kube::config::Kubeconfig::read_from(path)?;
+                    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+                }
+                None => kube::Config::infer().await.context("finding a cluster (use --manifests DIR without one)")?,
+            };
+            let client = kube::Client::try_from(config)?;
+            let opts = cluster::ClusterOptions {
+                namespace: args.watch_namespace.clone(),
+                config_map,
+            };
+            tokio::spawn(cluster::run(client, opts, tx))
+        }
+    };
+    // The first snapshot is the default one; the model task waits for a
+    // real one only when the source has not published yet.
+    let mut rx_first = rx.clone();
+    let _ = rx_first.changed().await;
+
+    let sync_task = tokio::spawn(sync::run(settings, renderer, shared.clone(), rx));
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let reason = tokio::select! {
+        _ = term.recv() => "SIGTERM".to_string(),
+        _ = int.recv() => "SIGINT".to_string(),
+        r = source => format!("the source stopped: {r:?}"),
+        r = sync_task => format!("the sync loop stopped: {r:?}"),
+    };
+    tracing::info!("{reason}; shutting down");
+    shared.stopping.store(true, Ordering::Release);
+    nginx.stop(Duration::from_secs(10)).await;
+    Ok(())
+}

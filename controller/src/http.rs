@@ -1,0 +1,45 @@
+//! `/metrics`, `/healthz` and `/readyz`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::sync::Shared;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(shared)
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        s.metrics.encode(),
+    )
+}
+
+/// Healthy while the nginx master lives (or before it was ever started).
+async fn healthz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    match s.nginx.master_pid() {
+        // SAFETY: signal 0 only checks that the process exists.
+        Some(pid) if unsafe { libc::kill(pid, 0) } != 0 => (StatusCode::SERVICE_UNAVAILABLE, "nginx master is gone\n"),
+        _ => (StatusCode::OK, "ok\n"),
+    }
+}
+
+/// Ready once the first configuration is loaded and the backends pushed.
+async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "waiting for the first configuration\n")
+    }
+}

@@ -1,0 +1,7 @@
+//! nginx itself: the master process and the module's HTTP API.
+
+mod api;
+mod process;
+
+pub use api::{ApiClient, Status, WorkerStatus};
+pub use process::{Mode, Nginx};

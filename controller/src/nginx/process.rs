@@ -1,0 +1,156 @@
+//! The nginx master: started and supervised by the controller, or run by
+//! someone else and found through its pid file.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use parking_lot::Mutex;
+use tokio::process::{Child, Command};
+
+/// Who runs the master process.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// The controller starts nginx in the foreground and restarts it if the
+    /// master dies, as ingress-nginx does.
+    Supervised,
+    /// Someone else runs nginx; its master pid is read from this file at
+    /// every reload.
+    External { pid_file: PathBuf },
+}
+
+pub struct Nginx {
+    binary: PathBuf,
+    prefix: PathBuf,
+    conf: PathBuf,
+    mode: Mode,
+    child: Mutex<Option<Child>>,
+}
+
+impl Nginx {
+    pub fn new(binary: PathBuf, prefix: PathBuf, conf: PathBuf, mode: Mode) -> Self {
+        Nginx {
+            binary,
+            prefix,
+            conf,
+            mode,
+            child: Mutex::new(None),
+        }
+    }
+
+    pub fn conf_path(&self) -> &Path {
+        &self.conf
+    }
+
+    pub fn is_supervised(&self) -> bool {
+        matches!(self.mode, Mode::Supervised)
+    }
+
+    /// `nginx -t` on `conf`; the error text is nginx's own.
+    pub async fn test(&self, conf: &Path) -> anyhow::Result<()> {
+        let out = Command::new(&self.binary)
+            .arg("-p")
+            .arg(&self.prefix)
+            .arg("-c")
+            .arg(conf)
+            .arg("-t")
+            .arg("-q")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .with_context(|| format!("running {} -t", self.binary.display()))?;
+        if !out.status.success() {
+            bail!("nginx -t failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(())
+    }
+
+    /// Starts the master in the foreground (the template says `daemon off`).
+    pub fn start(&self) -> anyhow::Result<u32> {
+        let child = Command::new(&self.binary)
+            .arg("-p")
+            .arg(&self.prefix)
+            .arg("-c")
+            .arg(&self.conf)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.binary.display()))?;
+        let pid = child.id().unwrap_or(0);
+        *self.child.lock() = Some(child);
+        tracing::info!(pid, "nginx master started");
+        Ok(pid)
+    }
+
+    /// The master's pid, if it is running.
+    pub fn master_pid(&self) -> Option<i32> {
+        match &self.mode {
+            Mode::Supervised => self.child.lock().as_ref().and_then(Child::id).map(|p| p as i32),
+            Mode::External { pid_file } => std::fs::read_to_string(pid_file).ok()?.trim().parse().ok(),
+        }
+    }
+
+    fn signal(&self, sig: libc::c_int) -> anyhow::Result<()> {
+        let Some(pid) = self.master_pid() else {
+            bail!("nginx is not running (no master pid)");
+        };
+        // SAFETY: kill(2) with a pid we started or read from nginx's pid file.
+        if unsafe { libc::kill(pid, sig) } != 0 {
+            bail!("signalling nginx master {pid}: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Asks the master to re-read nginx.conf (SIGHUP): new workers start
+    /// with the new configuration, old ones finish their requests.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        self.signal(libc::SIGHUP)
+    }
+
+    /// Waits for the supervised master to exit; returns its status text.
+    /// Pending forever in external mode (nothing to supervise).
+    pub async fn wait_exit(&self) -> String {
+        if !self.is_supervised() {
+            return std::future::pending().await;
+        }
+        loop {
+            let done = {
+                let mut guard = self.child.lock();
+                match guard.as_mut().map(Child::try_wait) {
+                    Some(Ok(Some(status))) => {
+                        guard.take();
+                        Some(status.to_string())
+                    }
+                    Some(Err(e)) => Some(e.to_string()),
+                    _ => None,
+                }
+            };
+            if let Some(s) = done {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Graceful stop (SIGQUIT), then SIGKILL after `grace`.
+    pub async fn stop(&self, grace: Duration) {
+        if !self.is_supervised() {
+            return;
+        }
+        if self.signal(libc::SIGQUIT).is_err() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < deadline {
+            let exited = matches!(self.child.lock().as_mut().map(Child::try_wait), Some(Ok(Some(_))) | None);
+            if exited {
+                tracing::info!("nginx stopped");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = self.signal(libc::SIGKILL);
+        tracing::warn!("nginx did not stop within {grace:?}; killed");
+    }
+}

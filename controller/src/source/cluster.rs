@@ -1,0 +1,147 @@
+//! The Kubernetes source: kube-runtime watchers feeding reflector stores,
+//! one per kind, and a snapshot published after every change.
+//!
+//! The watchers own LIST/WATCH, bookmarks, 410 re-lists and backoff; this
+//! module only decides what to watch and when the stores form a snapshot.
+
+use std::sync::Arc;
+
+use futures::{stream, Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::{watch, Notify};
+
+use crate::snapshot::Snapshot;
+
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// `--watch-namespace`; `None` watches every namespace.
+    pub namespace: Option<String>,
+    /// `--configmap namespace/name`.
+    pub config_map: (String, String),
+}
+
+struct Stores {
+    ingresses: Store<Ingress>,
+    classes: Store<IngressClass>,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    secrets: Store<Secret>,
+    config_maps: Store<ConfigMap>,
+}
+
+impl Stores {
+    fn snapshot(&self) -> Snapshot {
+        fn all<K: Clone + Resource + 'static>(s: &Store<K>) -> Vec<K>
+        where
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            s.state().iter().map(|k| (**k).clone()).collect()
+        }
+        Snapshot {
+            ingresses: all(&self.ingresses),
+            classes: all(&self.classes),
+            services: all(&self.services),
+            slices: all(&self.slices),
+            secrets: all(&self.secrets),
+            config_map: self.config_maps.state().first().map(|c| (**c).clone()),
+        }
+    }
+
+    async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.ingresses.wait_until_ready().await?;
+        self.classes.wait_until_ready().await?;
+        self.services.wait_until_ready().await?;
+        self.slices.wait_until_ready().await?;
+        self.secrets.wait_until_ready().await?;
+        self.config_maps.wait_until_ready().await
+    }
+}
+
+/// A reflector for one kind, as a stream of "something changed" ticks. Ticks
+/// come only when the store changed: on a (re)list's end, not per item.
+fn reflect<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = ()> + Send)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let (store, writer) = reflector::store();
+    let kind = K::kind(&Default::default()).to_string();
+    let ticks = reflector::reflector(writer, watcher(api, config).default_backoff()).filter_map(move |ev| {
+        let kind = kind.clone();
+        async move {
+            match ev {
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Ok(_) => Some(()),
+                Err(e) => {
+                    tracing::warn!(%kind, error = %e, "watch failed; retrying with backoff");
+                    None
+                }
+            }
+        }
+    });
+    (store, ticks)
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Watches until the process ends, publishing a snapshot once every store
+/// has listed, then after every change (bursts coalesce in the channel).
+pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Snapshot>>) -> anyhow::Result<()> {
+    let ns = opts.namespace.as_deref();
+    let (ingresses, t1) = reflect(api::<Ingress>(&client, ns), watcher::Config::default());
+    let (classes, t2) = reflect(Api::<IngressClass>::all(client.clone()), watcher::Config::default());
+    let (services, t3) = reflect(api::<Service>(&client, ns), watcher::Config::default());
+    let slice_cfg = watcher::Config::default().labels("kubernetes.io/service-name");
+    let (slices, t4) = reflect(api::<EndpointSlice>(&client, ns), slice_cfg);
+    let secret_cfg = watcher::Config::default().fields("type=kubernetes.io/tls");
+    let (secrets, t5) = reflect(api::<Secret>(&client, ns), secret_cfg);
+    let (cm_ns, cm_name) = &opts.config_map;
+    let cm_cfg = watcher::Config::default().fields(&format!("metadata.name={cm_name}"));
+    let (config_maps, t6) = reflect(Api::<ConfigMap>::namespaced(client.clone(), cm_ns), cm_cfg);
+    let stores = Stores {
+        ingresses,
+        classes,
+        services,
+        slices,
+        secrets,
+        config_maps,
+    };
+
+    let changed = Arc::new(Notify::new());
+    let ticks = stream::select_all([t1.boxed(), t2.boxed(), t3.boxed(), t4.boxed(), t5.boxed(), t6.boxed()]);
+    let notify = changed.clone();
+    let driver = tokio::spawn(ticks.for_each(move |()| {
+        notify.notify_one();
+        async {}
+    }));
+
+    stores.ready().await?;
+    tracing::info!("all watches listed; publishing snapshots");
+    loop {
+        let snap = stores.snapshot();
+        if tx.send(Arc::new(snap)).is_err() {
+            break;
+        }
+        tokio::select! {
+            _ = changed.notified() => {}
+            _ = tx.closed() => break,
+        }
+    }
+    driver.abort();
+    Ok(())
+}

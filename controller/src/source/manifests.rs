@@ -1,0 +1,167 @@
+//! `--manifests DIR`: the same kinds as the cluster source, read from a
+//! directory of multi-document YAML (or JSON) files and re-read on change.
+//!
+//! A file that fails to parse keeps its last good contents, so saving a
+//! half-edited file never takes routes down; the error is logged.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use notify::{EventKind, RecursiveMode, Watcher};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use crate::snapshot::Snapshot;
+
+/// Reads a directory into snapshots, remembering each file's last good parse.
+pub struct ManifestDir {
+    dir: PathBuf,
+    /// `namespace/name` of the controller's ConfigMap.
+    config_map: (String, String),
+    last_good: BTreeMap<PathBuf, Vec<Value>>,
+}
+
+fn is_manifest(p: &Path) -> bool {
+    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+}
+
+impl ManifestDir {
+    pub fn new(dir: PathBuf, config_map: (String, String)) -> Self {
+        ManifestDir {
+            dir,
+            config_map,
+            last_good: BTreeMap::new(),
+        }
+    }
+
+    /// Re-reads every file and returns the snapshot, with one message per
+    /// problem (unparsable file, unknown kind, invalid object).
+    pub fn read(&mut self) -> (Snapshot, Vec<String>) {
+        let mut problems = Vec::new();
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
+            Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_manifest(p)).collect(),
+            Err(e) => {
+                problems.push(format!("{}: {e}", self.dir.display()));
+                Vec::new()
+            }
+        };
+        files.sort();
+        self.last_good.retain(|p, _| files.contains(p));
+        for path in &files {
+            match std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| serde_saphyr::from_multiple::<Value>(&text).map_err(|e| e.to_string()))
+            {
+                Ok(docs) => {
+                    self.last_good.insert(path.clone(), docs.into_iter().filter(|d| !d.is_null()).collect());
+                }
+                Err(e) => problems.push(format!("{}: {e}; keeping its last good contents", path.display())),
+            }
+        }
+        let mut snap = Snapshot::default();
+        let mut order = 0i64;
+        for (path, docs) in &self.last_good {
+            for doc in docs {
+                order += 1;
+                if let Err(e) = self.add(&mut snap, doc.clone(), order) {
+                    problems.push(format!("{}: {e}", path.display()));
+                }
+            }
+        }
+        (snap, problems)
+    }
+
+    fn add(&self, snap: &mut Snapshot, mut doc: Value, order: i64) -> Result<(), String> {
+        // `kind: List` (kubectl's output) holds items.
+        if doc.get("kind").and_then(Value::as_str) == Some("List") {
+            for item in doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
+                self.add(snap, item, order)?;
+            }
+            return Ok(());
+        }
+        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        let meta = doc
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| format!("a {kind:?} document has no metadata"))?;
+        meta.entry("namespace").or_insert_with(|| Value::from("default"));
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        let what = |e: serde_json::Error| format!("{kind} {name}: {e}");
+        match kind.as_str() {
+            "Ingress" => {
+                let mut ing: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(doc).map_err(what)?;
+                // Without a creationTimestamp, file order decides which
+                // Ingress is "oldest" in a conflict.
+                ing.metadata.creation_timestamp.get_or_insert_with(|| {
+                    Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default())
+                });
+                snap.ingresses.push(ing);
+            }
+            "IngressClass" => snap.classes.push(serde_json::from_value(doc).map_err(what)?),
+            "Service" => snap.services.push(serde_json::from_value(doc).map_err(what)?),
+            "EndpointSlice" => snap.slices.push(serde_json::from_value(doc).map_err(what)?),
+            "Secret" => {
+                let mut secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(doc).map_err(what)?;
+                // stringData is write-only in the API; fold it in as the
+                // apiserver would.
+                if let Some(strings) = secret.string_data.take() {
+                    let data = secret.data.get_or_insert_with(Default::default);
+                    for (k, v) in strings {
+                        data.insert(k, k8s_openapi::ByteString(v.into_bytes()));
+                    }
+                }
+                snap.secrets.push(secret);
+            }
+            "ConfigMap" => {
+                let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(doc).map_err(what)?;
+                let ours = cm.metadata.namespace.as_deref() == Some(&*self.config_map.0)
+                    && cm.metadata.name.as_deref() == Some(&*self.config_map.1);
+                if ours {
+                    snap.config_map = Some(cm);
+                }
+            }
+            other => return Err(format!("kind {other:?} ({name}) is not one the controller reads; ignored")),
+        }
+        Ok(())
+    }
+}
+
+/// Publishes a snapshot now and after every change in the directory. File
+/// events are coalesced over `settle`, so an editor's write-rename dance or
+/// a `cp *.yaml` gives one snapshot.
+pub async fn run(mut dir: ManifestDir, tx: watch::Sender<Arc<Snapshot>>, settle: Duration) -> anyhow::Result<()> {
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        // Reads (ours included) raise access events; only changes count.
+        if let Ok(ev) = res {
+            if matches!(ev.kind, EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)) {
+                let _ = ev_tx.send(());
+            }
+        }
+    })?;
+    watcher.watch(&dir.dir, RecursiveMode::NonRecursive)?;
+    loop {
+        let (snap, problems) = dir.read();
+        for p in &problems {
+            tracing::warn!(problem = %p, "manifest");
+        }
+        tracing::info!(
+            ingresses = snap.ingresses.len(),
+            services = snap.services.len(),
+            endpoint_slices = snap.slices.len(),
+            "manifests read from {}",
+            dir.dir.display()
+        );
+        if tx.send(Arc::new(snap)).is_err() {
+            return Ok(());
+        }
+        if ev_rx.recv().await.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(settle).await;
+        while ev_rx.try_recv().is_ok() {}
+    }
+}
