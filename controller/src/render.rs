@@ -82,7 +82,7 @@ fn formatter(out: &mut Output, _state: &State, value: &Value) -> Result<(), Erro
     }
 }
 
-/// `{{ value|regex(prefix="(?i)") }}`: a quoted token in which `$` may
+/// `{{ value|regex("(?i)") }}`: a quoted token in which `$` may
 /// appear (regex anchors, `$1` captures). Only for validated regexes and
 /// rewrite targets.
 fn regex_filter(value: String, prefix: Option<String>) -> Result<Value, Error> {

@@ -1,0 +1,96 @@
+//! Golden tests: each `tests/golden/<case>/input.yaml` is built into a model
+//! and rendered; the result must equal `expected/nginx.conf`,
+//! `expected/backends.json` and `expected/problems.txt`. `UPDATE_GOLDEN=1 cargo test -p controller`
+//! rewrites them (review the diff before committing).
+
+use std::path::{Path, PathBuf};
+
+use controller::model::class::ClassFilter;
+use controller::model::{build, BuildOptions, Listen};
+use controller::render::{RenderContext, Renderer};
+use controller::source::manifests::ManifestDir;
+
+fn options(case: &str) -> BuildOptions {
+    BuildOptions {
+        class: ClassFilter {
+            class: "nginx".into(),
+            controller: "k8s.io/ingress-nginx".into(),
+            without_class: false,
+        },
+        allow_snippets: case == "snippets-allowed",
+        default_backend_service: (case == "default-backend").then(|| ("infra".into(), "fallback".into())),
+        namespace: None,
+        listen: Listen {
+            address: "0.0.0.0".into(),
+            http_port: 80,
+            https_port: 443,
+            api_port: 10246,
+        },
+    }
+}
+
+fn context() -> RenderContext {
+    RenderContext {
+        module_path: "/usr/lib/nginx/modules/ngx_http_dynamic_balancer_module.so".into(),
+        pid_file: "/run/nginx.pid".into(),
+        error_log: "/var/log/nginx/error.log".into(),
+        error_log_level: "notice".into(),
+        access_log: "/var/log/nginx/access.log".into(),
+        zone_size: "32m".into(),
+        ssl_dir: "/etc/nginx/ssl".into(),
+        supervised: true,
+    }
+}
+
+/// Runs one case; returns a description of every mismatch.
+fn run_case(dir: &Path) -> Vec<String> {
+    let case = dir.file_name().unwrap().to_string_lossy().to_string();
+    let mut manifests = ManifestDir::new(dir.to_path_buf(), ("ingress-nginx".into(), "ingress-nginx-controller".into()));
+    let (snap, read_problems) = manifests.read();
+    assert!(read_problems.is_empty(), "{case}: {read_problems:?}");
+    let model = build(&snap, &options(&case));
+    let conf = Renderer::new(None)
+        .unwrap()
+        .render(model.structure.as_ref().unwrap(), &context())
+        .unwrap_or_else(|e| panic!("{case}: {e:#}"));
+    let backends = serde_json::to_string_pretty(&model.backends.values().collect::<Vec<_>>()).unwrap() + "\n";
+    let mut problems: Vec<String> = model.problems.iter().map(ToString::to_string).collect();
+    problems.sort();
+    let problems = problems.join("\n") + "\n";
+
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut mismatches = Vec::new();
+    for (file, actual) in [("nginx.conf", &conf), ("backends.json", &backends), ("problems.txt", &problems)] {
+        let path = dir.join("expected").join(file);
+        if update {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        if expected != *actual {
+            let first = expected
+                .lines()
+                .zip(actual.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(expected.lines().count().min(actual.lines().count()));
+            mismatches.push(format!(
+                "{case}/{file} differs at line {}:\n  expected: {:?}\n  actual:   {:?}",
+                first + 1,
+                expected.lines().nth(first),
+                actual.lines().nth(first)
+            ));
+        }
+    }
+    mismatches
+}
+
+#[test]
+fn golden_cases() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    cases.sort();
+    assert!(cases.len() >= 6, "golden cases missing under {}", root.display());
+    let mismatches: Vec<String> = cases.iter().flat_map(|c| run_case(c)).collect();
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
