@@ -1,0 +1,194 @@
+//! Injection tests: hostile annotation values, hosts and paths must never
+//! reach nginx.conf. The payloads follow CVE-2025-1097 (auth-tls-match-cn
+//! breaking out of a quoted string) and CVE-2025-1974 (a directive such as
+//! `ssl_engine` smuggled in through an annotation and loaded by `nginx -t`).
+
+use std::collections::BTreeMap;
+
+use controller::model::annotations::PREFIX;
+use controller::model::class::ClassFilter;
+use controller::model::{build, BuildOptions, Listen};
+use controller::render::{RenderContext, Renderer};
+use controller::snapshot::Snapshot;
+use k8s_openapi::api::networking::v1::Ingress;
+use proptest::prelude::*;
+
+/// Every annotation the controller reads, plus ones it refuses.
+const KEYS: &[&str] = &[
+    "rewrite-target",
+    "use-regex",
+    "ssl-redirect",
+    "force-ssl-redirect",
+    "app-root",
+    "permanent-redirect",
+    "permanent-redirect-code",
+    "temporal-redirect",
+    "temporal-redirect-code",
+    "proxy-body-size",
+    "proxy-connect-timeout",
+    "proxy-read-timeout",
+    "proxy-send-timeout",
+    "proxy-next-upstream",
+    "proxy-next-upstream-tries",
+    "proxy-buffering",
+    "backend-protocol",
+    "upstream-vhost",
+    "enable-cors",
+    "cors-allow-origin",
+    "cors-allow-methods",
+    "cors-allow-headers",
+    "cors-expose-headers",
+    "cors-allow-credentials",
+    "cors-max-age",
+    "whitelist-source-range",
+    "allowlist-source-range",
+    "denylist-source-range",
+    "limit-rps",
+    "limit-connections",
+    "server-alias",
+    "default-backend",
+    "custom-http-errors",
+    "load-balance",
+    "upstream-hash-by",
+    "affinity",
+    "session-cookie-name",
+    "session-cookie-path",
+    "canary",
+    "canary-by-header",
+    "auth-tls-match-cn",
+    "auth-url",
+    "configuration-snippet",
+    "server-snippet",
+    "mirror-target",
+];
+
+/// Shapes seen in real exploits, each carrying the marker `pwned`.
+const PAYLOADS: &[&str] = &[
+    "CN=x\"}}}\n\nssl_engine /tmp/pwned.so;#",
+    "CN=(ingress-nginx\\.admission)$\" { } \n ssl_engine pwned; #",
+    "http://example.com/#;\n}}}\nssl_engine /proc/self/fd/7; # pwned",
+    "/ ; } location /pwned { return 200; } #",
+    "1m; pwned on",
+    "10.0.0.0/8; allow all; #pwned",
+    "https://a.com/\r\nadd_header pwned 1;",
+    "$pwned",
+    "'pwned'",
+    "x.com pwned.com",
+    "true\npwned",
+    "/app$request_uri#pwned",
+    "${pwned}",
+    "\\\"; pwned;",
+];
+
+fn options() -> BuildOptions {
+    BuildOptions {
+        class: ClassFilter {
+            class: "nginx".into(),
+            controller: "k8s.io/ingress-nginx".into(),
+            without_class: true,
+        },
+        allow_snippets: false,
+        default_backend_service: None,
+        namespace: None,
+        listen: Listen {
+            address: "127.0.0.1".into(),
+            http_port: 80,
+            https_port: 443,
+            api_port: 10246,
+        },
+    }
+}
+
+fn ingress(annotations: BTreeMap<String, String>, host: &str, path: &str) -> Ingress {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {"namespace": "ns", "name": "ing", "annotations": annotations},
+        "spec": {"rules": [{"host": host, "http": {"paths": [
+            {"path": path, "pathType": "ImplementationSpecific",
+             "backend": {"service": {"name": "svc", "port": {"number": 80}}}},
+            {"path": "/ok", "pathType": "Prefix",
+             "backend": {"service": {"name": "svc", "port": {"number": 80}}}}
+        ]}}]}
+    }))
+    .unwrap()
+}
+
+fn render(ing: Ingress) -> String {
+    let snap = Snapshot {
+        ingresses: vec![ing],
+        ..Default::default()
+    };
+    let model = build(&snap, &options());
+    let ctx = RenderContext {
+        module_path: "/m.so".into(),
+        pid_file: "/p".into(),
+        error_log: "/e".into(),
+        error_log_level: "notice".into(),
+        access_log: "/a".into(),
+        zone_size: "32m".into(),
+        ssl_dir: "/s".into(),
+        supervised: true,
+    };
+    Renderer::new(None).unwrap().render(model.structure.as_ref().unwrap(), &ctx).unwrap()
+}
+
+#[test]
+fn exploit_payloads_never_reach_nginx_conf() {
+    for payload in PAYLOADS {
+        for key in KEYS {
+            let mut a = BTreeMap::new();
+            a.insert(format!("{PREFIX}{key}"), payload.to_string());
+            // Keys that only take effect with a companion annotation.
+            a.insert(format!("{PREFIX}enable-cors"), "true".into());
+            a.insert(format!("{PREFIX}canary"), "false".into());
+            a.insert(format!("{PREFIX}use-regex"), "true".into());
+            let conf = render(ingress(a, "safe.example.com", "/x"));
+            assert!(!conf.contains("pwned"), "{key}={payload:?} reached nginx.conf:\n{conf}");
+            assert!(!conf.contains("ssl_engine"), "{key}={payload:?}");
+        }
+        let conf = render(ingress(BTreeMap::new(), payload, "/x"));
+        assert!(!conf.contains("pwned"), "host {payload:?}");
+        let conf = render(ingress(BTreeMap::new(), "safe.example.com", &format!("/x{payload}")));
+        assert!(!conf.contains("pwned"), "path {payload:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Random values built from nginx's syntax characters: whatever the
+    /// model accepts, quotes and braces outside quotes stay balanced in the
+    /// rendered file, so no value can open or close a block.
+    #[test]
+    fn random_values_cannot_change_the_directive_structure(
+        key in prop::sample::select(KEYS),
+        value in "[a-z0-9 ;{}#$\"'\\\\\n/.:=,-]{0,24}",
+    ) {
+        let mut a = BTreeMap::new();
+        a.insert(format!("{PREFIX}{key}"), value.clone());
+        let conf = render(ingress(a, "safe.example.com", "/x"));
+        let structure = |c: &str| {
+            let mut counts = [0usize; 2];
+            let mut quoted = false;
+            let mut escaped = false;
+            for ch in c.chars() {
+                match ch {
+                    _ if escaped => escaped = false,
+                    '\\' if quoted => escaped = true,
+                    '"' => quoted = !quoted,
+                    '{' if !quoted => counts[0] += 1,
+                    '}' if !quoted => counts[1] += 1,
+                    _ => {}
+                }
+            }
+            prop_assert!(!quoted, "unbalanced quotes for {key}={value:?}");
+            Ok(counts)
+        };
+        let counts = structure(&conf)?;
+        prop_assert_eq!(counts[0], counts[1], "unbalanced braces for {}={:?}", key, value);
+        // A value can only open a comment by starting a token with `#`,
+        // and `#` is never written bare.
+        prop_assert!(!conf.contains(" #pwned"), "{}", key);
+    }
+}
