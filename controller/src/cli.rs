@@ -13,7 +13,11 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "ingress-controller", version, about = "Ingress controller for nginx with ngx_http_dynamic_balancer_module: reloads only on structural change, pushes backends live")]
+#[command(
+    name = "ingress-controller",
+    version,
+    about = "Ingress controller for nginx with ngx_http_dynamic_balancer_module: reloads only on structural change, pushes backends live"
+)]
 pub struct Args {
     /// Read Ingresses, Services, EndpointSlices, Secrets, IngressClasses and
     /// the ConfigMap from this directory of YAML files instead of a cluster.
@@ -129,7 +133,9 @@ impl Args {
 /// Parses `namespace/name`.
 pub fn split_ref(s: &str, flag: &str) -> anyhow::Result<(String, String)> {
     match s.split_once('/') {
-        Some((ns, name)) if controller::model::values::is_object_name(ns) && controller::model::values::is_object_name(name) => {
+        Some((ns, name))
+            if controller::model::values::is_object_name(ns) && controller::model::values::is_object_name(name) =>
+        {
             Ok((ns.to_string(), name.to_string()))
         }
         _ => anyhow::bail!("{flag} must be namespace/name, got {s:?}"),

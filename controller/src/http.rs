@@ -21,7 +21,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         s.metrics.encode(),
     )
 }

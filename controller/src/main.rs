@@ -25,7 +25,9 @@ use cli::{Args, LogFormat};
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match args.log_format {
         LogFormat::Json => fmt.json().init(),
         LogFormat::Text => fmt.init(),
@@ -67,9 +69,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None => Mode::Supervised,
     };
     let supervised = matches!(mode, Mode::Supervised);
-    let pid_file = args.nginx_pid_file.clone().unwrap_or_else(|| conf_dir.join("logs/nginx.pid"));
-    let nginx = Arc::new(Nginx::new(args.nginx_binary.clone(), conf_dir.clone(), conf_dir.join("nginx.conf"), mode));
-    let status_url = args.status_url.clone().unwrap_or_else(|| format!("http://127.0.0.1:{}", args.api_port));
+    let pid_file = args
+        .nginx_pid_file
+        .clone()
+        .unwrap_or_else(|| conf_dir.join("logs/nginx.pid"));
+    let nginx = Arc::new(Nginx::new(
+        args.nginx_binary.clone(),
+        conf_dir.clone(),
+        conf_dir.join("nginx.conf"),
+        mode,
+    ));
+    let status_url = args
+        .status_url
+        .clone()
+        .unwrap_or_else(|| format!("http://127.0.0.1:{}", args.api_port));
     let shared = Arc::new(Shared {
         metrics: Metrics::new(),
         ready: AtomicBool::new(false),
@@ -138,7 +151,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     let kc = kube::config::Kubeconfig::read_from(path)?;
                     kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
                 }
-                None => kube::Config::infer().await.context("finding a cluster (use --manifests DIR without one)")?,
+                None => kube::Config::infer()
+                    .await
+                    .context("finding a cluster (use --manifests DIR without one)")?,
             };
             let client = kube::Client::try_from(config)?;
             let opts = cluster::ClusterOptions {

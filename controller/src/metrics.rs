@@ -65,17 +65,57 @@ impl Metrics {
             registry: Registry::default(),
         };
         let p = "nginx_ingress_controller_";
-        registry.register(format!("{p}config_last_reload_successful"), "Whether the last configuration reload attempt was successful", m.last_reload_successful.clone());
-        registry.register(format!("{p}config_last_reload_successful_timestamp_seconds"), "Timestamp of the last successful configuration reload", m.last_reload_successful_timestamp.clone());
-        registry.register(format!("{p}config_hash"), "Running configuration hash actually set", m.config_hash.clone());
-        registry.register(format!("{p}success"), "Cumulative number of Ingress controller reload operations", m.reload_success.clone());
-        registry.register(format!("{p}errors"), "Cumulative number of Ingress controller errors during reload operations", m.reload_errors.clone());
-        registry.register(format!("{p}reload_duration_seconds"), "Time from a structural change being picked up to new workers serving it (render, nginx -t, reload, wait)", m.reload_duration.clone());
-        registry.register(format!("{p}dynamic_pushes"), "Backend pushes to the module, by kind and result", m.pushes.clone());
-        registry.register(format!("{p}dynamic_push_duration_seconds"), "Time to push one batch of backend changes to the module", m.push_duration.clone());
+        registry.register(
+            format!("{p}config_last_reload_successful"),
+            "Whether the last configuration reload attempt was successful",
+            m.last_reload_successful.clone(),
+        );
+        registry.register(
+            format!("{p}config_last_reload_successful_timestamp_seconds"),
+            "Timestamp of the last successful configuration reload",
+            m.last_reload_successful_timestamp.clone(),
+        );
+        registry.register(
+            format!("{p}config_hash"),
+            "Running configuration hash actually set",
+            m.config_hash.clone(),
+        );
+        registry.register(
+            format!("{p}success"),
+            "Cumulative number of Ingress controller reload operations",
+            m.reload_success.clone(),
+        );
+        registry.register(
+            format!("{p}errors"),
+            "Cumulative number of Ingress controller errors during reload operations",
+            m.reload_errors.clone(),
+        );
+        registry.register(
+            format!("{p}reload_duration_seconds"),
+            "Time from a structural change being picked up to new workers serving it (render, nginx -t, reload, wait)",
+            m.reload_duration.clone(),
+        );
+        registry.register(
+            format!("{p}dynamic_pushes"),
+            "Backend pushes to the module, by kind and result",
+            m.pushes.clone(),
+        );
+        registry.register(
+            format!("{p}dynamic_push_duration_seconds"),
+            "Time to push one batch of backend changes to the module",
+            m.push_duration.clone(),
+        );
         registry.register(format!("{p}sync_queue_depth"), "Changes waiting to be applied: backend pushes on the dynamic path, a pending reload on the structural path", m.queue_depth.clone());
-        registry.register(format!("{p}invalid_values"), "Annotation, ConfigMap and object values refused in the current model", m.invalid_values.clone());
-        registry.register(format!("{p}nginx_restarts"), "Times the supervised nginx master died and was restarted", m.nginx_restarts.clone());
+        registry.register(
+            format!("{p}invalid_values"),
+            "Annotation, ConfigMap and object values refused in the current model",
+            m.invalid_values.clone(),
+        );
+        registry.register(
+            format!("{p}nginx_restarts"),
+            "Times the supervised nginx master died and was restarted",
+            m.nginx_restarts.clone(),
+        );
         Metrics { registry, ..m }
     }
 

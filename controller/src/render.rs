@@ -42,7 +42,9 @@ pub struct Renderer {
 }
 
 fn is_plain(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_./:@*=~^-,".contains(&b))
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./:@*=~^-,".contains(&b))
 }
 
 /// Writes `s` as one nginx token: bare when plain, else quoted.
@@ -71,10 +73,15 @@ fn write_token(out: &mut impl std::fmt::Write, s: &str, allow_dollar: bool) -> R
 
 fn formatter(out: &mut Output, _state: &State, value: &Value) -> Result<(), Error> {
     if value.is_safe() {
-        return out.write_str(value.as_str().unwrap_or_default()).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()));
+        return out
+            .write_str(value.as_str().unwrap_or_default())
+            .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()));
     }
     if value.is_undefined() || value.is_none() {
-        return Err(Error::new(ErrorKind::UndefinedError, "an undefined value reached nginx.conf"));
+        return Err(Error::new(
+            ErrorKind::UndefinedError,
+            "an undefined value reached nginx.conf",
+        ));
     }
     match value.as_str() {
         Some(s) => write_token(out, s, false),
@@ -95,7 +102,10 @@ fn regex_filter(value: String, prefix: Option<String>) -> Result<Value, Error> {
 /// template's own variable prefix and a `$`-free value.
 fn after_filter(value: String, prefix: String) -> Result<Value, Error> {
     if value.contains('$') {
-        return Err(Error::new(ErrorKind::InvalidOperation, format!("refusing `$` in {value:?}")));
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("refusing `$` in {value:?}"),
+        ));
     }
     regex_filter(value, Some(prefix))
 }
@@ -104,7 +114,9 @@ impl Renderer {
     /// Loads `--template` when given, else the built-in one.
     pub fn new(template: Option<&Path>) -> anyhow::Result<Self> {
         let source = match template {
-            Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading template {}", path.display()))?,
+            Some(path) => {
+                std::fs::read_to_string(path).with_context(|| format!("reading template {}", path.display()))?
+            }
             None => DEFAULT_TEMPLATE.to_string(),
         };
         let mut env = Environment::new();
@@ -114,7 +126,8 @@ impl Renderer {
         env.set_lstrip_blocks(true);
         env.add_filter("regex", regex_filter);
         env.add_filter("after", after_filter);
-        env.add_template_owned(TEMPLATE_NAME, source).context("compiling the nginx.conf template")?;
+        env.add_template_owned(TEMPLATE_NAME, source)
+            .context("compiling the nginx.conf template")?;
         Ok(Renderer { env })
     }
 

@@ -60,7 +60,12 @@ struct Running {
 }
 
 /// Runs until `snapshots` closes.
-pub async fn run(settings: Settings, renderer: Renderer, shared: Arc<Shared>, snapshots: watch::Receiver<Arc<Snapshot>>) {
+pub async fn run(
+    settings: Settings,
+    renderer: Renderer,
+    shared: Arc<Shared>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+) {
     let (model_tx, model_rx) = watch::channel(Arc::new(Model::default()));
     let (running_tx, running_rx) = watch::channel(Running::default());
     let running_tx = Arc::new(running_tx);
@@ -68,7 +73,13 @@ pub async fn run(settings: Settings, renderer: Renderer, shared: Arc<Shared>, sn
 
     let modeller = tokio::spawn(model_task(settings.clone(), shared.clone(), snapshots, model_tx));
     let dynamic = tokio::spawn(dynamic_task(shared.clone(), model_rx.clone(), running_rx));
-    let structural = tokio::spawn(structural_task(settings.clone(), renderer, shared.clone(), model_rx, running_tx.clone()));
+    let structural = tokio::spawn(structural_task(
+        settings.clone(),
+        renderer,
+        shared.clone(),
+        model_rx,
+        running_tx.clone(),
+    ));
     let supervisor = tokio::spawn(supervise(shared.clone(), running_tx));
     let _ = modeller.await;
     dynamic.abort();
@@ -143,7 +154,9 @@ async fn dynamic_task(
             epoch = run.epoch;
         }
         let result = match &pushed {
-            None => full_push(&shared, &model.backends, &run).await.map(|()| model.backends.clone()),
+            None => full_push(&shared, &model.backends, &run)
+                .await
+                .map(|()| model.backends.clone()),
             Some(have) => delta_push(&shared, have, &model.backends, &run).await,
         };
         match result {
@@ -171,7 +184,11 @@ async fn full_push(shared: &Shared, desired: &BTreeMap<String, Backend>, _run: &
     shared.metrics.push("post", r.is_ok());
     shared.metrics.push_duration.observe(started.elapsed().as_secs_f64());
     if r.is_ok() {
-        tracing::info!(backends = all.len(), elapsed_ms = started.elapsed().as_millis() as u64, "pushed all backends");
+        tracing::info!(
+            backends = all.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "pushed all backends"
+        );
     }
     r
 }
@@ -184,18 +201,33 @@ async fn delta_push(
     desired: &BTreeMap<String, Backend>,
     run: &Running,
 ) -> anyhow::Result<BTreeMap<String, Backend>> {
-    let puts: Vec<&Backend> = desired.iter().filter(|(k, b)| have.get(*k) != Some(b)).map(|(_, b)| b).collect();
-    let deletes: Vec<&String> = have.keys().filter(|k| !desired.contains_key(*k) && !run.referenced.contains(*k)).collect();
+    let puts: Vec<&Backend> = desired
+        .iter()
+        .filter(|(k, b)| have.get(*k) != Some(b))
+        .map(|(_, b)| b)
+        .collect();
+    let deletes: Vec<&String> = have
+        .keys()
+        .filter(|k| !desired.contains_key(*k) && !run.referenced.contains(*k))
+        .collect();
     if puts.is_empty() && deletes.is_empty() {
         return Ok(have.clone());
     }
-    let depth = shared.metrics.queue_depth.get_or_create(&QueueLabels { path: "dynamic" }).clone();
+    let depth = shared
+        .metrics
+        .queue_depth
+        .get_or_create(&QueueLabels { path: "dynamic" })
+        .clone();
     depth.set((puts.len() + deletes.len()) as i64);
     let started = Instant::now();
     let mut now = have.clone();
     let mut result = Ok(());
     for b in &puts {
-        let r = shared.api.put(b).await.with_context(|| format!("PUT backend {}", b.name));
+        let r = shared
+            .api
+            .put(b)
+            .await
+            .with_context(|| format!("PUT backend {}", b.name));
         shared.metrics.push("put", r.is_ok());
         if r.is_err() {
             result = r;
@@ -206,7 +238,11 @@ async fn delta_push(
     }
     if result.is_ok() {
         for name in &deletes {
-            let r = shared.api.delete(name).await.with_context(|| format!("DELETE backend {name}"));
+            let r = shared
+                .api
+                .delete(name)
+                .await
+                .with_context(|| format!("DELETE backend {name}"));
             shared.metrics.push("delete", r.is_ok());
             if r.is_err() {
                 result = r;
@@ -218,7 +254,12 @@ async fn delta_push(
     }
     depth.set(0);
     shared.metrics.push_duration.observe(started.elapsed().as_secs_f64());
-    tracing::debug!(puts = puts.len(), deletes = deletes.len(), elapsed_us = started.elapsed().as_micros() as u64, "pushed backend changes");
+    tracing::debug!(
+        puts = puts.len(),
+        deletes = deletes.len(),
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "pushed backend changes"
+    );
     result.map(|()| now)
 }
 
@@ -231,7 +272,11 @@ async fn structural_task(
 ) {
     let mut applied: Option<Structure> = None;
     let mut failed: Option<Structure> = None;
-    let depth = shared.metrics.queue_depth.get_or_create(&QueueLabels { path: "structural" }).clone();
+    let depth = shared
+        .metrics
+        .queue_depth
+        .get_or_create(&QueueLabels { path: "structural" })
+        .clone();
     loop {
         if models.changed().await.is_err() {
             return;
@@ -261,11 +306,20 @@ async fn structural_task(
                 m.last_reload_successful_timestamp.set(unix_now());
                 m.config_hash.set(hash);
                 m.reload_duration.observe(elapsed.as_secs_f64());
-                tracing::info!(elapsed_ms = elapsed.as_millis() as u64, servers = structure.servers.len(), "nginx configuration applied");
+                tracing::info!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    servers = structure.servers.len(),
+                    "nginx configuration applied"
+                );
                 let referenced = structure
                     .servers
                     .iter()
-                    .flat_map(|s| s.locations.iter().map(|l| l.backend.clone()).chain(s.error_pages.iter().map(|e| e.backend.clone())))
+                    .flat_map(|s| {
+                        s.locations
+                            .iter()
+                            .map(|l| l.backend.clone())
+                            .chain(s.error_pages.iter().map(|e| e.backend.clone()))
+                    })
                     .collect();
                 running.send_modify(|r| {
                     r.epoch += 1;
@@ -329,7 +383,12 @@ async fn apply(
 
 /// Polls `/configuration/status` until `expected` workers that are not in
 /// `old` have registered: the new configuration is then serving.
-async fn wait_for_workers(api: &ApiClient, old: &HashSet<u32>, expected: usize, timeout: Duration) -> anyhow::Result<()> {
+async fn wait_for_workers(
+    api: &ApiClient,
+    old: &HashSet<u32>,
+    expected: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(s) = api.status().await {
@@ -356,7 +415,12 @@ fn write_certificates(dir: &std::path::Path, certs: &BTreeMap<String, Vec<u8>>) 
             continue;
         }
         let tmp = dir.join(format!(".{name}.tmp"));
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         std::io::Write::write_all(&mut f, pem)?;
         std::fs::rename(&tmp, &path)?;
     }
@@ -381,7 +445,10 @@ async fn supervise(shared: Arc<Shared>, running: Arc<watch::Sender<Running>>) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         match shared.nginx.start() {
             Ok(_) => {
-                if wait_for_workers(&shared.api, &HashSet::new(), 1, Duration::from_secs(30)).await.is_ok() {
+                if wait_for_workers(&shared.api, &HashSet::new(), 1, Duration::from_secs(30))
+                    .await
+                    .is_ok()
+                {
                     running.send_modify(|r| r.epoch += 1);
                 }
             }

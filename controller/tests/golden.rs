@@ -45,7 +45,10 @@ fn context() -> RenderContext {
 /// Runs one case; returns a description of every mismatch.
 fn run_case(dir: &Path) -> Vec<String> {
     let case = dir.file_name().unwrap().to_string_lossy().to_string();
-    let mut manifests = ManifestDir::new(dir.to_path_buf(), ("ingress-nginx".into(), "ingress-nginx-controller".into()));
+    let mut manifests = ManifestDir::new(
+        dir.to_path_buf(),
+        ("ingress-nginx".into(), "ingress-nginx-controller".into()),
+    );
     let (snap, read_problems) = manifests.read();
     assert!(read_problems.is_empty(), "{case}: {read_problems:?}");
     let model = build(&snap, &options(&case));
@@ -60,7 +63,11 @@ fn run_case(dir: &Path) -> Vec<String> {
 
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut mismatches = Vec::new();
-    for (file, actual) in [("nginx.conf", &conf), ("backends.json", &backends), ("problems.txt", &problems)] {
+    for (file, actual) in [
+        ("nginx.conf", &conf),
+        ("backends.json", &backends),
+        ("problems.txt", &problems),
+    ] {
         let path = dir.join("expected").join(file);
         if update {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -88,7 +95,11 @@ fn run_case(dir: &Path) -> Vec<String> {
 #[test]
 fn golden_cases() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
     cases.sort();
     assert!(cases.len() >= 6, "golden cases missing under {}", root.display());
     let mismatches: Vec<String> = cases.iter().flat_map(|c| run_case(c)).collect();

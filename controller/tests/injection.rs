@@ -130,7 +130,10 @@ fn render(ing: Ingress) -> String {
         ssl_dir: "/s".into(),
         supervised: true,
     };
-    Renderer::new(None).unwrap().render(model.structure.as_ref().unwrap(), &ctx).unwrap()
+    Renderer::new(None)
+        .unwrap()
+        .render(model.structure.as_ref().unwrap(), &ctx)
+        .unwrap()
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! stopped (by PID) when its handle drops.
 
 pub mod bench;
+pub mod controller;
 pub mod nginx;
 pub mod upstream;
 

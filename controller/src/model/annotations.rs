@@ -143,9 +143,8 @@ fn one_of(s: &str, allowed: &[&str], what: &str) -> Result<String, Invalid> {
 /// is only ever sent as JSON, but is still kept to a plain grammar.
 fn parse_hash_key(s: &str) -> Result<String, Invalid> {
     let t = s.trim();
-    let ok = !t.is_empty()
-        && t.len() <= 256
-        && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"$_-{}:/.".contains(&b));
+    let ok =
+        !t.is_empty() && t.len() <= 256 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"$_-{}:/.".contains(&b));
     if ok {
         Ok(t.to_string())
     } else {
@@ -257,7 +256,8 @@ impl Annotations {
                 self.permanent_redirect = Some((RedirectUrl::parse(v)?, code));
             }
             "temporal-redirect" => {
-                let code = get("temporal-redirect-code").map_or(Ok(302), |c| parse_redirect_code(c, &[302, 303, 307]))?;
+                let code =
+                    get("temporal-redirect-code").map_or(Ok(302), |c| parse_redirect_code(c, &[302, 303, 307]))?;
                 self.temporal_redirect = Some((RedirectUrl::parse(v)?, code));
             }
             "permanent-redirect-code" | "temporal-redirect-code" => {}
@@ -285,7 +285,11 @@ impl Annotations {
                     "HTTPS" => BackendProtocol::Https,
                     "GRPC" => BackendProtocol::Grpc,
                     "GRPCS" => BackendProtocol::Grpcs,
-                    _ => return Err(Invalid(format!("backend-protocol must be HTTP, HTTPS, GRPC or GRPCS: {v:?}"))),
+                    _ => {
+                        return Err(Invalid(format!(
+                            "backend-protocol must be HTTP, HTTPS, GRPC or GRPCS: {v:?}"
+                        )))
+                    }
                 }
             }
             "upstream-vhost" => self.upstream_vhost = Some(Host::parse(v.trim())?),
@@ -321,7 +325,8 @@ impl Annotations {
             "configuration-snippet" | "server-snippet" => {
                 if !allow_snippets {
                     return Err(Invalid(
-                        "snippet annotations are disabled; start with --allow-snippet-annotations to accept them".into(),
+                        "snippet annotations are disabled; start with --allow-snippet-annotations to accept them"
+                            .into(),
                     ));
                 }
                 let text = Some(v.to_string());
@@ -337,7 +342,12 @@ impl Annotations {
     }
 
     fn affinity<'r>(get: &dyn Fn(&str) -> Option<&'r str>) -> Result<Affinity, Invalid> {
-        let text = |k: &str| get(k).map(|v| parse_json_text(v, k)).transpose().map(Option::unwrap_or_default);
+        let text = |k: &str| {
+            get(k)
+                .map(|v| parse_json_text(v, k))
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
         let flag = |k: &str| get(k).map(parse_bool).transpose().map(Option::unwrap_or_default);
         Ok(Affinity {
             mode: get("affinity-mode")
@@ -376,9 +386,16 @@ impl Annotations {
         let weight_total = get("canary-weight-total").map_or(Ok(100), |v| parse_int::<i64>(v, "a weight total"))?;
         let weight = get("canary-weight").map_or(Ok(0), |v| parse_int::<i64>(v, "a weight"))?;
         if weight_total <= 0 || !(0..=weight_total).contains(&weight) {
-            return Err(Invalid(format!("canary-weight {weight} must be within 0..={weight_total}")));
+            return Err(Invalid(format!(
+                "canary-weight {weight} must be within 0..={weight_total}"
+            )));
         }
-        let text = |k: &str| get(k).map(|v| parse_json_text(v, k)).transpose().map(Option::unwrap_or_default);
+        let text = |k: &str| {
+            get(k)
+                .map(|v| parse_json_text(v, k))
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
         Ok(Canary {
             weight,
             weight_total,
@@ -416,7 +433,10 @@ mod tests {
     use super::*;
 
     fn parse(pairs: &[(&str, &str)], snippets: bool) -> (Annotations, Vec<Problem>) {
-        let raw = pairs.iter().map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string())).collect();
+        let raw = pairs
+            .iter()
+            .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
+            .collect();
         Annotations::parse(&raw, snippets)
     }
 

@@ -101,7 +101,8 @@ pub fn build(snap: &Snapshot, opts: &BuildOptions) -> Model {
     for (ing, a) in &parsed {
         if a.use_regex || a.rewrite_target.is_some() {
             for rule in ing.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
-                b.regex_hosts.insert(rule.host.clone().unwrap_or_else(|| "_".into()).to_ascii_lowercase());
+                b.regex_hosts
+                    .insert(rule.host.clone().unwrap_or_else(|| "_".into()).to_ascii_lowercase());
             }
         }
     }
@@ -144,7 +145,12 @@ impl<'s> Builder<'s> {
             .snap
             .ingresses
             .iter()
-            .filter(|i| self.opts.namespace.as_deref().is_none_or(|ns| i.metadata.namespace.as_deref() == Some(ns)))
+            .filter(|i| {
+                self.opts
+                    .namespace
+                    .as_deref()
+                    .is_none_or(|ns| i.metadata.namespace.as_deref() == Some(ns))
+            })
             .filter(|i| self.opts.class.accepts(i, &self.snap.classes))
             .collect();
         v.sort_by(|a, b| {
@@ -154,7 +160,13 @@ impl<'s> Builder<'s> {
         v
     }
 
-    fn backend_ref(&mut self, ing: &Ingress, backend: &IngressBackend, a: &Annotations, canary: bool) -> Option<String> {
+    fn backend_ref(
+        &mut self,
+        ing: &Ingress,
+        backend: &IngressBackend,
+        a: &Annotations,
+        canary: bool,
+    ) -> Option<String> {
         let ns = ing.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let Some(svc) = &backend.service else {
             self.report(ing, "backend", "resource backends are not supported; path ignored");
@@ -164,7 +176,11 @@ impl<'s> Builder<'s> {
             Some(p) if p.number.is_some() => PortRef::Number(p.number.unwrap_or_default()),
             Some(p) if p.name.is_some() => PortRef::Name(p.name.clone().unwrap_or_default()),
             _ => {
-                self.report(ing, "backend", format!("service {} has no port; path ignored", svc.name));
+                self.report(
+                    ing,
+                    "backend",
+                    format!("service {} has no port; path ignored", svc.name),
+                );
                 return None;
             }
         };
@@ -187,8 +203,12 @@ impl<'s> Builder<'s> {
         let Some(spec) = &ing.spec else { return };
         let ing_key = key(&ing.metadata);
         for tls in spec.tls.iter().flatten() {
-            let Some(secret) = tls.secret_name.as_deref() else { continue };
-            let Some(file) = self.certificate(ing, secret) else { continue };
+            let Some(secret) = tls.secret_name.as_deref() else {
+                continue;
+            };
+            let Some(file) = self.certificate(ing, secret) else {
+                continue;
+            };
             for host in tls.hosts.iter().flatten() {
                 match Host::parse(host) {
                     Ok(h) => {
@@ -225,7 +245,9 @@ impl<'s> Builder<'s> {
                 server.snippet = a.server_snippet.clone();
             }
             for path in rule.http.iter().flat_map(|h| h.paths.iter()) {
-                let Some(backend) = self.backend_ref(ing, &path.backend, a, false) else { continue };
+                let Some(backend) = self.backend_ref(ing, &path.backend, a, false) else {
+                    continue;
+                };
                 let raw = path.path.clone().unwrap_or_else(|| "/".into());
                 let Some(locs) = self.locations_for(id, ing, &host, &raw, &path.path_type, &backend, a) else {
                     continue;
@@ -283,7 +305,11 @@ impl<'s> Builder<'s> {
             ("ImplementationSpecific", false) => vec![one(self, path, Match::Prefix)],
             ("ImplementationSpecific", true) => vec![one(self, format!("^{path}"), Match::Regex)],
             (other, _) => {
-                self.report(ing, "spec.rules.http.paths.pathType", format!("unknown pathType {other:?}"));
+                self.report(
+                    ing,
+                    "spec.rules.http.paths.pathType",
+                    format!("unknown pathType {other:?}"),
+                );
                 return None;
             }
         })
@@ -293,7 +319,10 @@ impl<'s> Builder<'s> {
         let server = self.servers.entry(host.to_string()).or_default();
         if let Some(existing) = server.locations.get(&conflict) {
             let owner = existing.first().map(|l| l.ingress.clone()).unwrap_or_default();
-            let reason = format!("host {host} path {} ({}) is already served by Ingress {owner}; ignored", conflict.0, conflict.1);
+            let reason = format!(
+                "host {host} path {} ({}) is already served by Ingress {owner}; ignored",
+                conflict.0, conflict.1
+            );
             self.report(ing, "spec.rules", reason);
             return;
         }
@@ -315,9 +344,17 @@ impl<'s> Builder<'s> {
                 });
                 Some(name)
             }
-            None => self.opts.default_backend_service.as_ref().map(|_| DEFAULT_BACKEND.to_string()),
+            None => self
+                .opts
+                .default_backend_service
+                .as_ref()
+                .map(|_| DEFAULT_BACKEND.to_string()),
         };
-        let codes = if a.custom_http_errors.is_empty() { &g.custom_http_errors } else { &a.custom_http_errors };
+        let codes = if a.custom_http_errors.is_empty() {
+            &g.custom_http_errors
+        } else {
+            &a.custom_http_errors
+        };
         let error_pages = match &error_backend {
             Some(eb) => codes
                 .iter()
@@ -348,7 +385,10 @@ impl<'s> Builder<'s> {
             proxy_connect_timeout: a.proxy_connect_timeout.unwrap_or(g.proxy_connect_timeout),
             proxy_read_timeout: a.proxy_read_timeout.unwrap_or(g.proxy_read_timeout),
             proxy_send_timeout: a.proxy_send_timeout.unwrap_or(g.proxy_send_timeout),
-            proxy_next_upstream: a.proxy_next_upstream.clone().unwrap_or_else(|| g.proxy_next_upstream.clone()),
+            proxy_next_upstream: a
+                .proxy_next_upstream
+                .clone()
+                .unwrap_or_else(|| g.proxy_next_upstream.clone()),
             proxy_next_upstream_tries: a.proxy_next_upstream_tries.unwrap_or(g.proxy_next_upstream_tries),
             proxy_buffering: a.proxy_buffering.unwrap_or(g.proxy_buffering),
             backend_protocol: a.backend_protocol,
@@ -368,19 +408,26 @@ impl<'s> Builder<'s> {
     /// certificate is a new file and the reload that loads it is explicit.
     fn certificate(&mut self, ing: &Ingress, secret: &str) -> Option<String> {
         let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
-        let found = self
-            .snap
-            .secrets
-            .iter()
-            .find(|s| s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(secret));
+        let found = self.snap.secrets.iter().find(|s| {
+            s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(secret)
+        });
         let data = found.and_then(|s| s.data.as_ref());
-        let (Some(crt), Some(key_pem)) = (data.and_then(|d| d.get("tls.crt")), data.and_then(|d| d.get("tls.key"))) else {
-            self.report(ing, "spec.tls.secretName", format!("Secret {ns}/{secret} is missing or has no tls.crt/tls.key"));
+        let (Some(crt), Some(key_pem)) = (data.and_then(|d| d.get("tls.crt")), data.and_then(|d| d.get("tls.key")))
+        else {
+            self.report(
+                ing,
+                "spec.tls.secretName",
+                format!("Secret {ns}/{secret} is missing or has no tls.crt/tls.key"),
+            );
             return None;
         };
         let looks_pem = |b: &[u8]| b.starts_with(b"-----BEGIN ") && b.is_ascii();
         if !looks_pem(&crt.0) || !looks_pem(&key_pem.0) || !is_object_name(secret) {
-            self.report(ing, "spec.tls.secretName", format!("Secret {ns}/{secret} does not hold PEM data"));
+            self.report(
+                ing,
+                "spec.tls.secretName",
+                format!("Secret {ns}/{secret} does not hold PEM data"),
+            );
             return None;
         }
         let mut pem = crt.0.clone();
@@ -398,7 +445,12 @@ impl<'s> Builder<'s> {
     fn add_canary(&mut self, ing: &Ingress, a: &Annotations) {
         let Some(spec) = &ing.spec else { return };
         for rule in spec.rules.iter().flatten() {
-            let host = rule.host.as_deref().filter(|h| !h.is_empty()).unwrap_or("_").to_ascii_lowercase();
+            let host = rule
+                .host
+                .as_deref()
+                .filter(|h| !h.is_empty())
+                .unwrap_or("_")
+                .to_ascii_lowercase();
             for path in rule.http.iter().flat_map(|h| h.paths.iter()) {
                 let conflict = (path.path.clone().unwrap_or_else(|| "/".into()), path.path_type.clone());
                 let primary = self
@@ -408,12 +460,25 @@ impl<'s> Builder<'s> {
                     .and_then(|l| l.first())
                     .map(|l| l.backend.clone());
                 let Some(primary) = primary else {
-                    self.report(ing, "canary", format!("no primary Ingress serves host {host} path {}; canary ignored", conflict.0));
+                    self.report(
+                        ing,
+                        "canary",
+                        format!(
+                            "no primary Ingress serves host {host} path {}; canary ignored",
+                            conflict.0
+                        ),
+                    );
                     continue;
                 };
-                let Some(canary) = self.backend_ref(ing, &path.backend, a, true) else { continue };
+                let Some(canary) = self.backend_ref(ing, &path.backend, a, true) else {
+                    continue;
+                };
                 if !self.backends.get(&canary).is_some_and(|b| b.canary) {
-                    self.report(ing, "canary", format!("backend {canary} already serves as a primary; canary ignored"));
+                    self.report(
+                        ing,
+                        "canary",
+                        format!("backend {canary} already serves as a primary; canary ignored"),
+                    );
                     continue;
                 }
                 if canary == primary {
@@ -470,7 +535,9 @@ impl<'s> Builder<'s> {
             });
             let object = format!("Service {}/{}", r.namespace, r.service);
             let endpoints = match (svc, port) {
-                (Some(svc), Some(port)) => endpoints::resolve(svc, port, &self.snap.slices, r.annotations.service_upstream),
+                (Some(svc), Some(port)) => {
+                    endpoints::resolve(svc, port, &self.snap.slices, r.annotations.service_upstream)
+                }
                 (Some(_), None) => {
                     self.problems.push(Report {
                         object,
@@ -498,14 +565,23 @@ impl<'s> Builder<'s> {
                     PortRef::Name(s) => wire::ServicePort::Name(s.clone()),
                 },
                 endpoints,
-                load_balance: a.load_balance.clone().unwrap_or_else(|| self.global.load_balance.clone()),
+                load_balance: a
+                    .load_balance
+                    .clone()
+                    .unwrap_or_else(|| self.global.load_balance.clone()),
                 no_server: r.canary,
-                alternative_backends: self.alternatives.get(&name).map(|s| s.iter().cloned().collect()).unwrap_or_default(),
+                alternative_backends: self
+                    .alternatives
+                    .get(&name)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default(),
                 ..Default::default()
             };
             b.upstream_hash_by.hash_by = a.upstream_hash_by.clone().unwrap_or_default();
             b.upstream_hash_by.subset = a.upstream_hash_by_subset;
-            b.upstream_hash_by.subset_size = a.upstream_hash_by_subset_size.unwrap_or(if a.upstream_hash_by_subset { 3 } else { 0 });
+            b.upstream_hash_by.subset_size =
+                a.upstream_hash_by_subset_size
+                    .unwrap_or(if a.upstream_hash_by_subset { 3 } else { 0 });
             if let Some(c) = a.canary.as_ref().filter(|_| r.canary) {
                 b.traffic_shaping = wire::TrafficShapingPolicy {
                     weight: c.weight,
@@ -530,8 +606,16 @@ impl<'s> Builder<'s> {
                 cookie.conditional_samesite_none = aff.conditional_samesite_none;
                 cookie.change_on_failure = aff.change_on_failure;
                 for s in servers {
-                    for l in s.locations.iter().filter(|l| l.backend == name && l.match_ != Match::Regex) {
-                        cookie.locations.entry(s.hostname.clone()).or_default().push(l.path.clone());
+                    for l in s
+                        .locations
+                        .iter()
+                        .filter(|l| l.backend == name && l.match_ != Match::Regex)
+                    {
+                        cookie
+                            .locations
+                            .entry(s.hostname.clone())
+                            .or_default()
+                            .push(l.path.clone());
                     }
                 }
             }

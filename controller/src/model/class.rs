@@ -23,19 +23,31 @@ impl ClassFilter {
     /// ours if our IngressClass is the cluster default, or with
     /// `--watch-ingress-without-class`.
     pub fn accepts(&self, ing: &Ingress, classes: &[IngressClass]) -> bool {
-        if let Some(legacy) = ing.metadata.annotations.as_ref().and_then(|a| a.get(LEGACY_CLASS_ANNOTATION)) {
+        if let Some(legacy) = ing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(LEGACY_CLASS_ANNOTATION))
+        {
             return *legacy == self.class;
         }
         let ours = |c: &IngressClass| c.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(&*self.controller);
         match ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()) {
             Some(name) => {
-                name == self.class || classes.iter().any(|c| c.metadata.name.as_deref() == Some(name) && ours(c))
+                name == self.class
+                    || classes
+                        .iter()
+                        .any(|c| c.metadata.name.as_deref() == Some(name) && ours(c))
             }
             None => {
                 self.without_class
                     || classes.iter().any(|c| {
                         ours(c)
-                            && c.metadata.annotations.as_ref().and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).map(String::as_str)
+                            && c.metadata
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                                .map(String::as_str)
                                 == Some("true")
                     })
             }

@@ -124,7 +124,9 @@ impl GlobalConfig {
                     "http-redirect-code" => {
                         let code = number(v)?;
                         if ![301, 302, 307, 308].contains(&code) {
-                            return Err(Invalid(format!("http-redirect-code must be 301, 302, 307 or 308: {v:?}")));
+                            return Err(Invalid(format!(
+                                "http-redirect-code must be 301, 302, 307 or 308: {v:?}"
+                            )));
                         }
                         c.http_redirect_code = code;
                     }
@@ -138,7 +140,14 @@ impl GlobalConfig {
                             .split(',')
                             .map(str::trim)
                             .filter(|s| !s.is_empty())
-                            .map(|s| number::<u16>(s).and_then(|n| (400..600).contains(&n).then_some(n).ok_or_else(|| Invalid(format!("not an error status: {s:?}")))))
+                            .map(|s| {
+                                number::<u16>(s).and_then(|n| {
+                                    (400..600)
+                                        .contains(&n)
+                                        .then_some(n)
+                                        .ok_or_else(|| Invalid(format!("not an error status: {s:?}")))
+                                })
+                            })
                             .collect::<Result<_, _>>()?;
                     }
                     _ => return Err(Invalid("not supported by this controller; ignored".into())),
@@ -162,10 +171,15 @@ mod tests {
 
     #[test]
     fn keys_are_typed_and_bad_ones_reported() {
-        let data = [("proxy-read-timeout", "90"), ("worker-processes", "2"), ("hsts", "maybe"), ("x", "y")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let data = [
+            ("proxy-read-timeout", "90"),
+            ("worker-processes", "2"),
+            ("hsts", "maybe"),
+            ("x", "y"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
         let (c, p) = GlobalConfig::parse(&data);
         assert_eq!(c.proxy_read_timeout, Seconds(90));
         assert_eq!(c.worker_processes, 2);

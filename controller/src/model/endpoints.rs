@@ -66,12 +66,24 @@ pub fn resolve(svc: &Service, port: &ServicePort, slices: &[EndpointSlice], serv
     let mut out: Vec<Endpoint> = Vec::new();
     for slice in slices {
         let owned = slice.metadata.namespace.as_deref().unwrap_or("default") == ns
-            && slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) == Some(name);
+            && slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                .map(String::as_str)
+                == Some(name);
         if !owned {
             continue;
         }
-        let slice_port = slice.ports.iter().flatten().find(|p| p.name.as_deref().unwrap_or("") == port.name.as_deref().unwrap_or(""));
-        let Some(number) = slice_port.and_then(|p| p.port) else { continue };
+        let slice_port = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref().unwrap_or("") == port.name.as_deref().unwrap_or(""));
+        let Some(number) = slice_port.and_then(|p| p.port) else {
+            continue;
+        };
         for ep in slice.endpoints.iter().flatten() {
             if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
                 continue;

@@ -62,7 +62,8 @@ impl UrlPath {
     pub fn parse(s: &str) -> Result<Self, Invalid> {
         let ok = s.starts_with('/')
             && s.len() <= 1024
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/-._~%!*+,=:@".contains(&b));
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/-._~%!*+,=:@".contains(&b));
         if !ok {
             return invalid("not a plain URL path", s);
         }
@@ -140,13 +141,16 @@ impl RedirectUrl {
             return invalid("not an http(s) URL", s);
         };
         let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-        let host = authority.rsplit_once(':').map_or(authority, |(h, port)| {
-            if port.parse::<u16>().is_ok() {
-                h
-            } else {
-                "\0"
-            }
-        });
+        let host = authority.rsplit_once(':').map_or(
+            authority,
+            |(h, port)| {
+                if port.parse::<u16>().is_ok() {
+                    h
+                } else {
+                    "\0"
+                }
+            },
+        );
         let tail_ok = tail
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/-._~%!*+,=:@?&".contains(&b));
@@ -242,7 +246,8 @@ impl Origin {
 pub fn is_object_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 /// A list of CIDRs (or bare addresses), comma separated, as the
@@ -268,18 +273,7 @@ mod tests {
     use super::*;
 
     const HOSTILE: &[&str] = &[
-        "a;b",
-        "a}b",
-        "a{b",
-        "a\nb",
-        "a$b",
-        "a\"b",
-        "a'b",
-        "a#b",
-        "a b",
-        "a\\b",
-        "a\rb",
-        "a\0b",
+        "a;b", "a}b", "a{b", "a\nb", "a$b", "a\"b", "a'b", "a#b", "a b", "a\\b", "a\rb", "a\0b",
     ];
 
     #[test]
@@ -323,7 +317,10 @@ mod tests {
         assert!(Size::parse("8m").is_ok() && Size::parse("0").is_ok() && Size::parse("1mm").is_err());
         assert_eq!(Seconds::parse("30").unwrap(), Seconds(30));
         assert!(Seconds::parse("-1").is_err());
-        assert_eq!(parse_cidrs("10.0.0.1/8, 192.168.0.1").unwrap(), ["10.0.0.0/8", "192.168.0.1"]);
+        assert_eq!(
+            parse_cidrs("10.0.0.1/8, 192.168.0.1").unwrap(),
+            ["10.0.0.0/8", "192.168.0.1"]
+        );
     }
 
     #[test]

@@ -41,7 +41,11 @@ impl ApiClient {
     }
 
     pub async fn status(&self) -> anyhow::Result<Status> {
-        let resp = self.http.get(format!("{}/configuration/status", self.base)).send().await?;
+        let resp = self
+            .http
+            .get(format!("{}/configuration/status", self.base))
+            .send()
+            .await?;
         let bytes = check(resp).await?;
         serde_json::from_slice(&bytes).context("decoding /configuration/status")
     }
@@ -72,7 +76,11 @@ impl ApiClient {
 
     /// Deleting a backend that is already gone is success.
     pub async fn delete(&self, name: &str) -> anyhow::Result<()> {
-        let resp = self.http.delete(format!("{}/configuration/backends/{name}", self.base)).send().await?;
+        let resp = self
+            .http
+            .delete(format!("{}/configuration/backends/{name}", self.base))
+            .send()
+            .await?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(());
         }

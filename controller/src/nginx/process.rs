@@ -6,6 +6,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use parking_lot::Mutex;
 use tokio::process::{Child, Command};
 
@@ -26,6 +28,8 @@ pub struct Nginx {
     conf: PathBuf,
     mode: Mode,
     child: Mutex<Option<Child>>,
+    /// Process group of the supervised master (its pid), 0 before start.
+    group: AtomicI32,
 }
 
 impl Nginx {
@@ -36,6 +40,7 @@ impl Nginx {
             conf,
             mode,
             child: Mutex::new(None),
+            group: AtomicI32::new(0),
         }
     }
 
@@ -74,10 +79,14 @@ impl Nginx {
             .arg("-c")
             .arg(&self.conf)
             .stdin(Stdio::null())
+            // Its own process group, so the workers of a master that died
+            // can be found and stopped before a new master binds the ports.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", self.binary.display()))?;
         let pid = child.id().unwrap_or(0);
+        self.group.store(pid as i32, Ordering::Release);
         *self.child.lock() = Some(child);
         tracing::info!(pid, "nginx master started");
         Ok(pid)
@@ -120,6 +129,7 @@ impl Nginx {
                 match guard.as_mut().map(Child::try_wait) {
                     Some(Ok(Some(status))) => {
                         guard.take();
+                        self.kill_orphaned_workers();
                         Some(status.to_string())
                     }
                     Some(Err(e)) => Some(e.to_string()),
@@ -133,6 +143,17 @@ impl Nginx {
         }
     }
 
+    /// Workers outlive a master killed with SIGKILL and keep the listening
+    /// sockets; a new master could not bind them. They share the master's
+    /// process group, so that group is killed once the master is gone.
+    fn kill_orphaned_workers(&self) {
+        let group = self.group.swap(0, Ordering::AcqRel);
+        if group > 0 {
+            // SAFETY: kill(2) on the process group we created for nginx.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
+    }
+
     /// Graceful stop (SIGQUIT), then SIGKILL after `grace`.
     pub async fn stop(&self, grace: Duration) {
         if !self.is_supervised() {
@@ -143,7 +164,10 @@ impl Nginx {
         }
         let deadline = tokio::time::Instant::now() + grace;
         while tokio::time::Instant::now() < deadline {
-            let exited = matches!(self.child.lock().as_mut().map(Child::try_wait), Some(Ok(Some(_))) | None);
+            let exited = matches!(
+                self.child.lock().as_mut().map(Child::try_wait),
+                Some(Ok(Some(_))) | None
+            );
             if exited {
                 tracing::info!("nginx stopped");
                 return;

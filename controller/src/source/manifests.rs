@@ -42,7 +42,10 @@ impl ManifestDir {
     pub fn read(&mut self) -> (Snapshot, Vec<String>) {
         let mut problems = Vec::new();
         let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
-            Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_manifest(p)).collect(),
+            Ok(rd) => rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| is_manifest(p))
+                .collect(),
             Err(e) => {
                 problems.push(format!("{}: {e}", self.dir.display()));
                 Vec::new()
@@ -56,7 +59,8 @@ impl ManifestDir {
                 .and_then(|text| serde_saphyr::from_multiple::<Value>(&text).map_err(|e| e.to_string()))
             {
                 Ok(docs) => {
-                    self.last_good.insert(path.clone(), docs.into_iter().filter(|d| !d.is_null()).collect());
+                    self.last_good
+                        .insert(path.clone(), docs.into_iter().filter(|d| !d.is_null()).collect());
                 }
                 Err(e) => problems.push(format!("{}: {e}; keeping its last good contents", path.display())),
             }
@@ -95,9 +99,9 @@ impl ManifestDir {
                 let mut ing: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(doc).map_err(what)?;
                 // Without a creationTimestamp, file order decides which
                 // Ingress is "oldest" in a conflict.
-                ing.metadata.creation_timestamp.get_or_insert_with(|| {
-                    Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default())
-                });
+                ing.metadata
+                    .creation_timestamp
+                    .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default()));
                 snap.ingresses.push(ing);
             }
             "IngressClass" => snap.classes.push(serde_json::from_value(doc).map_err(what)?),
@@ -123,7 +127,11 @@ impl ManifestDir {
                     snap.config_map = Some(cm);
                 }
             }
-            other => return Err(format!("kind {other:?} ({name}) is not one the controller reads; ignored")),
+            other => {
+                return Err(format!(
+                    "kind {other:?} ({name}) is not one the controller reads; ignored"
+                ))
+            }
         }
         Ok(())
     }
@@ -137,7 +145,10 @@ pub async fn run(mut dir: ManifestDir, tx: watch::Sender<Arc<Snapshot>>, settle:
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         // Reads (ours included) raise access events; only changes count.
         if let Ok(ev) = res {
-            if matches!(ev.kind, EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)) {
+            if matches!(
+                ev.kind,
+                EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)
+            ) {
                 let _ = ev_tx.send(());
             }
         }

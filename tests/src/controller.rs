@@ -1,0 +1,259 @@
+//! The real `ingress-controller` on a manifest directory, running the real
+//! nginx + module, on free loopback ports.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{artifacts, free_port};
+
+/// The controller binary. `cargo test --workspace` builds it (the
+/// controller package has integration tests, so its binary is built with
+/// them); with `cargo test -p tests` alone, build it first with
+/// `cargo build --release -p controller`. A nested `cargo build` here would
+/// resolve features differently and rebuild half the tree on every run.
+pub fn controller_binary() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/ingress-controller");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release -p controller` (or test with --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+pub struct Controller {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub manifests: PathBuf,
+    pub http_port: u16,
+    pub api_port: u16,
+    pub metrics_port: u16,
+}
+
+/// An HTTP answer: status and body.
+pub type Answer = (u16, String);
+
+impl Controller {
+    /// Writes `files` into a fresh manifest directory, starts the controller
+    /// on it and waits until it is ready (first configuration applied).
+    pub fn start(files: &[(&str, String)], extra_args: &[&str]) -> Controller {
+        let c = Self::spawn(files, extra_args);
+        c.wait_ready();
+        c
+    }
+
+    /// Starts without waiting for readiness.
+    pub fn spawn(files: &[(&str, String)], extra_args: &[&str]) -> Controller {
+        let (nginx, module) = artifacts();
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir_all(&manifests).unwrap();
+        for (name, text) in files {
+            std::fs::write(manifests.join(name), text).unwrap();
+        }
+        let (http_port, api_port, metrics_port) = (free_port(), free_port(), free_port());
+        let log = std::fs::File::create(dir.path().join("controller.log")).unwrap();
+        let child = Command::new(controller_binary())
+            .arg("--manifests")
+            .arg(&manifests)
+            .arg("--nginx-binary")
+            .arg(nginx)
+            .arg("--nginx-module")
+            .arg(module)
+            .arg("--conf-dir")
+            .arg(dir.path().join("nginx"))
+            .args(["--listen-address", "127.0.0.1"])
+            .args(["--http-port", &http_port.to_string()])
+            .args(["--https-port", &free_port().to_string()])
+            .args(["--api-port", &api_port.to_string()])
+            .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
+            .args(["--reload-settle-ms", "100", "--error-log-level", "info"])
+            .args(extra_args)
+            .env("RUST_LOG", "info,controller::sync=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting ingress-controller");
+        Controller {
+            child: Some(child),
+            dir,
+            manifests,
+            http_port,
+            api_port,
+            metrics_port,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default()
+    }
+
+    pub fn conf(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nginx/nginx.conf")).unwrap_or_default()
+    }
+
+    pub fn wait_ready(&self) {
+        let ok = wait_until(Duration::from_secs(30), || {
+            get_url(&format!("http://127.0.0.1:{}/readyz", self.metrics_port)).is_some_and(|(s, _)| s == 200)
+        });
+        assert!(ok, "controller not ready within 30 s; log:\n{}", self.log());
+    }
+
+    /// Replaces a manifest file atomically (write + rename), as editors and
+    /// config-management tools do.
+    pub fn write(&self, name: &str, text: &str) {
+        let tmp = self.dir.path().join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.manifests.join(name)).unwrap();
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.manifests.join(name)).unwrap();
+    }
+
+    /// GET through nginx with a Host header.
+    pub fn get(&self, host: &str, path: &str) -> Answer {
+        request(self.http_port, host, path).unwrap_or((0, String::new()))
+    }
+
+    /// The value of an unlabelled metric.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, text) = get_url(&format!("http://127.0.0.1:{}/metrics", self.metrics_port)).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+
+    /// Successful reloads so far, by the controller's own count (the first
+    /// start counts as one).
+    pub fn reloads(&self) -> f64 {
+        self.metric("nginx_ingress_controller_success")
+    }
+
+    /// The worker pids the module reports: they change on every reload.
+    pub fn worker_pids(&self) -> BTreeSet<u64> {
+        let (_, body) =
+            get_url(&format!("http://127.0.0.1:{}/configuration/status", self.api_port)).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        v["workers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w["pid"].as_u64())
+            .collect()
+    }
+
+    pub fn nginx_master_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.dir.path().join("nginx/logs/nginx.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// SIGTERM, as Kubernetes stops a pod; waits for a graceful exit.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let master = self.nginx_master_pid();
+        // SAFETY: kill(2) on the process we started and have not reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut status = None;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = child.try_wait() {
+                status = Some(s);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if status.is_none() {
+            let _ = child.kill();
+            status = child.wait().ok();
+        }
+        // Never leave an nginx behind, whatever happened to the controller.
+        if let Some(pid) = master {
+            // SAFETY: the master we saw in our own temp prefix.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        status
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Polls `f` every 20 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into()
+}
+
+pub fn get_url(url: &str) -> Option<Answer> {
+    let mut resp = agent().get(url).call().ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.body_mut().read_to_string().unwrap_or_default()))
+}
+
+pub fn request(port: u16, host: &str, path: &str) -> Option<Answer> {
+    let mut resp = agent()
+        .get(&format!("http://127.0.0.1:{port}{path}"))
+        .header("Host", host)
+        .call()
+        .ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.body_mut().read_to_string().unwrap_or_default()))
+}
+
+/// Manifests for one Service `name` in namespace `demo` with an
+/// EndpointSlice listing `ports` on 127.0.0.1.
+pub fn service(name: &str, ports: &[u16]) -> String {
+    // One slice per endpoint: test upstreams differ by port, and an
+    // EndpointSlice's ports apply to all of its endpoints.
+    let mut out = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{namespace: demo, name: {name}}}\nspec:\n  ports: [{{name: http, port: 80}}]\n"
+    );
+    for (i, port) in ports.iter().enumerate() {
+        out.push_str(&format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  namespace: demo\n  name: {name}-{i}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"127.0.0.1\"]}}]\n"
+        ));
+    }
+    out
+}
+
+/// An Ingress routing `host` + `path` (Prefix) to `service` port 80, with
+/// optional annotations (`key: value` lines without the prefix).
+pub fn ingress(name: &str, host: &str, path: &str, service: &str, annotations: &[(&str, &str)]) -> String {
+    let mut ann = String::new();
+    for (k, v) in annotations {
+        ann.push_str(&format!("    nginx.ingress.kubernetes.io/{k}: {v:?}\n"));
+    }
+    let ann = if ann.is_empty() {
+        String::new()
+    } else {
+        format!("  annotations:\n{ann}")
+    };
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  namespace: demo\n  name: {name}\n{ann}spec:\n  ingressClassName: nginx\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - path: {path}\n            pathType: Prefix\n            backend: {{service: {{name: {service}, port: {{number: 80}}}}}}\n"
+    )
+}

@@ -1,0 +1,219 @@
+//! End to end: the real controller on a manifest directory, driving the
+//! real nginx + module, with real upstream servers.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tests::controller::{ingress, service, wait_until, Controller};
+use tests::upstream::Upstream;
+
+const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
+
+/// Identities seen over `n` requests.
+fn seen(c: &Controller, host: &str, path: &str, n: usize) -> BTreeSet<String> {
+    (0..n).map(|_| c.get(host, path).1).collect()
+}
+
+#[test]
+fn routes_by_host_and_path_and_a_deleted_ingress_gives_404() {
+    let (a, b) = (Upstream::start(), Upstream::start());
+    let c = Controller::start(
+        &[
+            ("class.yaml", CLASS.into()),
+            ("a.yaml", service("a", &[a.port])),
+            ("b.yaml", service("b", &[b.port])),
+            ("ing.yaml", ingress("site", "site.test", "/", "a", &[])),
+            ("ing-b.yaml", ingress("site-b", "site.test", "/b", "b", &[])),
+        ],
+        &[],
+    );
+    assert_eq!(c.get("site.test", "/"), (200, a.identity.clone()));
+    assert_eq!(c.get("site.test", "/b/x"), (200, b.identity.clone()));
+    assert_eq!(
+        c.get("site.test", "/bx").1,
+        a.identity,
+        "Prefix matches whole path elements"
+    );
+    assert_eq!(
+        c.get("other.test", "/").0,
+        404,
+        "unknown hosts go to the default server"
+    );
+
+    c.remove("ing-b.yaml");
+    assert!(wait_until(Duration::from_secs(10), || c.get("site.test", "/b/x").1 == a.identity));
+    c.remove("ing.yaml");
+    assert!(
+        wait_until(Duration::from_secs(10), || c.get("site.test", "/").0 == 404),
+        "{}",
+        c.log()
+    );
+}
+
+#[test]
+fn scaling_endpoints_50_times_never_reloads() {
+    let ups: Vec<Upstream> = (0..3).map(|_| Upstream::start()).collect();
+    let sets: [Vec<usize>; 2] = [vec![0], vec![1, 2]];
+    let c = Controller::start(
+        &[
+            ("class.yaml", CLASS.into()),
+            ("web.yaml", service("web", &[ups[0].port])),
+            ("ing.yaml", ingress("web", "web.test", "/", "web", &[])),
+        ],
+        &[],
+    );
+    let reloads = c.reloads();
+    let workers = c.worker_pids();
+    assert_eq!(reloads, 1.0, "the first start counts as one");
+    for round in 0..50 {
+        let set = &sets[(round + 1) % 2];
+        let ports: Vec<u16> = set.iter().map(|i| ups[*i].port).collect();
+        c.write("web.yaml", &service("web", &ports));
+        let want: BTreeSet<String> = set.iter().map(|i| ups[*i].identity.clone()).collect();
+        let followed = wait_until(Duration::from_secs(10), || seen(&c, "web.test", "/", 6) == want);
+        assert!(followed, "round {round}: traffic did not follow {want:?}\n{}", c.log());
+    }
+    assert_eq!(c.reloads(), reloads, "endpoint changes must not reload nginx");
+    assert_eq!(c.worker_pids(), workers, "the same workers served all 50 changes");
+}
+
+#[test]
+fn adding_a_host_reloads_exactly_once() {
+    let (a, b) = (Upstream::start(), Upstream::start());
+    let c = Controller::start(
+        &[
+            ("class.yaml", CLASS.into()),
+            (
+                "svc.yaml",
+                format!("{}---\n{}", service("a", &[a.port]), service("b", &[b.port])),
+            ),
+            ("one.yaml", ingress("one", "one.test", "/", "a", &[])),
+        ],
+        &[],
+    );
+    let workers = c.worker_pids();
+    c.write("two.yaml", &ingress("two", "two.test", "/", "b", &[]));
+    assert!(
+        wait_until(Duration::from_secs(10), || c.get("two.test", "/").1 == b.identity),
+        "{}",
+        c.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.reloads(), 2.0, "start + one reload");
+    let now = c.worker_pids();
+    assert!(
+        now.is_disjoint(&workers),
+        "new workers after the reload: {workers:?} -> {now:?}"
+    );
+    assert_eq!(c.get("one.test", "/").1, a.identity);
+}
+
+#[test]
+fn a_burst_of_100_ingress_edits_costs_a_handful_of_reloads() {
+    let a = Upstream::start();
+    let c = Controller::start(
+        &[
+            ("class.yaml", CLASS.into()),
+            ("a.yaml", service("a", &[a.port])),
+            ("ing.yaml", ingress("burst", "burst.test", "/", "a", &[])),
+        ],
+        &[],
+    );
+    for i in 1..=100 {
+        let t = i.to_string();
+        c.write(
+            "ing.yaml",
+            &ingress("burst", "burst.test", "/", "a", &[("proxy-read-timeout", &t)]),
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(15), || c
+            .conf()
+            .contains("proxy_read_timeout 100s;")),
+        "{}",
+        c.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let reloads = c.reloads() - 1.0;
+    assert!((1.0..=10.0).contains(&reloads), "100 edits gave {reloads} reloads");
+    assert_eq!(c.get("burst.test", "/").1, a.identity);
+    eprintln!("100 edits -> {reloads} reloads");
+}
+
+#[test]
+fn bad_annotations_and_a_failing_nginx_test_leave_traffic_alone() {
+    let a = Upstream::start();
+    // A template that renders invalid nginx once a third server appears.
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("nginx.conf.j2");
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../controller/templates/nginx.conf.j2"
+    ))
+    .unwrap();
+    let broken = base.replacen(
+        "http {",
+        "http {\n{% if s.servers|length > 2 %}\n    no_such_directive on;\n{% endif %}",
+        1,
+    );
+    std::fs::write(&template, broken).unwrap();
+    let c = Controller::start(
+        &[
+            ("class.yaml", CLASS.into()),
+            ("a.yaml", service("a", &[a.port])),
+            (
+                "ing.yaml",
+                ingress(
+                    "one",
+                    "one.test",
+                    "/",
+                    "a",
+                    &[("proxy-read-timeout", "soon"), ("configuration-snippet", "evil on;")],
+                ),
+            ),
+        ],
+        &["--template", template.to_str().unwrap()],
+    );
+    assert_eq!(
+        c.get("one.test", "/").1,
+        a.identity,
+        "a bad annotation drops only itself"
+    );
+    assert!(c.conf().contains("proxy_read_timeout 60s;") && !c.conf().contains("evil"));
+    assert!(c.log().contains("proxy-read-timeout") && c.log().contains("snippet annotations are disabled"));
+
+    let workers = c.worker_pids();
+    c.write("two.yaml", &ingress("two", "two.test", "/", "a", &[]));
+    let failed = wait_until(Duration::from_secs(10), || {
+        c.metric("nginx_ingress_controller_errors") == 1.0
+    });
+    assert!(failed, "{}", c.log());
+    assert_eq!(c.metric("nginx_ingress_controller_config_last_reload_successful"), 0.0);
+    assert!(c.log().contains("no_such_directive"), "nginx -t's error is logged");
+    assert_eq!(c.get("one.test", "/").1, a.identity, "the running nginx is untouched");
+    assert_eq!(c.worker_pids(), workers);
+    // No hot loop: the same broken structure is not retried.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(c.metric("nginx_ingress_controller_errors"), 1.0);
+}
+
+#[test]
+fn a_dead_nginx_master_is_restarted_and_reconfigured() {
+    let a = Upstream::start();
+    let c = Controller::start(
+        &[
+            ("class.yaml", CLASS.into()),
+            ("a.yaml", service("a", &[a.port])),
+            ("ing.yaml", ingress("one", "one.test", "/", "a", &[])),
+        ],
+        &[],
+    );
+    let master = c.nginx_master_pid().expect("nginx pid file");
+    // SAFETY: the master of this test's own nginx.
+    unsafe { libc::kill(master, libc::SIGKILL) };
+    let restarted = wait_until(Duration::from_secs(15), || {
+        c.nginx_master_pid().is_some_and(|p| p != master) && c.get("one.test", "/").1 == a.identity
+    });
+    assert!(restarted, "{}", c.log());
+    assert_eq!(c.metric("nginx_ingress_controller_nginx_restarts_total"), 1.0);
+}
