@@ -6,8 +6,9 @@
 //!   `build/nginx/{sbin/nginx, modules/ngx_http_dynamic_balancer_module.so, conf/mime.types}`.
 //!   Nothing is downloaded except Debian packages; the nginx source ships in
 //!   the crate.
-//! - `demo` builds, then runs nginx with the module, two demo upstreams and a
-//!   pushed configuration on 127.0.0.1 until Ctrl-C.
+//! - `demo` builds, then runs `ingress-controller` on the bundled manifest
+//!   directory (`controller/manifests/demo`), which runs nginx with the
+//!   module, with three demo upstreams, until Ctrl-C.
 //! - `paths` prints where the artifacts are.
 
 mod build;
