@@ -28,6 +28,19 @@ fn is_manifest(p: &Path) -> bool {
     matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
 }
 
+/// serde-saphyr's default budget (1,024 documents, 250,000 nodes) guards
+/// against hostile input; a manifest directory is the operator's own and
+/// may hold tens of thousands of objects in one file.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_documents: 10_000_000,
+            max_nodes: 500_000_000,
+            max_events: 2_000_000_000,
+        },
+    }
+}
+
 impl ManifestDir {
     pub fn new(dir: PathBuf, config_map: (String, String)) -> Self {
         ManifestDir {
@@ -56,8 +69,9 @@ impl ManifestDir {
         for path in &files {
             match std::fs::read_to_string(path)
                 .map_err(|e| e.to_string())
-                .and_then(|text| serde_saphyr::from_multiple::<Value>(&text).map_err(|e| e.to_string()))
-            {
+                .and_then(|text| {
+                    serde_saphyr::from_multiple_with_options::<Value>(&text, yaml_options()).map_err(|e| e.to_string())
+                }) {
                 Ok(docs) => {
                     self.last_good
                         .insert(path.clone(), docs.into_iter().filter(|d| !d.is_null()).collect());
