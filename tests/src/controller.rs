@@ -46,18 +46,34 @@ impl Controller {
 
     /// Starts without waiting for readiness.
     pub fn spawn(files: &[(&str, String)], extra_args: &[&str]) -> Controller {
-        let (nginx, module) = artifacts();
         let dir = tempfile::tempdir().unwrap();
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&manifests).unwrap();
         for (name, text) in files {
             std::fs::write(manifests.join(name), text).unwrap();
         }
+        let source = ["--manifests".to_string(), manifests.display().to_string()];
+        Self::spawn_in(dir, manifests, &source, extra_args)
+    }
+
+    /// Starts on a cluster (a kubeconfig) and waits until ready.
+    pub fn start_on_cluster(kubeconfig: &str, extra_args: &[&str]) -> Controller {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, kubeconfig).unwrap();
+        let source = ["--kubeconfig".to_string(), path.display().to_string()];
+        let manifests = dir.path().join("unused");
+        let c = Self::spawn_in(dir, manifests, &source, extra_args);
+        c.wait_ready();
+        c
+    }
+
+    fn spawn_in(dir: tempfile::TempDir, manifests: PathBuf, source: &[String], extra_args: &[&str]) -> Controller {
+        let (nginx, module) = artifacts();
         let (http_port, api_port, metrics_port) = (free_port(), free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("controller.log")).unwrap();
         let child = Command::new(controller_binary())
-            .arg("--manifests")
-            .arg(&manifests)
+            .args(source)
             .arg("--nginx-binary")
             .arg(nginx)
             .arg("--nginx-module")
@@ -71,7 +87,10 @@ impl Controller {
             .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
             .args(["--reload-settle-ms", "100", "--error-log-level", "info"])
             .args(extra_args)
-            .env("RUST_LOG", "info,controller::sync=debug")
+            .env(
+                "RUST_LOG",
+                std::env::var("CONTROLLER_LOG").unwrap_or_else(|_| "info,controller::sync=debug".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
