@@ -106,6 +106,11 @@ impl Controller {
         }
     }
 
+    /// The controller's own pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default()
     }

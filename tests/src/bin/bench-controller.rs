@@ -1,0 +1,208 @@
+//! Controller benchmarks (figures, not pass/fail):
+//!
+//! - `ingress-path [ROUNDS SECONDS]`: a controller-rendered location with
+//!   typical settings (force-ssl-redirect evaluated per request, X-Forwarded-*
+//!   headers, timeouts, a canary-capable backend, access log off) against a
+//!   plain `proxy_pass` location to the same upstreams through the module.
+//!   Both front nginx run one worker; wrk runs alternate. Goal: ≥ 0.9.
+//! - `latency [CHANGES]`: on the fake apiserver, the time from an
+//!   EndpointSlice change to nginx routing by it (p50/p99), and from a new
+//!   Ingress host to it being served.
+//! - `scale N`: controller RSS and time to the first applied configuration
+//!   with N generated Ingresses (a manifest directory).
+//!
+//! `cargo run --release -p tests --bin bench-controller -- MODE [ARGS]`
+
+use std::time::{Duration, Instant};
+
+use tests::apiserver::FakeApiServer;
+use tests::bench::{cpu_seconds, median, upstream_pair, wrk, Proc};
+use tests::controller::{ingress, request, service, wait_until, Controller};
+use tests::free_port;
+
+const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, d: u32| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    match args.first().map(String::as_str) {
+        Some("ingress-path") => ingress_path(num(1, 5), num(2, 5)),
+        Some("latency") => latency(num(1, 200) as usize),
+        Some("scale") => scale(num(1, 1000) as usize),
+        _ => eprintln!("usage: bench-controller ingress-path [ROUNDS SECONDS] | latency [CHANGES] | scale N"),
+    }
+}
+
+fn ingress_path(rounds: u32, seconds: u32) {
+    let (_upstreams, a, b) = upstream_pair();
+    let config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ingress-nginx, name: ingress-nginx-controller}\ndata: {worker-processes: \"1\", enable-access-log: \"false\", use-forwarded-headers: \"true\"}\n";
+    let typical = [
+        ("force-ssl-redirect", "true"),
+        ("proxy-read-timeout", "30"),
+        ("proxy-connect-timeout", "5"),
+    ];
+    let canary = [("canary", "true"), ("canary-weight", "0")];
+    let c = Controller::start(
+        &[
+            ("class.yaml", CLASS.into()),
+            ("config.yaml", config.into()),
+            (
+                "svc.yaml",
+                format!("{}---\n{}", service("web", &[a, b]), service("web-canary", &[a])),
+            ),
+            ("ing.yaml", ingress("bench", "bench.test", "/", "web", &typical)),
+            (
+                "canary.yaml",
+                ingress("bench-canary", "bench.test", "/", "web-canary", &canary),
+            ),
+        ],
+        &[],
+    );
+    let (plain_port, api_port) = (free_port(), free_port());
+    let plain = Proc::start(&format!(
+        r#"worker_processes 1;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    dynamic_balancer_zone 32m;
+    map "" $proxy_upstream_name {{ default ""; }}
+    upstream dynamic {{ server 0.0.0.1; dynamic_balancer; keepalive 320; }}
+    server {{ listen 127.0.0.1:{plain_port}; location / {{ dynamic_balancer_backend web; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
+    server {{ listen 127.0.0.1:{api_port}; location /configuration {{ dynamic_balancer_api; }} }}
+}}
+"#
+    ));
+    let body = format!(
+        r#"[{{"name":"web","endpoints":[{{"address":"127.0.0.1","port":"{a}"}},{{"address":"127.0.0.1","port":"{b}"}}]}}]"#
+    );
+    let posted = ureq::post(&format!("http://127.0.0.1:{api_port}/configuration/backends")).send(&body);
+    assert_eq!(posted.map(|r| r.status().as_u16()).ok(), Some(201), "POST failed");
+
+    let ingress_worker = *c.worker_pids().iter().next().expect("one worker") as u32;
+    let plain_worker = plain.worker_pids()[0];
+    let headers = ["Host: bench.test", "X-Forwarded-Proto: https"];
+    let measure = |port: u16, worker: u32| {
+        let before = cpu_seconds(worker);
+        let run = wrk(&format!("http://127.0.0.1:{port}/"), seconds, 32, &headers);
+        assert_eq!(run.non_2xx, 0, "errors or redirects during the run");
+        (
+            run.rps,
+            (cpu_seconds(worker) - before) * 1e6 / run.requests.max(1) as f64,
+        )
+    };
+    measure(c.http_port, ingress_worker);
+    measure(plain_port, plain_worker);
+    println!("round  plain req/s  ingress req/s  ratio  plain us/req  ingress us/req");
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        let (p, i) = if round % 2 == 0 {
+            let p = measure(plain_port, plain_worker);
+            (p, measure(c.http_port, ingress_worker))
+        } else {
+            let i = measure(c.http_port, ingress_worker);
+            (measure(plain_port, plain_worker), i)
+        };
+        ratios.push(i.0 / p.0);
+        println!(
+            "{round:>5}  {:>11.0}  {:>13.0}  {:>5.3}  {:>12.1}  {:>14.1}",
+            p.0,
+            i.0,
+            i.0 / p.0,
+            p.1,
+            i.1
+        );
+    }
+    println!(
+        "ingress location / plain location: median req/s ratio {:.3} (goal >= 0.9)",
+        median(ratios)
+    );
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn latency(changes: usize) {
+    let (_upstreams, a, b) = upstream_pair();
+    let api = FakeApiServer::start();
+    api.apply_yaml(CLASS);
+    api.apply_yaml(&service("web", &[a]));
+    api.apply_yaml(&ingress("web", "web.test", "/", "web", &[]));
+    let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
+    let mut samples = Vec::new();
+    for i in 0..changes {
+        let (port, body) = if i % 2 == 0 { (b, "b\n") } else { (a, "a\n") };
+        let started = Instant::now();
+        api.delete("EndpointSlice", "demo", "web-0");
+        api.apply_yaml(&service("web", &[port]));
+        // Poll every millisecond (wait_until's 20 ms would dominate).
+        let deadline = started + Duration::from_secs(10);
+        while !request(c.http_port, "web.test", "/").is_some_and(|r| r.1 == body) {
+            assert!(Instant::now() < deadline, "change {i} was not routed:\n{}", c.log());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!(
+        "EndpointSlice change -> routed: {changes} changes, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (reloads: {})",
+        percentile(samples.clone(), 0.5),
+        percentile(samples.clone(), 0.99),
+        percentile(samples, 1.0),
+        c.reloads() - 1.0
+    );
+    let mut hosts = Vec::new();
+    for i in 0..10 {
+        let host = format!("h{i}.test");
+        let started = Instant::now();
+        api.apply_yaml(&ingress(&format!("h{i}"), &host, "/", "web", &[]));
+        let ok = wait_until(Duration::from_secs(30), || {
+            request(c.http_port, &host, "/").is_some_and(|r| r.0 == 200)
+        });
+        assert!(ok, "host {host} not served:\n{}", c.log());
+        hosts.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!(
+        "new Ingress host -> served: 10 hosts, p50 {:.0} ms, max {:.0} ms (includes --reload-settle-ms 100 in the test harness, render, nginx -t, reload, new workers)",
+        percentile(hosts.clone(), 0.5),
+        percentile(hosts, 1.0)
+    );
+}
+
+fn scale(n: usize) {
+    let mut text = String::from(CLASS);
+    for i in 0..n {
+        text.push_str(&format!("---\n{}", service(&format!("svc{i}"), &[18081])));
+        text.push_str(&format!(
+            "---\n{}",
+            ingress(
+                &format!("ing{i}"),
+                &format!("h{i}.example.com"),
+                "/",
+                &format!("svc{i}"),
+                &[]
+            )
+        ));
+    }
+    let started = Instant::now();
+    let c = Controller::spawn(&[("all.yaml", text)], &["--reload-timeout-s", "300"]);
+    let ready = wait_until(Duration::from_secs(600), || {
+        tests::controller::get_url(&format!("http://127.0.0.1:{}/readyz", c.metrics_port)).is_some_and(|r| r.0 == 200)
+    });
+    assert!(ready, "not ready:\n{}", c.log());
+    let elapsed = started.elapsed();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", c.pid())).unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
+    };
+    println!(
+        "{n} Ingresses: first configuration applied in {:.2} s; controller RSS {} kB (peak {} kB); nginx.conf {} kB",
+        elapsed.as_secs_f64(),
+        field("VmRSS:").unwrap_or_default(),
+        field("VmHWM:").unwrap_or_default(),
+        c.conf().len() / 1024
+    );
+}
