@@ -8,6 +8,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod controller;
+pub mod kube_apiserver;
 pub mod nginx;
 pub mod upstream;
 

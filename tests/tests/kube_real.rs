@@ -1,0 +1,75 @@
+//! The controller against a real kube-apiserver 1.20 with etcd (see
+//! `tests/src/kube_apiserver.rs` and `tests/kube-apiserver/build.sh`), with
+//! real nginx and upstreams behind it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tests::controller::{ingress, service, wait_until, Controller};
+use tests::kube_apiserver::RealApiServer;
+use tests::upstream::Upstream;
+
+const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
+
+#[test]
+fn controller_on_a_real_apiserver() {
+    let api = RealApiServer::start();
+    let ups: Vec<Upstream> = (0..3).map(|_| Upstream::start()).collect();
+    api.apply_yaml(CLASS);
+    api.apply_yaml(&service("web", &[ups[0].port]));
+    api.apply_yaml(&ingress("web", "web.test", "/", "web", &[]));
+    let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
+    assert_eq!(c.get("web.test", "/").1, ups[0].identity, "{}", c.log());
+    let workers = c.worker_pids();
+
+    // Scale the Service's EndpointSlices up and down: traffic follows, no reload.
+    let seen = |n: usize| (0..n).map(|_| c.get("web.test", "/").1).collect::<BTreeSet<_>>();
+    for round in 0..20 {
+        let set: Vec<&Upstream> = if round % 2 == 0 {
+            vec![&ups[1], &ups[2]]
+        } else {
+            vec![&ups[0]]
+        };
+        for i in 0..3 {
+            api.delete("EndpointSlice", "demo", &format!("web-{i}"));
+        }
+        api.apply_yaml(&service("web", &set.iter().map(|u| u.port).collect::<Vec<_>>()));
+        let want: BTreeSet<String> = set.iter().map(|u| u.identity.clone()).collect();
+        assert!(
+            wait_until(Duration::from_secs(15), || seen(6) == want),
+            "round {round}\n{}",
+            c.log()
+        );
+    }
+    assert_eq!(c.reloads(), 1.0, "endpoint changes never reload");
+    assert_eq!(c.worker_pids(), workers);
+
+    // A new host: exactly one reload.
+    api.apply_yaml(&ingress("two", "two.test", "/", "web", &[]));
+    assert!(
+        wait_until(Duration::from_secs(15), || c.get("two.test", "/").0 == 200),
+        "{}",
+        c.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.reloads(), 2.0);
+
+    // A bad annotation drops only itself; traffic is unaffected.
+    api.apply_yaml(&ingress(
+        "web",
+        "web.test",
+        "/",
+        "web",
+        &[("proxy-read-timeout", "soon")],
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.get("web.test", "/").0, 200);
+
+    // Deleting the Ingress: 404 from the default server.
+    api.delete("Ingress", "demo", "two");
+    assert!(
+        wait_until(Duration::from_secs(15), || c.get("two.test", "/").0 == 404),
+        "{}",
+        c.log()
+    );
+}
