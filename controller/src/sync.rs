@@ -277,8 +277,12 @@ async fn structural_task(
         .queue_depth
         .get_or_create(&QueueLabels { path: "structural" })
         .clone();
+    let mut retry = false;
     loop {
-        if models.changed().await.is_err() {
+        if retry {
+            retry = false;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } else if models.changed().await.is_err() {
             return;
         }
         let pending = |m: &Model| m.structure.is_some() && m.structure != applied && m.structure != failed;
@@ -327,6 +331,12 @@ async fn structural_task(
                 });
                 applied = Some(structure);
                 failed = None;
+            }
+            Err(e) if !shared.nginx.is_supervised() && shared.nginx.master_pid().is_none() => {
+                // An external nginx that is not up yet: the file is in
+                // place; signal it once it runs.
+                tracing::warn!(error = %format!("{e:#}"), "waiting for the external nginx (--nginx-pid-file) to start");
+                retry = true;
             }
             Err(e) => {
                 shared.metrics.reload_errors.inc();

@@ -217,3 +217,63 @@ fn a_dead_nginx_master_is_restarted_and_reconfigured() {
     assert!(restarted, "{}", c.log());
     assert_eq!(c.metric("nginx_ingress_controller_nginx_restarts_total"), 1.0);
 }
+
+#[test]
+fn drives_an_external_nginx_through_its_pid_file() {
+    let (a, b) = (Upstream::start(), Upstream::start());
+    let pid_dir = tempfile::tempdir().unwrap();
+    let pid_file = pid_dir.path().join("nginx.pid");
+    let c = Controller::spawn(
+        &[
+            ("class.yaml", CLASS.into()),
+            (
+                "svc.yaml",
+                format!("{}---\n{}", service("a", &[a.port]), service("b", &[b.port])),
+            ),
+            ("one.yaml", ingress("one", "one.test", "/", "a", &[])),
+        ],
+        &["--nginx-pid-file", pid_file.to_str().unwrap()],
+    );
+    let conf = c.dir.path().join("nginx/nginx.conf");
+    assert!(wait_until(Duration::from_secs(10), || conf.exists()), "{}", c.log());
+    assert!(
+        !c.log().contains("nginx master started"),
+        "external mode never starts nginx"
+    );
+
+    // The operator starts nginx on the rendered file; it daemonizes and
+    // writes the pid file the controller reads.
+    let (nginx, _) = tests::artifacts();
+    let status = std::process::Command::new(nginx)
+        .arg("-p")
+        .arg(c.dir.path().join("nginx"))
+        .arg("-c")
+        .arg(&conf)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    c.wait_ready();
+    let master: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert_eq!(c.get("one.test", "/").1, a.identity);
+
+    c.write("two.yaml", &ingress("two", "two.test", "/", "b", &[]));
+    assert!(
+        wait_until(Duration::from_secs(10), || c.get("two.test", "/").1 == b.identity),
+        "{}",
+        c.log()
+    );
+    let master_after: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert_eq!(master, master_after, "reloaded by signal, not restarted");
+
+    let mut c = c;
+    c.stop();
+    // SAFETY: signal 0 probes the external master, which must outlive us.
+    assert_eq!(
+        unsafe { libc::kill(master, 0) },
+        0,
+        "stopping the controller leaves an external nginx running"
+    );
+    // SAFETY: the nginx this test started.
+    unsafe { libc::kill(master, libc::SIGQUIT) };
+    assert!(wait_until(Duration::from_secs(10), || unsafe { libc::kill(master, 0) } != 0));
+}
