@@ -8,6 +8,7 @@
 //! - [`sync`]: the two paths, structural (render, test, reload) and dynamic
 //!   (per-backend pushes), which never wait on each other.
 
+pub mod events;
 pub mod metrics;
 pub mod model;
 pub mod nginx;

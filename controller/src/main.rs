@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use controller::events::Events;
 use controller::metrics::Metrics;
 use controller::model::class::ClassFilter;
 use controller::model::{BuildOptions, Listen};
@@ -83,7 +84,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .status_url
         .clone()
         .unwrap_or_else(|| format!("http://127.0.0.1:{}", args.api_port));
+    let client = match &args.manifests {
+        Some(_) => None,
+        None => {
+            let config = match &args.kubeconfig {
+                Some(path) => {
+                    let kc = kube::config::Kubeconfig::read_from(path)?;
+                    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+                }
+                None => kube::Config::infer()
+                    .await
+                    .context("finding a cluster (use --manifests DIR without one)")?,
+            };
+            Some(kube::Client::try_from(config)?)
+        }
+    };
     let shared = Arc::new(Shared {
+        events: client.clone().map(Events::new),
         metrics: Metrics::new(),
         ready: AtomicBool::new(false),
         nginx: nginx.clone(),
@@ -140,27 +157,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     });
 
     let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
-    let source = match &args.manifests {
-        Some(dir) => {
+    let source = match (&args.manifests, client) {
+        (Some(dir), _) => {
             let dir = manifests::ManifestDir::new(dir.clone(), config_map);
             tokio::spawn(manifests::run(dir, tx, Duration::from_millis(50)))
         }
-        None => {
-            let config = match &args.kubeconfig {
-                Some(path) => {
-                    let kc = kube::config::Kubeconfig::read_from(path)?;
-                    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-                }
-                None => kube::Config::infer()
-                    .await
-                    .context("finding a cluster (use --manifests DIR without one)")?,
-            };
-            let client = kube::Client::try_from(config)?;
+        (None, client) => {
             let opts = cluster::ClusterOptions {
                 namespace: args.watch_namespace.clone(),
                 config_map,
             };
-            tokio::spawn(cluster::run(client, opts, tx))
+            tokio::spawn(cluster::run(client.expect("a client in cluster mode"), opts, tx))
         }
     };
     // The first snapshot is the default one; the model task waits for a

@@ -23,6 +23,7 @@ use lua_compat::wire::Backend;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use crate::events::Events;
 use crate::metrics::{unix_now, Metrics, QueueLabels};
 use crate::model::{self, BuildOptions, Model, Structure};
 use crate::nginx::{ApiClient, Nginx};
@@ -48,6 +49,8 @@ pub struct Shared {
     pub api: ApiClient,
     /// Set at shutdown so the supervisor stops restarting nginx.
     pub stopping: AtomicBool,
+    /// Kubernetes Events, in cluster mode.
+    pub events: Option<Events>,
 }
 
 /// What the running nginx was last loaded with.
@@ -107,6 +110,12 @@ async fn model_task(
         let now: HashSet<String> = model.problems.iter().map(ToString::to_string).collect();
         for p in now.difference(&reported) {
             tracing::warn!(problem = %p, "invalid value ignored");
+        }
+        if let Some(events) = &shared.events {
+            for report in model.problems.iter().filter(|r| !reported.contains(&r.to_string())) {
+                let (events, report) = (events.clone(), report.clone());
+                tokio::spawn(async move { events.refused(&report).await });
+            }
         }
         reported = now;
         shared.metrics.invalid_values.set(model.problems.len() as i64);
@@ -331,6 +340,9 @@ async fn structural_task(
                 });
                 applied = Some(structure);
                 failed = None;
+                if let Some(events) = shared.events.clone() {
+                    tokio::spawn(async move { events.reload(None).await });
+                }
             }
             Err(e) if !shared.nginx.is_supervised() && shared.nginx.master_pid().is_none() => {
                 // An external nginx that is not up yet: the file is in
@@ -342,6 +354,10 @@ async fn structural_task(
                 shared.metrics.reload_errors.inc();
                 shared.metrics.last_reload_successful.set(0);
                 tracing::error!(error = %format!("{e:#}"), "nginx configuration rejected; the running configuration is unchanged");
+                if let Some(events) = shared.events.clone() {
+                    let text = format!("{e:#}");
+                    tokio::spawn(async move { events.reload(Some(&text)).await });
+                }
                 // Not retried until the structure changes: no hot loop.
                 failed = Some(structure);
             }

@@ -10,7 +10,8 @@
 //!   bookmarks when idle (with `allowWatchBookmarks`), and answers an rv
 //!   older than the last compaction with the real 410 `Expired` event;
 //! - create (POST), update (PUT) and merge-patch (PATCH), with 409 on a
-//!   stale `metadata.resourceVersion` or an existing name, and DELETE;
+//!   stale `metadata.resourceVersion` or an existing name, and DELETE
+//!   (events.k8s.io Events too, so the controller's events can be read);
 //! - injected faults: cut every open watch, fail the next N requests with
 //!   500, delay every response.
 
@@ -32,6 +33,7 @@ const RESOURCES: &[(&str, &str, &str, bool)] = &[
     ("/api/v1", "secrets", "Secret", true),
     ("/api/v1", "configmaps", "ConfigMap", true),
     ("/apis/discovery.k8s.io/v1", "endpointslices", "EndpointSlice", true),
+    ("/apis/events.k8s.io/v1", "events", "Event", true),
 ];
 
 type Key = (String, String, String); // plural, namespace ("" if cluster-scoped), name
@@ -576,6 +578,18 @@ impl FakeApiServer {
     /// Every response waits this long first.
     pub fn set_delay(&self, d: Duration) {
         self.state.faults.lock().unwrap().delay = d;
+    }
+
+    /// Every stored object of `kind`.
+    pub fn objects(&self, kind: &str) -> Vec<Value> {
+        let plural = RESOURCES.iter().find(|r| r.2 == kind).expect("a served kind").1;
+        let inner = self.state.inner.lock().unwrap();
+        inner
+            .objects
+            .iter()
+            .filter(|((p, _, _), _)| p == plural)
+            .map(|(_, o)| o.clone())
+            .collect()
     }
 
     pub fn lists(&self) -> u64 {

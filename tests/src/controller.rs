@@ -53,7 +53,7 @@ impl Controller {
             std::fs::write(manifests.join(name), text).unwrap();
         }
         let source = ["--manifests".to_string(), manifests.display().to_string()];
-        Self::spawn_in(dir, manifests, &source, extra_args)
+        Self::spawn_in(dir, manifests, &source, extra_args, &[])
     }
 
     /// Starts on a cluster (a kubeconfig) and waits until ready.
@@ -63,12 +63,23 @@ impl Controller {
         std::fs::write(&path, kubeconfig).unwrap();
         let source = ["--kubeconfig".to_string(), path.display().to_string()];
         let manifests = dir.path().join("unused");
-        let c = Self::spawn_in(dir, manifests, &source, extra_args);
+        // As a Deployment's downward API would: RELOAD events go to this Pod.
+        let env = [
+            ("POD_NAME", "ingress-controller-e2e"),
+            ("POD_NAMESPACE", "ingress-nginx"),
+        ];
+        let c = Self::spawn_in(dir, manifests, &source, extra_args, &env);
         c.wait_ready();
         c
     }
 
-    fn spawn_in(dir: tempfile::TempDir, manifests: PathBuf, source: &[String], extra_args: &[&str]) -> Controller {
+    fn spawn_in(
+        dir: tempfile::TempDir,
+        manifests: PathBuf,
+        source: &[String],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
         let (nginx, module) = artifacts();
         let (http_port, api_port, metrics_port) = (free_port(), free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("controller.log")).unwrap();
@@ -87,6 +98,7 @@ impl Controller {
             .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
             .args(["--reload-settle-ms", "100", "--error-log-level", "info"])
             .args(extra_args)
+            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 std::env::var("CONTROLLER_LOG").unwrap_or_else(|_| "info,controller::sync=debug".into()),

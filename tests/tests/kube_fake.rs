@@ -245,3 +245,46 @@ fn controller_tolerates_a_slow_apiserver() {
     let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
     assert_eq!(c.get("web.test", "/").1, a.identity);
 }
+
+#[test]
+fn refused_values_and_reloads_are_recorded_as_events() {
+    let api = FakeApiServer::start();
+    let a = Upstream::start();
+    setup(&api, &[a.port]);
+    api.apply_yaml(&ingress(
+        "bad",
+        "bad.test",
+        "/",
+        "web",
+        &[("proxy-read-timeout", "soon")],
+    ));
+    let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
+    assert_eq!(
+        c.get("bad.test", "/").1,
+        a.identity,
+        "a bad annotation drops only itself"
+    );
+    let found = |reason: &str, kind: &str, name: &str| {
+        api.objects("Event")
+            .iter()
+            .any(|e| e["reason"] == reason && e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || found("InvalidValue", "Ingress", "bad")),
+        "events: {:?}\n{}",
+        api.objects("Event"),
+        c.log()
+    );
+    let note = api
+        .objects("Event")
+        .into_iter()
+        .find(|e| e["reason"] == "InvalidValue")
+        .unwrap()["note"]
+        .clone();
+    assert!(note.as_str().unwrap().contains("proxy-read-timeout"), "{note}");
+    assert!(wait_until(Duration::from_secs(10), || found(
+        "RELOAD",
+        "Pod",
+        "ingress-controller-e2e"
+    )));
+}
