@@ -1,7 +1,9 @@
 //! The model builder: a pure function from [`Snapshot`] to [`Model`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use lua_compat::wire;
 use sha2::{Digest, Sha256};
@@ -524,20 +526,46 @@ impl<'s> Builder<'s> {
 
     fn wire_backends(&mut self, servers: &[Server]) -> BTreeMap<String, wire::Backend> {
         let mut out = BTreeMap::new();
+        // Indexes, so resolving N backends stays O(N) rather than O(N²)
+        // against thousands of Services and EndpointSlices.
+        let ns_of = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.namespace.clone().unwrap_or_else(|| "default".into())
+        };
+        let services: HashMap<(String, String), &Service> = self
+            .snap
+            .services
+            .iter()
+            .map(|s| ((ns_of(&s.metadata), s.metadata.name.clone().unwrap_or_default()), s))
+            .collect();
+        let mut slices: HashMap<(String, String), Vec<&EndpointSlice>> = HashMap::new();
+        for slice in &self.snap.slices {
+            if let Some(svc) = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(endpoints::SERVICE_NAME_LABEL))
+            {
+                slices
+                    .entry((ns_of(&slice.metadata), svc.clone()))
+                    .or_default()
+                    .push(slice);
+            }
+        }
         for (name, r) in std::mem::take(&mut self.backends) {
-            let svc = self.snap.services.iter().find(|s| {
-                s.metadata.namespace.as_deref().unwrap_or("default") == r.namespace
-                    && s.metadata.name.as_deref() == Some(&*r.service)
-            });
+            let svc_key = (r.namespace.clone(), r.service.clone());
+            let svc = services.get(&svc_key).copied();
             let port = svc.and_then(|s| match &r.port {
                 PortRef::Number(-1) => s.spec.as_ref()?.ports.as_ref()?.first(),
                 p => p.find(s),
             });
             let object = format!("Service {}/{}", r.namespace, r.service);
             let endpoints = match (svc, port) {
-                (Some(svc), Some(port)) => {
-                    endpoints::resolve(svc, port, &self.snap.slices, r.annotations.service_upstream)
-                }
+                (Some(svc), Some(port)) => endpoints::resolve(
+                    svc,
+                    port,
+                    slices.get(&svc_key).map_or(&[][..], Vec::as_slice),
+                    r.annotations.service_upstream,
+                ),
                 (Some(_), None) => {
                     self.problems.push(Report {
                         object,

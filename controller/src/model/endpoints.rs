@@ -5,7 +5,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use lua_compat::wire::{Endpoint, Port};
 
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// How an Ingress names a Service port: by number or by name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,7 +40,8 @@ impl PortRef {
 /// - Otherwise the ready addresses of the Service's EndpointSlices whose
 ///   port name matches; a `ready` condition that is absent counts as ready,
 ///   as the EndpointSlice API specifies.
-pub fn resolve(svc: &Service, port: &ServicePort, slices: &[EndpointSlice], service_upstream: bool) -> Vec<Endpoint> {
+/// `slices` are the EndpointSlices labelled with this Service's name.
+pub fn resolve(svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], service_upstream: bool) -> Vec<Endpoint> {
     let spec = svc.spec.as_ref();
     let target_number = match &port.target_port {
         Some(IntOrString::Int(n)) => *n,
