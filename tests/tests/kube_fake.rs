@@ -145,7 +145,7 @@ fn controller_on_the_fake_apiserver_routes_scales_without_reload_and_reloads_onc
     assert_eq!(c.get("web.test", "/").1, ups[0].identity);
     let workers = c.worker_pids();
 
-    for round in 0..20 {
+    for round in 0..50 {
         let set: Vec<&Upstream> = if round % 2 == 0 {
             vec![&ups[1], &ups[2]]
         } else {

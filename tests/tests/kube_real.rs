@@ -24,7 +24,7 @@ fn controller_on_a_real_apiserver() {
 
     // Scale the Service's EndpointSlices up and down: traffic follows, no reload.
     let seen = |n: usize| (0..n).map(|_| c.get("web.test", "/").1).collect::<BTreeSet<_>>();
-    for round in 0..20 {
+    for round in 0..50 {
         let set: Vec<&Upstream> = if round % 2 == 0 {
             vec![&ups[1], &ups[2]]
         } else {
