@@ -93,7 +93,7 @@ http {{
     measure(c.http_port, ingress_worker);
     measure(plain_port, plain_worker);
     println!("round  plain req/s  ingress req/s  ratio  plain us/req  ingress us/req");
-    let mut ratios = Vec::new();
+    let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let (p, i) = if round % 2 == 0 {
             let p = measure(plain_port, plain_worker);
@@ -103,6 +103,7 @@ http {{
             (measure(plain_port, plain_worker), i)
         };
         ratios.push(i.0 / p.0);
+        cpu_ratios.push(p.1 / i.1);
         println!(
             "{round:>5}  {:>11.0}  {:>13.0}  {:>5.3}  {:>12.1}  {:>14.1}",
             p.0,
@@ -113,8 +114,9 @@ http {{
         );
     }
     println!(
-        "ingress location / plain location: median req/s ratio {:.3} (goal >= 0.9)",
-        median(ratios)
+        "ingress location / plain location: median req/s ratio {:.3} (goal >= 0.9), median CPU-per-request ratio (plain/ingress) {:.3}",
+        median(ratios),
+        median(cpu_ratios)
     );
 }
 
