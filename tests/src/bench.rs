@@ -1,11 +1,14 @@
 //! Shared pieces of the benchmarks (`src/bin/bench-*.rs`): nginx processes
-//! started from a config string, wrk runs, and a worker's CPU time.
+//! started from a config string, wrk runs, a worker's CPU time, and
+//! instruction counts from callgrind.
 //!
 //! Benchmarks report ratios measured side by side in one run; absolute
 //! numbers on a shared 2-core machine swing too much to mean anything alone.
 
 use std::fs;
-use std::process::{Child, Command};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::artifacts;
@@ -173,4 +176,75 @@ pub fn algorithm_variants() -> [(&'static str, serde_json::Value); 4] {
             serde_json::json!({"upstreamHashByConfig": {"upstream-hash-by": "$request_uri"}}),
         ),
     ]
+}
+
+/// Sends `count` `GET /k` requests with `headers` (raw `Name: value\r\n`
+/// lines) on one keep-alive connection; each must answer 200.
+pub fn keepalive_requests(port: u16, headers: &str, count: usize) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..count {
+        write!(s, "GET /k HTTP/1.1\r\n{headers}\r\n").unwrap();
+        let (mut line, mut length) = (String::new(), 0usize);
+        reader.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{headers:?}: {line}");
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+    }
+}
+
+/// Total instructions (callgrind) of one single-process nginx run on `conf`:
+/// `body` is POSTed to the API on `api`, then `count` requests with
+/// `headers` are served on `port` (after one warm-up request if `warm`).
+pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &str, warm: bool, count: usize) -> u64 {
+    let (nginx, _) = artifacts();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let out = dir.path().join("callgrind.out");
+    let mut vg = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&nginx)
+        .arg("-p")
+        .arg(format!("{}/", dir.path().display()))
+        .args(["-c", "nginx.conf", "-e", "logs/error.log"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("valgrind is installed");
+    // Parsing megabytes of JSON under valgrind takes a while.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        match ureq::post(&format!("http://127.0.0.1:{api}/configuration/backends")).send(body) {
+            Ok(r) if r.status() == 201 => break,
+            Ok(r) => panic!("POST answered {}", r.status()),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "nginx under valgrind did not come up: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    if warm {
+        keepalive_requests(port, headers, 1); // builds the backend in the worker
+    }
+    keepalive_requests(port, headers, count);
+    // SAFETY: signalling the valgrind process we started.
+    unsafe { libc::kill(vg.id() as libc::pid_t, libc::SIGQUIT) };
+    vg.wait().unwrap();
+    let text = std::fs::read_to_string(&out).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("totals: "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
 }

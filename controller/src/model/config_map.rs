@@ -34,6 +34,10 @@ pub struct GlobalConfig {
     pub use_forwarded_headers: bool,
     pub keep_alive: Seconds,
     pub enable_access_log: bool,
+    /// Send `X-Request-ID` upstream, generating one when the client sent
+    /// none (ingress-nginx's `generate-request-id`). Generating costs a
+    /// random-number call per request.
+    pub generate_request_id: bool,
     pub allow_snippet_annotations: bool,
     pub custom_http_errors: Vec<u16>,
 }
@@ -63,6 +67,7 @@ impl Default for GlobalConfig {
             use_forwarded_headers: false,
             keep_alive: Seconds(75),
             enable_access_log: true,
+            generate_request_id: true,
             allow_snippet_annotations: false,
             custom_http_errors: Vec::new(),
         }
@@ -135,6 +140,7 @@ impl GlobalConfig {
                     "disable-access-log" => c.enable_access_log = !flag(v)?,
                     "enable-access-log" => c.enable_access_log = flag(v)?,
                     "allow-snippet-annotations" => c.allow_snippet_annotations = flag(v)?,
+                    "generate-request-id" => c.generate_request_id = flag(v)?,
                     "custom-http-errors" => {
                         c.custom_http_errors = v
                             .split(',')

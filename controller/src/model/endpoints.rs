@@ -40,6 +40,7 @@ impl PortRef {
 /// - Otherwise the ready addresses of the Service's EndpointSlices whose
 ///   port name matches; a `ready` condition that is absent counts as ready,
 ///   as the EndpointSlice API specifies.
+///
 /// `slices` are the EndpointSlices labelled with this Service's name.
 pub fn resolve(svc: &Service, port: &ServicePort, slices: &[&EndpointSlice], service_upstream: bool) -> Vec<Endpoint> {
     let spec = svc.spec.as_ref();

@@ -5,6 +5,9 @@
 //!   headers, timeouts, a canary-capable backend, access log off) against a
 //!   plain `proxy_pass` location to the same upstreams through the module.
 //!   Both front nginx run one worker; wrk runs alternate. Goal: ≥ 0.9.
+//! - `instructions [N]`: the same two locations, in callgrind instructions
+//!   per request (single-process nginx, N and 11·N requests), which unlike
+//!   req/s do not depend on what else the machine is doing.
 //! - `latency [CHANGES]`: on the fake apiserver, the time from an
 //!   EndpointSlice change to nginx routing by it (p50/p99), and from a new
 //!   Ingress host to it being served.
@@ -16,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use tests::apiserver::FakeApiServer;
-use tests::bench::{cpu_seconds, median, upstream_pair, wrk, Proc};
+use tests::bench::{callgrind_total, cpu_seconds, median, upstream_pair, wrk, Proc};
 use tests::controller::{ingress, request, service, wait_until, Controller};
 use tests::free_port;
 
@@ -29,12 +32,16 @@ fn main() {
         Some("ingress-path") => ingress_path(num(1, 5), num(2, 5)),
         Some("latency") => latency(num(1, 200) as usize),
         Some("scale") => scale(num(1, 1000) as usize),
-        _ => eprintln!("usage: bench-controller ingress-path [ROUNDS SECONDS] | latency [CHANGES] | scale N"),
+        Some("instructions") => instructions(num(1, 200) as usize),
+        _ => eprintln!(
+            "usage: bench-controller ingress-path [ROUNDS SECONDS] | instructions [N] | latency [CHANGES] | scale N"
+        ),
     }
 }
 
-fn ingress_path(rounds: u32, seconds: u32) {
-    let (_upstreams, a, b) = upstream_pair();
+/// The controller with a typical Ingress (and a canary) over upstreams
+/// `a` and `b`, on one worker with the access log off.
+fn typical_ingress(a: u16, b: u16) -> Controller {
     let config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ingress-nginx, name: ingress-nginx-controller}\ndata: {worker-processes: \"1\", enable-access-log: \"false\", use-forwarded-headers: \"true\"}\n";
     let typical = [
         ("force-ssl-redirect", "true"),
@@ -42,7 +49,7 @@ fn ingress_path(rounds: u32, seconds: u32) {
         ("proxy-connect-timeout", "5"),
     ];
     let canary = [("canary", "true"), ("canary-weight", "0")];
-    let c = Controller::start(
+    Controller::start(
         &[
             ("class.yaml", CLASS.into()),
             ("config.yaml", config.into()),
@@ -57,13 +64,15 @@ fn ingress_path(rounds: u32, seconds: u32) {
             ),
         ],
         &[],
-    );
-    let (plain_port, api_port) = (free_port(), free_port());
-    let plain = Proc::start(&format!(
-        r#"worker_processes 1;
-events {{ worker_connections 4096; }}
-http {{
+    )
+}
+
+/// The plain location: `proxy_pass` through the module, nothing else.
+fn plain_http_block(plain_port: u16, api_port: u16) -> String {
+    format!(
+        r#"http {{
     access_log off;
+    keepalive_requests 1000000;
     dynamic_balancer_zone 32m;
     map "" $proxy_upstream_name {{ default ""; }}
     upstream dynamic {{ server 0.0.0.1; dynamic_balancer; keepalive 320; }}
@@ -71,10 +80,24 @@ http {{
     server {{ listen 127.0.0.1:{api_port}; location /configuration {{ dynamic_balancer_api; }} }}
 }}
 "#
-    ));
-    let body = format!(
+    )
+}
+
+fn web_backend(a: u16, b: u16) -> String {
+    format!(
         r#"[{{"name":"web","endpoints":[{{"address":"127.0.0.1","port":"{a}"}},{{"address":"127.0.0.1","port":"{b}"}}]}}]"#
-    );
+    )
+}
+
+fn ingress_path(rounds: u32, seconds: u32) {
+    let (_upstreams, a, b) = upstream_pair();
+    let c = typical_ingress(a, b);
+    let (plain_port, api_port) = (free_port(), free_port());
+    let plain = Proc::start(&format!(
+        "worker_processes 1;\nevents {{ worker_connections 4096; }}\n{}",
+        plain_http_block(plain_port, api_port)
+    ));
+    let body = web_backend(a, b);
     let posted = ureq::post(&format!("http://127.0.0.1:{api_port}/configuration/backends")).send(&body);
     assert_eq!(posted.map(|r| r.status().as_u16()).ok(), Some(201), "POST failed");
 
@@ -118,6 +141,51 @@ http {{
         median(ratios),
         median(cpu_ratios)
     );
+}
+
+fn instructions(n: usize) {
+    let (_upstreams, a, b) = upstream_pair();
+    let mut c = typical_ingress(a, b);
+    let (_, backends) =
+        tests::controller::get_url(&format!("http://127.0.0.1:{}/configuration/backends", c.api_port)).unwrap();
+    let rendered = c.conf();
+    c.stop();
+    // The controller's file, run as one process with unlimited keep-alive.
+    let ingress_conf = rendered
+        .replacen("worker_processes 1;", "master_process off;\nworker_processes 1;", 1)
+        .replacen("http {", "http {\n    keepalive_requests 1000000;", 1);
+    let (plain_port, plain_api) = (free_port(), free_port());
+    let (_, module) = tests::artifacts();
+    let plain_conf = format!(
+        "load_module {};\nmaster_process off; daemon off; worker_processes 1; error_log logs/error.log warn; pid logs/nginx.pid;\nevents {{ worker_connections 1024; }}\n{}",
+        module.display(),
+        plain_http_block(plain_port, plain_api)
+    );
+    let per_request = |conf: &str, body: &str, port: u16, api: u16, headers: &str| {
+        let small = callgrind_total(conf, body, port, api, headers, true, n);
+        let large = callgrind_total(conf, body, port, api, headers, true, 11 * n);
+        (large - small) as f64 / (10 * n) as f64
+    };
+    println!("instructions per request (callgrind, {n} and {} requests):", 11 * n);
+    // Without an incoming X-Request-ID the template generates one (a
+    // random-number call); with one, it is passed on.
+    for (label, headers) in [
+        (
+            "no X-Request-ID from the client",
+            "Host: bench.test\r\nX-Forwarded-Proto: https\r\n",
+        ),
+        (
+            "client sends X-Request-ID",
+            "Host: bench.test\r\nX-Forwarded-Proto: https\r\nX-Request-ID: 0123456789abcdef\r\n",
+        ),
+    ] {
+        let plain = per_request(&plain_conf, &web_backend(a, b), plain_port, plain_api, headers);
+        let ingress = per_request(&ingress_conf, &backends, c.http_port, c.api_port, headers);
+        println!(
+            "  {label}: plain {plain:.0}, controller-rendered {ingress:.0}, plain/ingress {:.3} (goal >= 0.9)",
+            plain / ingress
+        );
+    }
 }
 
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {

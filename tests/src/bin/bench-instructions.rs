@@ -9,82 +9,9 @@
 //!
 //! `cargo run --release -p tests --bin bench-instructions [-- N [ALGORITHM]]` (needs valgrind)
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
-use tests::bench::{algorithm_variants, alternating_backend, upstream_pair};
+use tests::bench::{algorithm_variants, alternating_backend, callgrind_total, upstream_pair};
 use tests::{artifacts, free_port};
-
-/// Sends `count` requests on one keep-alive connection.
-fn requests(port: u16, backend: &str, count: usize) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut reader = BufReader::new(s.try_clone().unwrap());
-    for _ in 0..count {
-        write!(s, "GET /k HTTP/1.1\r\nHost: x\r\nX-Backend: {backend}\r\n\r\n").unwrap();
-        let (mut line, mut length) = (String::new(), 0usize);
-        reader.read_line(&mut line).unwrap();
-        assert!(line.starts_with("HTTP/1.1 200"), "{backend}: {line}");
-        loop {
-            line.clear();
-            reader.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-    }
-}
-
-/// Total instructions of one nginx run serving `count` requests for `backend`.
-fn run(conf: &str, body: &str, port: u16, api: u16, backend: &str, count: usize) -> u64 {
-    let (nginx, _) = artifacts();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
-    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let out = dir.path().join("callgrind.out");
-    let mut vg = Command::new("valgrind")
-        .arg("--tool=callgrind")
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(&nginx)
-        .arg("-p")
-        .arg(format!("{}/", dir.path().display()))
-        .args(["-c", "nginx.conf", "-e", "logs/error.log"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("valgrind is installed");
-    // Parsing megabytes of JSON under valgrind takes a while.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        match ureq::post(&format!("http://127.0.0.1:{api}/configuration/backends")).send(body) {
-            Ok(r) if r.status() == 201 => break,
-            Ok(r) => panic!("POST answered {}", r.status()),
-            Err(e) => {
-                assert!(Instant::now() < deadline, "nginx under valgrind did not come up: {e}");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
-    }
-    if backend != "stock" {
-        requests(port, backend, 1); // builds the backend in the worker
-    }
-    requests(port, backend, count);
-    // SAFETY: signalling the valgrind process we started.
-    unsafe { libc::kill(vg.id() as libc::pid_t, libc::SIGQUIT) };
-    vg.wait().unwrap();
-    let text = std::fs::read_to_string(&out).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("totals: "))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
-}
 
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
@@ -114,8 +41,10 @@ http {{
     }
     let body = Value::Array(list).to_string();
     let per_request = |name: &str, target: u16| {
-        let small = run(&conf, &body, target, api, name, n);
-        let large = run(&conf, &body, target, api, name, 11 * n);
+        let headers = format!("Host: x\r\nX-Backend: {name}\r\n");
+        let warm = name != "stock";
+        let small = callgrind_total(&conf, &body, target, api, &headers, warm, n);
+        let large = callgrind_total(&conf, &body, target, api, &headers, warm, 11 * n);
         (large - small) as f64 / (10 * n) as f64
     };
     let stock = per_request("stock", stock_port);
