@@ -23,6 +23,8 @@ const TOKEN: &str = "e2e-admin-token";
 pub struct RealApiServer {
     etcd: Child,
     apiserver: Child,
+    /// How the apiserver was started, for [`RealApiServer::restart`].
+    command: Vec<String>,
     dir: tempfile::TempDir,
     pub port: u16,
     agent: ureq::Agent,
@@ -150,33 +152,26 @@ impl RealApiServer {
             .spawn()
             .expect("etcd (apt-get install etcd-server)");
         let path = |f: &str| d.join(f).display().to_string();
-        let apiserver = Command::new(&bin)
-            .args(["--etcd-servers", &format!("http://127.0.0.1:{client}")])
-            .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
-            .args(["--secure-port", &port.to_string()])
-            .args([
-                "--tls-cert-file",
-                &path("server.crt"),
-                "--tls-private-key-file",
-                &path("server.key"),
-            ])
-            .args(["--cert-dir", &path("certs")])
-            .args(["--token-auth-file", &path("tokens.csv"), "--authorization-mode", "RBAC"])
-            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-            .args([
-                "--service-account-key-file",
-                &path("sa.pub"),
-                "--service-account-signing-key-file",
-                &path("sa.key"),
-            ])
-            .args(["--service-cluster-ip-range", "10.96.0.0/16"])
-            .args(["--runtime-config", "discovery.k8s.io/v1beta1=false"])
-            .args(["--enable-priority-and-fairness=false"])
-            .stdin(Stdio::null())
-            .stdout(log("apiserver.log"))
-            .stderr(log("apiserver.log"))
-            .spawn()
-            .expect("kube-apiserver");
+        let command: Vec<String> = [
+            bin.display().to_string(),
+            format!("--etcd-servers=http://127.0.0.1:{client}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", path("server.crt")),
+            format!("--tls-private-key-file={}", path("server.key")),
+            format!("--cert-dir={}", path("certs")),
+            format!("--token-auth-file={}", path("tokens.csv")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", path("sa.pub")),
+            format!("--service-account-signing-key-file={}", path("sa.key")),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
+            "--enable-priority-and-fairness=false".into(),
+        ]
+        .into();
+        let apiserver = spawn_apiserver(&command, d);
         let ca = std::fs::read(d.join("ca.crt")).unwrap();
         let cert = ureq::tls::Certificate::from_pem(&ca).unwrap().to_owned();
         let tls = ureq::tls::TlsConfig::builder()
@@ -191,6 +186,7 @@ impl RealApiServer {
         let server = RealApiServer {
             etcd,
             apiserver,
+            command,
             dir,
             port,
             agent,
@@ -198,6 +194,15 @@ impl RealApiServer {
         server.wait_ready();
         server.register_endpointslice_crd();
         server
+    }
+
+    /// Stops the apiserver and starts it again on the same etcd and port:
+    /// every watch is cut, and the watch cache starts afresh.
+    pub fn restart(&mut self) {
+        let _ = self.apiserver.kill();
+        let _ = self.apiserver.wait();
+        self.apiserver = spawn_apiserver(&self.command, self.dir.path());
+        self.wait_ready();
     }
 
     pub fn log(&self) -> String {
@@ -326,6 +331,21 @@ impl RealApiServer {
             "DELETE {kind} {name}: {code} {body}"
         );
     }
+}
+
+fn spawn_apiserver(command: &[String], dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("apiserver.log"))
+        .unwrap();
+    Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("kube-apiserver")
 }
 
 impl Drop for RealApiServer {

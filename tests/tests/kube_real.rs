@@ -13,7 +13,7 @@ const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetad
 
 #[test]
 fn controller_on_a_real_apiserver() {
-    let api = RealApiServer::start();
+    let mut api = RealApiServer::start();
     let ups: Vec<Upstream> = (0..3).map(|_| Upstream::start()).collect();
     api.apply_yaml(CLASS);
     api.apply_yaml(&service("web", &[ups[0].port]));
@@ -43,6 +43,21 @@ fn controller_on_a_real_apiserver() {
     }
     assert_eq!(c.reloads(), 1.0, "endpoint changes never reload");
     assert_eq!(c.worker_pids(), workers);
+
+    // The apiserver restarts: every watch is cut; the controller re-watches
+    // (or re-lists) and follows the next change, still without a reload.
+    api.restart();
+    for i in 0..3 {
+        api.delete("EndpointSlice", "demo", &format!("web-{i}"));
+    }
+    api.apply_yaml(&service("web", &[ups[2].port]));
+    let want = BTreeSet::from([ups[2].identity.clone()]);
+    assert!(
+        wait_until(Duration::from_secs(30), || seen(6) == want),
+        "after restart\n{}",
+        c.log()
+    );
+    assert_eq!(c.reloads(), 1.0);
 
     // A new host: exactly one reload.
     api.apply_yaml(&ingress("two", "two.test", "/", "web", &[]));
