@@ -107,15 +107,19 @@ async fn model_task(
             }
             continue;
         };
-        let now: HashSet<String> = model.problems.iter().map(ToString::to_string).collect();
-        for p in now.difference(&reported) {
-            tracing::warn!(problem = %p, "invalid value ignored");
-        }
-        if let Some(events) = &shared.events {
-            for report in model.problems.iter().filter(|r| !reported.contains(&r.to_string())) {
-                let (events, report) = (events.clone(), report.clone());
-                tokio::spawn(async move { events.refused(&report).await });
+        // Each problem is logged (and recorded as an Event) once, when it
+        // first appears, not on every rebuild.
+        let mut now = HashSet::with_capacity(model.problems.len());
+        for report in &model.problems {
+            let text = report.to_string();
+            if !reported.contains(&text) {
+                tracing::warn!(problem = %text, "invalid value ignored");
+                if let Some(events) = shared.events.clone() {
+                    let report = report.clone();
+                    tokio::spawn(async move { events.refused(&report).await });
+                }
             }
+            now.insert(text);
         }
         reported = now;
         shared.metrics.invalid_values.set(model.problems.len() as i64);
@@ -163,7 +167,7 @@ async fn dynamic_task(
             epoch = run.epoch;
         }
         let result = match &pushed {
-            None => full_push(&shared, &model.backends, &run)
+            None => full_push(&shared, &model.backends)
                 .await
                 .map(|()| model.backends.clone()),
             Some(have) => delta_push(&shared, have, &model.backends, &run).await,
@@ -186,7 +190,7 @@ async fn dynamic_task(
     }
 }
 
-async fn full_push(shared: &Shared, desired: &BTreeMap<String, Backend>, _run: &Running) -> anyhow::Result<()> {
+async fn full_push(shared: &Shared, desired: &BTreeMap<String, Backend>) -> anyhow::Result<()> {
     let started = Instant::now();
     let all: Vec<&Backend> = desired.values().collect();
     let r = shared.api.replace_all(&all).await;

@@ -538,25 +538,6 @@ impl FakeApiServer {
         self.state.commit(&mut inner, plural, kind, gv, obj, ty)
     }
 
-    /// Applies every document of a multi-document YAML string.
-    pub fn apply_yaml(&self, yaml: &str) {
-        for doc in yaml.split("\n---\n") {
-            let v: Value = serde_saphyr::from_str(doc).expect("test manifests are valid YAML");
-            if !v.is_null() {
-                self.apply(v);
-            }
-        }
-    }
-
-    pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
-        let (gv, plural, kind, _) = *RESOURCES.iter().find(|r| r.2 == kind).expect("a served kind");
-        let mut inner = self.state.inner.lock().unwrap();
-        let key = (plural.to_string(), namespace.to_string(), name.to_string());
-        if let Some(obj) = inner.objects.get(&key).cloned() {
-            self.state.commit(&mut inner, plural, kind, gv, obj, "DELETED");
-        }
-    }
-
     /// Ends every open watch (the client sees a clean end of stream).
     pub fn cut_watches(&self) {
         self.state.inner.lock().unwrap().epoch += 1;
@@ -804,4 +785,25 @@ fn watch(state: &Arc<State>, t: Target, filter: Filter, q: &BTreeMap<String, Str
     }
     drop(inner);
     Reply::Watch(stream)
+}
+
+impl crate::controller::Cluster for FakeApiServer {
+    /// Applies every document of a multi-document YAML string.
+    fn apply_yaml(&self, yaml: &str) {
+        for doc in yaml.split("\n---\n") {
+            let v: Value = serde_saphyr::from_str(doc).expect("test manifests are valid YAML");
+            if !v.is_null() {
+                self.apply(v);
+            }
+        }
+    }
+
+    fn delete(&self, kind: &str, namespace: &str, name: &str) {
+        let (gv, plural, kind, _) = *RESOURCES.iter().find(|r| r.2 == kind).expect("a served kind");
+        let mut inner = self.state.inner.lock().unwrap();
+        let key = (plural.to_string(), namespace.to_string(), name.to_string());
+        if let Some(obj) = inner.objects.get(&key).cloned() {
+            self.state.commit(&mut inner, plural, kind, gv, obj, "DELETED");
+        }
+    }
 }

@@ -155,6 +155,11 @@ impl Controller {
         request(self.http_port, host, path).unwrap_or((0, String::new()))
     }
 
+    /// The upstream identities that answer `n` requests.
+    pub fn seen(&self, host: &str, path: &str, n: usize) -> BTreeSet<String> {
+        (0..n).map(|_| self.get(host, path).1).collect()
+    }
+
     /// The value of an unlabelled metric.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, text) = get_url(&format!("http://127.0.0.1:{}/metrics", self.metrics_port)).unwrap_or_default();
@@ -225,6 +230,51 @@ impl Drop for Controller {
     }
 }
 
+/// The IngressClass every controller test uses (ours, by spec.controller).
+pub const INGRESS_CLASS: &str =
+    "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
+
+/// Both apiserver tiers, as far as the scaling tests use them.
+pub trait Cluster {
+    fn apply_yaml(&self, yaml: &str);
+    fn delete(&self, kind: &str, namespace: &str, name: &str);
+}
+
+/// Replaces Service `name`'s EndpointSlices (as [`service`] writes them)
+/// with one per port in `ports`.
+pub fn set_endpoints(api: &impl Cluster, name: &str, ports: &[u16]) {
+    for i in 0..3 {
+        api.delete("EndpointSlice", "demo", &format!("{name}-{i}"));
+    }
+    api.apply_yaml(&service(name, ports));
+}
+
+/// Alternates Service `web` between `ups[0]` and `ups[1..]` for `rounds`
+/// rounds; after each change traffic to `web.test` must reach exactly the
+/// new set within `timeout`.
+pub fn alternate_endpoints(
+    api: &impl Cluster,
+    c: &Controller,
+    ups: &[crate::upstream::Upstream],
+    rounds: usize,
+    timeout: Duration,
+) {
+    for round in 0..rounds {
+        let set: Vec<&crate::upstream::Upstream> = if round % 2 == 0 {
+            ups[1..].iter().collect()
+        } else {
+            vec![&ups[0]]
+        };
+        set_endpoints(api, "web", &set.iter().map(|u| u.port).collect::<Vec<_>>());
+        let want: BTreeSet<String> = set.iter().map(|u| u.identity.clone()).collect();
+        assert!(
+            wait_until(timeout, || c.seen("web.test", "/", 6) == want),
+            "round {round}\n{}",
+            c.log()
+        );
+    }
+}
+
 /// Polls `f` every 20 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -237,7 +287,8 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-fn agent() -> ureq::Agent {
+/// A client that returns every status (no error for 4xx/5xx).
+pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(5)))

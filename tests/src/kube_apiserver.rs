@@ -313,24 +313,6 @@ impl RealApiServer {
             assert_eq!(code, 201, "POST {kind}: {body}");
         }
     }
-
-    /// Applies every document of a multi-document YAML string.
-    pub fn apply_yaml(&self, yaml: &str) {
-        for doc in yaml.split("\n---\n") {
-            let v: Value = serde_saphyr::from_str(doc).expect("valid YAML");
-            if !v.is_null() {
-                self.apply(v);
-            }
-        }
-    }
-
-    pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
-        let (code, body) = self.call("DELETE", &format!("{}/{name}", collection(kind, namespace)), None);
-        assert!(
-            code == 200 || code == 202 || code == 404,
-            "DELETE {kind} {name}: {code} {body}"
-        );
-    }
 }
 
 fn spawn_apiserver(command: &[String], dir: &Path) -> Child {
@@ -354,5 +336,25 @@ impl Drop for RealApiServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+impl crate::controller::Cluster for RealApiServer {
+    /// Applies every document of a multi-document YAML string.
+    fn apply_yaml(&self, yaml: &str) {
+        for doc in yaml.split("\n---\n") {
+            let v: Value = serde_saphyr::from_str(doc).expect("valid YAML");
+            if !v.is_null() {
+                self.apply(v);
+            }
+        }
+    }
+
+    fn delete(&self, kind: &str, namespace: &str, name: &str) {
+        let (code, body) = self.call("DELETE", &format!("{}/{name}", collection(kind, namespace)), None);
+        assert!(
+            code == 200 || code == 202 || code == 404,
+            "DELETE {kind} {name}: {code} {body}"
+        );
     }
 }

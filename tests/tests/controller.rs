@@ -4,22 +4,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tests::controller::{ingress, service, wait_until, Controller};
+use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
 use tests::upstream::Upstream;
-
-const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
-
-/// Identities seen over `n` requests.
-fn seen(c: &Controller, host: &str, path: &str, n: usize) -> BTreeSet<String> {
-    (0..n).map(|_| c.get(host, path).1).collect()
-}
 
 #[test]
 fn routes_by_host_and_path_and_a_deleted_ingress_gives_404() {
     let (a, b) = (Upstream::start(), Upstream::start());
     let c = Controller::start(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             ("a.yaml", service("a", &[a.port])),
             ("b.yaml", service("b", &[b.port])),
             ("ing.yaml", ingress("site", "site.test", "/", "a", &[])),
@@ -56,7 +49,7 @@ fn scaling_endpoints_50_times_never_reloads() {
     let sets: [Vec<usize>; 2] = [vec![0], vec![1, 2]];
     let c = Controller::start(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             ("web.yaml", service("web", &[ups[0].port])),
             ("ing.yaml", ingress("web", "web.test", "/", "web", &[])),
         ],
@@ -70,7 +63,7 @@ fn scaling_endpoints_50_times_never_reloads() {
         let ports: Vec<u16> = set.iter().map(|i| ups[*i].port).collect();
         c.write("web.yaml", &service("web", &ports));
         let want: BTreeSet<String> = set.iter().map(|i| ups[*i].identity.clone()).collect();
-        let followed = wait_until(Duration::from_secs(10), || seen(&c, "web.test", "/", 6) == want);
+        let followed = wait_until(Duration::from_secs(10), || c.seen("web.test", "/", 6) == want);
         assert!(followed, "round {round}: traffic did not follow {want:?}\n{}", c.log());
     }
     assert_eq!(c.reloads(), reloads, "endpoint changes must not reload nginx");
@@ -82,7 +75,7 @@ fn adding_a_host_reloads_exactly_once() {
     let (a, b) = (Upstream::start(), Upstream::start());
     let c = Controller::start(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             (
                 "svc.yaml",
                 format!("{}---\n{}", service("a", &[a.port]), service("b", &[b.port])),
@@ -113,7 +106,7 @@ fn a_burst_of_100_ingress_edits_costs_a_handful_of_reloads() {
     let a = Upstream::start();
     let c = Controller::start(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             ("a.yaml", service("a", &[a.port])),
             ("ing.yaml", ingress("burst", "burst.test", "/", "a", &[])),
         ],
@@ -159,7 +152,7 @@ fn bad_annotations_and_a_failing_nginx_test_leave_traffic_alone() {
     std::fs::write(&template, broken).unwrap();
     let c = Controller::start(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             ("a.yaml", service("a", &[a.port])),
             (
                 "ing.yaml",
@@ -202,7 +195,7 @@ fn a_dead_nginx_master_is_restarted_and_reconfigured() {
     let a = Upstream::start();
     let c = Controller::start(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             ("a.yaml", service("a", &[a.port])),
             ("ing.yaml", ingress("one", "one.test", "/", "a", &[])),
         ],
@@ -225,7 +218,7 @@ fn drives_an_external_nginx_through_its_pid_file() {
     let pid_file = pid_dir.path().join("nginx.pid");
     let c = Controller::spawn(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             (
                 "svc.yaml",
                 format!("{}---\n{}", service("a", &[a.port]), service("b", &[b.port])),

@@ -8,18 +8,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tests::apiserver::FakeApiServer;
-use tests::controller::{get_url, ingress, service, wait_until, Controller};
+use tests::controller::{
+    agent, alternate_endpoints, get_url, ingress, service, set_endpoints, wait_until, Cluster, Controller,
+    INGRESS_CLASS,
+};
 use tests::upstream::Upstream;
-
-const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into()
-}
 
 /// Reads watch events from `url` until `n` lines or the stream ends.
 fn watch_lines(url: &str, n: usize) -> Vec<Value> {
@@ -127,13 +120,9 @@ fn fake_create_update_patch_with_conflicts() {
 
 /// Objects for a host served by Service `web` with endpoints `ports`.
 fn setup(api: &FakeApiServer, ports: &[u16]) {
-    api.apply_yaml(CLASS);
+    api.apply_yaml(INGRESS_CLASS);
     api.apply_yaml(&service("web", ports));
     api.apply_yaml(&ingress("web", "web.test", "/", "web", &[]));
-}
-
-fn seen(c: &Controller, n: usize) -> BTreeSet<String> {
-    (0..n).map(|_| c.get("web.test", "/").1).collect()
 }
 
 #[test]
@@ -145,24 +134,7 @@ fn controller_on_the_fake_apiserver_routes_scales_without_reload_and_reloads_onc
     assert_eq!(c.get("web.test", "/").1, ups[0].identity);
     let workers = c.worker_pids();
 
-    for round in 0..50 {
-        let set: Vec<&Upstream> = if round % 2 == 0 {
-            vec![&ups[1], &ups[2]]
-        } else {
-            vec![&ups[0]]
-        };
-        // Scale by replacing the slices: delete the old ones, add the new.
-        for i in 0..3 {
-            api.delete("EndpointSlice", "demo", &format!("web-{i}"));
-        }
-        api.apply_yaml(&service("web", &set.iter().map(|u| u.port).collect::<Vec<_>>()));
-        let want: BTreeSet<String> = set.iter().map(|u| u.identity.clone()).collect();
-        assert!(
-            wait_until(Duration::from_secs(10), || seen(&c, 6) == want),
-            "round {round}\n{}",
-            c.log()
-        );
-    }
+    alternate_endpoints(&api, &c, &ups, 50, Duration::from_secs(10));
     assert_eq!(c.reloads(), 1.0, "endpoint changes never reload");
     assert_eq!(c.worker_pids(), workers);
 
@@ -193,10 +165,9 @@ fn controller_converges_after_cut_watches_410_and_500s() {
 
     // A cut watch: the watcher re-watches from its last rv and sees later changes.
     api.cut_watches();
-    api.delete("EndpointSlice", "demo", "web-0");
-    api.apply_yaml(&service("web", &[b.port]));
+    set_endpoints(&api, "web", &[b.port]);
     assert!(
-        wait_until(Duration::from_secs(15), || seen(&c, 4)
+        wait_until(Duration::from_secs(15), || c.seen("web.test", "/", 4)
             == BTreeSet::from([b.identity.clone()])),
         "{}",
         c.log()
@@ -207,10 +178,9 @@ fn controller_converges_after_cut_watches_410_and_500s() {
     let lists = api.lists();
     api.compact();
     api.cut_watches();
-    api.delete("EndpointSlice", "demo", "web-0");
-    api.apply_yaml(&service("web", &[a.port]));
+    set_endpoints(&api, "web", &[a.port]);
     assert!(
-        wait_until(Duration::from_secs(20), || seen(&c, 4)
+        wait_until(Duration::from_secs(20), || c.seen("web.test", "/", 4)
             == BTreeSet::from([a.identity.clone()])),
         "{}",
         c.log()
@@ -225,10 +195,9 @@ fn controller_converges_after_cut_watches_410_and_500s() {
     // 500s on every request for a while: backoff, then convergence.
     api.fail_next(20);
     api.cut_watches();
-    api.delete("EndpointSlice", "demo", "web-0");
-    api.apply_yaml(&service("web", &[b.port]));
+    set_endpoints(&api, "web", &[b.port]);
     assert!(
-        wait_until(Duration::from_secs(30), || seen(&c, 4)
+        wait_until(Duration::from_secs(30), || c.seen("web.test", "/", 4)
             == BTreeSet::from([b.identity.clone()])),
         "{}",
         c.log()

@@ -5,17 +5,17 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tests::controller::{ingress, service, wait_until, Controller};
+use tests::controller::{
+    alternate_endpoints, ingress, service, set_endpoints, wait_until, Cluster, Controller, INGRESS_CLASS,
+};
 use tests::kube_apiserver::RealApiServer;
 use tests::upstream::Upstream;
-
-const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
 
 #[test]
 fn controller_on_a_real_apiserver() {
     let mut api = RealApiServer::start();
     let ups: Vec<Upstream> = (0..3).map(|_| Upstream::start()).collect();
-    api.apply_yaml(CLASS);
+    api.apply_yaml(INGRESS_CLASS);
     api.apply_yaml(&service("web", &[ups[0].port]));
     api.apply_yaml(&ingress("web", "web.test", "/", "web", &[]));
     let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
@@ -23,37 +23,17 @@ fn controller_on_a_real_apiserver() {
     let workers = c.worker_pids();
 
     // Scale the Service's EndpointSlices up and down: traffic follows, no reload.
-    let seen = |n: usize| (0..n).map(|_| c.get("web.test", "/").1).collect::<BTreeSet<_>>();
-    for round in 0..50 {
-        let set: Vec<&Upstream> = if round % 2 == 0 {
-            vec![&ups[1], &ups[2]]
-        } else {
-            vec![&ups[0]]
-        };
-        for i in 0..3 {
-            api.delete("EndpointSlice", "demo", &format!("web-{i}"));
-        }
-        api.apply_yaml(&service("web", &set.iter().map(|u| u.port).collect::<Vec<_>>()));
-        let want: BTreeSet<String> = set.iter().map(|u| u.identity.clone()).collect();
-        assert!(
-            wait_until(Duration::from_secs(15), || seen(6) == want),
-            "round {round}\n{}",
-            c.log()
-        );
-    }
+    alternate_endpoints(&api, &c, &ups, 50, Duration::from_secs(15));
     assert_eq!(c.reloads(), 1.0, "endpoint changes never reload");
     assert_eq!(c.worker_pids(), workers);
 
     // The apiserver restarts: every watch is cut; the controller re-watches
     // (or re-lists) and follows the next change, still without a reload.
     api.restart();
-    for i in 0..3 {
-        api.delete("EndpointSlice", "demo", &format!("web-{i}"));
-    }
-    api.apply_yaml(&service("web", &[ups[2].port]));
+    set_endpoints(&api, "web", &[ups[2].port]);
     let want = BTreeSet::from([ups[2].identity.clone()]);
     assert!(
-        wait_until(Duration::from_secs(30), || seen(6) == want),
+        wait_until(Duration::from_secs(30), || c.seen("web.test", "/", 6) == want),
         "after restart\n{}",
         c.log()
     );

@@ -20,10 +20,8 @@ use std::time::{Duration, Instant};
 
 use tests::apiserver::FakeApiServer;
 use tests::bench::{callgrind_total, cpu_seconds, median, upstream_pair, wrk, Proc};
-use tests::controller::{ingress, request, service, wait_until, Controller};
+use tests::controller::{ingress, request, service, set_endpoints, wait_until, Cluster, Controller, INGRESS_CLASS};
 use tests::free_port;
-
-const CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: nginx}\nspec: {controller: k8s.io/ingress-nginx}\n";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -51,7 +49,7 @@ fn typical_ingress(a: u16, b: u16) -> Controller {
     let canary = [("canary", "true"), ("canary-weight", "0")];
     Controller::start(
         &[
-            ("class.yaml", CLASS.into()),
+            ("class.yaml", INGRESS_CLASS.into()),
             ("config.yaml", config.into()),
             (
                 "svc.yaml",
@@ -196,7 +194,7 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
 fn latency(changes: usize) {
     let (_upstreams, a, b) = upstream_pair();
     let api = FakeApiServer::start();
-    api.apply_yaml(CLASS);
+    api.apply_yaml(INGRESS_CLASS);
     api.apply_yaml(&service("web", &[a]));
     api.apply_yaml(&ingress("web", "web.test", "/", "web", &[]));
     let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
@@ -204,8 +202,7 @@ fn latency(changes: usize) {
     for i in 0..changes {
         let (port, body) = if i % 2 == 0 { (b, "b\n") } else { (a, "a\n") };
         let started = Instant::now();
-        api.delete("EndpointSlice", "demo", "web-0");
-        api.apply_yaml(&service("web", &[port]));
+        set_endpoints(&api, "web", &[port]);
         // Poll every millisecond (wait_until's 20 ms would dominate).
         let deadline = started + Duration::from_secs(10);
         while request(c.http_port, "web.test", "/").is_none_or(|r| r.1 != body) {
@@ -240,7 +237,7 @@ fn latency(changes: usize) {
 }
 
 fn scale(n: usize) {
-    let mut text = String::from(CLASS);
+    let mut text = String::from(INGRESS_CLASS);
     for i in 0..n {
         text.push_str(&format!("---\n{}", service(&format!("svc{i}"), &[18081])));
         text.push_str(&format!(
