@@ -788,14 +788,8 @@ fn watch(state: &Arc<State>, t: Target, filter: Filter, q: &BTreeMap<String, Str
 }
 
 impl crate::controller::Cluster for FakeApiServer {
-    /// Applies every document of a multi-document YAML string.
-    fn apply_yaml(&self, yaml: &str) {
-        for doc in yaml.split("\n---\n") {
-            let v: Value = serde_saphyr::from_str(doc).expect("test manifests are valid YAML");
-            if !v.is_null() {
-                self.apply(v);
-            }
-        }
+    fn apply_object(&self, obj: Value) {
+        FakeApiServer::apply(self, obj);
     }
 
     fn delete(&self, kind: &str, namespace: &str, name: &str) {

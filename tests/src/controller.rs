@@ -236,8 +236,20 @@ pub const INGRESS_CLASS: &str =
 
 /// Both apiserver tiers, as far as the scaling tests use them.
 pub trait Cluster {
-    fn apply_yaml(&self, yaml: &str);
+    /// Creates or replaces one object.
+    fn apply_object(&self, obj: serde_json::Value);
+
     fn delete(&self, kind: &str, namespace: &str, name: &str);
+
+    /// Applies every document of a multi-document YAML string.
+    fn apply_yaml(&self, yaml: &str) {
+        for doc in yaml.split("\n---\n") {
+            let v: serde_json::Value = serde_saphyr::from_str(doc).expect("test manifests are valid YAML");
+            if !v.is_null() {
+                self.apply_object(v);
+            }
+        }
+    }
 }
 
 /// Replaces Service `name`'s EndpointSlices (as [`service`] writes them)

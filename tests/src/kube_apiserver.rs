@@ -340,14 +340,8 @@ impl Drop for RealApiServer {
 }
 
 impl crate::controller::Cluster for RealApiServer {
-    /// Applies every document of a multi-document YAML string.
-    fn apply_yaml(&self, yaml: &str) {
-        for doc in yaml.split("\n---\n") {
-            let v: Value = serde_saphyr::from_str(doc).expect("valid YAML");
-            if !v.is_null() {
-                self.apply(v);
-            }
-        }
+    fn apply_object(&self, obj: Value) {
+        RealApiServer::apply(self, obj);
     }
 
     fn delete(&self, kind: &str, namespace: &str, name: &str) {
