@@ -68,6 +68,19 @@ impl Algorithm {
         }
     }
 
+    /// Whether the algorithm builds a hash ring over the endpoints, whose
+    /// size grows with their total weight.
+    pub fn uses_ring(&self) -> bool {
+        matches!(
+            self,
+            Algorithm::Chash { .. }
+                | Algorithm::Sticky {
+                    mode: StickyMode::Balanced,
+                    ..
+                }
+        )
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::RoundRobin => "round_robin",
@@ -89,15 +102,14 @@ impl Algorithm {
 
 /// chashsubset's subsets, built as `build_subset_map` builds them: endpoints
 /// in order, cut into `ceil(n / size)` sets of `size`, the last one padded
-/// with endpoints from the start. Set `i` is named `set{i+1}` on the ring.
+/// by repeating the endpoints from the start (as often as needed when there
+/// are fewer endpoints than `size`). Set `i` is named `set{i+1}` on the ring.
 pub fn subsets(endpoints: usize, size: usize) -> Vec<Vec<usize>> {
     if endpoints == 0 || size == 0 {
         return Vec::new();
     }
     let sets = endpoints.div_ceil(size);
-    let padded: Vec<usize> = (0..sets * size)
-        .map(|i| if i < endpoints { i } else { i - endpoints })
-        .collect();
+    let padded: Vec<usize> = (0..sets * size).map(|i| i % endpoints).collect();
     padded.chunks(size).map(<[usize]>::to_vec).collect()
 }
 
@@ -138,6 +150,10 @@ mod tests {
         assert_eq!(subsets(7, 3), [vec![0, 1, 2], vec![3, 4, 5], vec![6, 0, 1]]);
         assert_eq!(subsets(3, 3), [vec![0, 1, 2]]);
         assert_eq!(subsets(2, 3), [vec![0, 1, 0]]);
+        // Fewer endpoints than the subset size: Lua's padding appends copies
+        // of the (growing) list, so the one endpoint fills the whole set.
+        assert_eq!(subsets(1, 3), [vec![0, 0, 0]]);
+        assert_eq!(subsets(2, 5), [vec![0, 1, 0, 1, 0]]);
         assert!(subsets(0, 3).is_empty());
     }
 }

@@ -69,6 +69,74 @@ pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
     }
 }
 
+/// Headers that proxies add. A request that carries one came through a
+/// proxy (nginx's own public port among them: the rendered template sets
+/// several), never straight from the controller, and is refused.
+pub const PROXY_HEADERS: [&str; 6] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "via",
+];
+
+/// Why a request may not use the API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// 403: it carries this proxy header.
+    Proxied(&'static str),
+    /// 401: a token is configured and the request lacks it (or has another).
+    Unauthorized,
+}
+
+/// Checks a request's headers against the API's access rules: no proxy
+/// headers, and `Authorization: Bearer <token>` when a token is set. The
+/// token comparison takes the same time wherever the first difference is.
+pub fn check_access<'a>(
+    headers: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    token: Option<&[u8]>,
+) -> Result<(), Denied> {
+    let mut presented: Option<&[u8]> = None;
+    let mut authorizations = 0;
+    for (name, value) in headers {
+        if let Some(h) = PROXY_HEADERS.iter().find(|h| name.eq_ignore_ascii_case(h.as_bytes())) {
+            return Err(Denied::Proxied(h));
+        }
+        if name.eq_ignore_ascii_case(b"authorization") {
+            authorizations += 1;
+            presented = bearer(value);
+        }
+    }
+    let Some(token) = token else { return Ok(()) };
+    match presented {
+        Some(p) if authorizations == 1 && constant_time_eq(p, token) => Ok(()),
+        _ => Err(Denied::Unauthorized),
+    }
+}
+
+/// The credentials of `Bearer <token>` (the scheme is case-insensitive).
+fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at(value.iter().position(|b| *b == b' ')?);
+    scheme.eq_ignore_ascii_case(b"bearer").then(|| rest.trim_ascii())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether a configured token is usable: long enough to resist guessing,
+/// and made of characters that survive a header unchanged.
+pub fn check_token(token: &[u8]) -> Result<(), String> {
+    if token.len() < 16 {
+        return Err("the API token must be at least 16 characters".into());
+    }
+    if token.len() > 4096 || !token.iter().all(|b| b.is_ascii_graphic()) {
+        return Err("the API token must be at most 4096 printable characters without spaces".into());
+    }
+    Ok(())
+}
+
 /// The body of every error answer: `{"error": "...", "path": "..."}`, where
 /// `path` is the JSON path of the bad value when there is one.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -95,6 +163,20 @@ pub struct Status {
     /// The generation each live worker has applied; equal to `generation`
     /// once every worker routes by the latest write.
     pub workers: Vec<WorkerStatus>,
+    /// The shared per-endpoint state (passive health, connections, EWMA).
+    pub endpoint_table: EndpointTableStatus,
+    /// Workers that died holding the zone's lock and were cleared.
+    pub lock_recovered: u64,
+}
+
+/// `endpoint_table` of `/configuration/status`.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct EndpointTableStatus {
+    pub capacity: u64,
+    pub tracked: u64,
+    /// Endpoints routed without shared state because the table is full;
+    /// a larger `dynamic_balancer_zone` gives a larger table.
+    pub untracked: u64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -182,6 +264,53 @@ mod tests {
         ] {
             assert_eq!(route(Get, missing), Err(RouteError::NotFound), "{missing}");
         }
+    }
+
+    #[test]
+    fn access_needs_the_token_and_no_proxy_headers() {
+        let token = Some(&b"0123456789abcdef0123"[..]);
+        let h = |pairs: &[(&'static str, &'static str)]| -> Vec<(&'static [u8], &'static [u8])> {
+            pairs.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())).collect()
+        };
+        assert_eq!(check_access(h(&[("Host", "x")]), None), Ok(()));
+        assert_eq!(check_access(h(&[]), token), Err(Denied::Unauthorized));
+        assert_eq!(
+            check_access(h(&[("Authorization", "Bearer 0123456789abcdef0123")]), token),
+            Ok(())
+        );
+        assert_eq!(
+            check_access(h(&[("authorization", "bearer  0123456789abcdef0123 ")]), token),
+            Ok(())
+        );
+        for bad in [
+            "Bearer 0123456789abcdef012",
+            "Bearer 0123456789abcdef01234",
+            "Basic 0123456789abcdef0123",
+            "Bearer",
+        ] {
+            assert_eq!(
+                check_access(h(&[("Authorization", bad)]), token),
+                Err(Denied::Unauthorized),
+                "{bad}"
+            );
+        }
+        let twice = h(&[
+            ("Authorization", "Bearer wrong"),
+            ("Authorization", "Bearer 0123456789abcdef0123"),
+        ]);
+        assert_eq!(check_access(twice, token), Err(Denied::Unauthorized));
+        let proxied = h(&[
+            ("Authorization", "Bearer 0123456789abcdef0123"),
+            ("X-Forwarded-For", "203.0.113.9"),
+        ]);
+        assert_eq!(check_access(proxied, token), Err(Denied::Proxied("x-forwarded-for")));
+        assert_eq!(
+            check_access(h(&[("X-REAL-IP", "1.2.3.4")]), None),
+            Err(Denied::Proxied("x-real-ip"))
+        );
+        assert!(check_token(b"short").is_err());
+        assert!(check_token(b"has a space in it!!").is_err());
+        assert!(check_token(b"0123456789abcdef").is_ok());
     }
 
     #[test]

@@ -35,6 +35,18 @@ impl From<&TrafficShapingPolicy> for TrafficPolicy {
     }
 }
 
+/// Compiled size limit of a `headerPattern`: the module compiles it in every
+/// worker, so a pathological pattern must fail at write time instead.
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles a canary `headerPattern` as the module matches it.
+pub fn compile_pattern(pattern: &str) -> Result<regex::bytes::Regex, regex::Error> {
+    regex::bytes::RegexBuilder::new(pattern)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+}
+
 /// What the header and cookie rules (steps 3 and 4) concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

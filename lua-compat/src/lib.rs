@@ -4,6 +4,8 @@
 //! picks peers with `balancer.lua`. This crate holds both halves without any
 //! nginx in them, so they can be unit-tested and fuzzed:
 //!
+//! - [`address`]: the upstream addresses no backend may name (loopback,
+//!   link-local, this-host);
 //! - [`wire`]: serde types for `POST /configuration/backends`, accepting what a
 //!   real ingress-nginx controller sends (unknown fields are ignored, as Lua does);
 //! - [`validate`]: parsing plus validation that names the JSON path of the first
@@ -15,23 +17,29 @@
 //!   pickers, compatible with the Lua ones where Lua has them;
 //! - [`canary`]: canary routing rules, in Lua's order;
 //! - [`hash_key`]: `upstream-hash-by` templates;
+//! - [`dns`]: `ExternalName` resolution with a cache and a deadline;
 //! - [`tried`]: the per-request set of endpoints already tried;
+//! - [`shm_rwlock`]: the zone's reader-writer lock, which survives a
+//!   holder's death;
 //! - [`api`]: routing and response bodies of the `/configuration` API.
 
+pub mod address;
 pub mod algorithm;
 pub mod api;
 pub mod canary;
 pub mod chash;
+pub mod dns;
 pub mod ewma;
 pub mod hash_key;
 pub mod least_conn;
 pub mod round_robin;
 pub mod runtime;
 pub mod sample;
+pub mod shm_rwlock;
 pub mod sticky;
 pub mod tried;
 pub mod validate;
 pub mod wire;
 
-pub use validate::{parse_backend, parse_backends, ValidationError};
+pub use validate::{parse_backend, parse_backends, validate_backend, ValidationError};
 pub use wire::Backend;

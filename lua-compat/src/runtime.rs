@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::Algorithm;
 use crate::canary::TrafficPolicy;
-use crate::validate::{parse_backend, parse_backends, ValidationError};
+use crate::validate::{parse_backend, parse_backends, ValidationError, MAX_ENDPOINTS, MAX_RING_WEIGHT};
 use crate::wire::Backend;
 
 /// What a worker needs in order to route to a backend.
@@ -41,33 +41,85 @@ pub struct RuntimeEndpoint {
     pub weight: u32,
 }
 
-/// Resolves the DNS name of an `ExternalName` endpoint. The module passes the
-/// system resolver; tests pass a table.
+/// Resolves the DNS name of an `ExternalName` endpoint. The module passes
+/// its cached, time-bounded resolver ([`crate::dns`]); tests pass a table.
 pub type Resolver<'a> = &'a mut dyn FnMut(&str, u16) -> Vec<IpAddr>;
 
-impl RuntimeBackend {
-    /// Builds the routing record of a validated backend. DNS names (only valid
-    /// for `ExternalName` services) are resolved now; a name that does not
-    /// resolve contributes no endpoint, so the backend answers 503 as in Lua.
-    pub fn from_backend(backend: &Backend, resolve: Resolver<'_>) -> Self {
-        Self::with_warning(backend, resolve).0
-    }
+/// What to do when a DNS name resolves to an address that
+/// [`crate::address::forbidden`] refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnForbidden {
+    /// Refuse the whole write (a client is waiting for the answer).
+    Refuse,
+    /// Leave the address out and warn (a periodic re-resolution).
+    Drop,
+}
 
-    /// Also returns the warning of an unsupported `load-balance` value.
-    pub fn with_warning(backend: &Backend, resolve: Resolver<'_>) -> (Self, Option<String>) {
+impl RuntimeBackend {
+    /// Builds the routing record of a validated backend, with warnings for
+    /// the log. DNS names (only valid for `ExternalName` services) are
+    /// resolved now; a name that does not resolve contributes no endpoint,
+    /// so the backend answers 503 as in Lua.
+    pub fn build(
+        backend: &Backend,
+        resolve: Resolver<'_>,
+        on_forbidden: OnForbidden,
+    ) -> Result<(Self, Vec<String>), ValidationError> {
+        let mut warnings = Vec::new();
         let mut endpoints = Vec::with_capacity(backend.endpoints.len());
-        for ep in &backend.endpoints {
+        for (j, ep) in backend.endpoints.iter().enumerate() {
             let (port, weight) = (ep.port.0, ep.weight.unwrap_or(1));
             let endpoint = |ip| RuntimeEndpoint {
                 addr: SocketAddr::new(ip, port),
                 weight,
             };
-            match ep.address.parse::<IpAddr>() {
-                Ok(ip) => endpoints.push(endpoint(ip)),
-                Err(_) => endpoints.extend(resolve(&ep.address, port).into_iter().map(endpoint)),
+            if let Ok(ip) = ep.address.parse::<IpAddr>() {
+                endpoints.push(endpoint(ip));
+                continue;
+            }
+            for ip in resolve(&ep.address, port) {
+                match crate::address::forbidden(ip) {
+                    None => endpoints.push(endpoint(ip)),
+                    Some(why) if on_forbidden == OnForbidden::Refuse => {
+                        return Err(ValidationError {
+                            path: format!("endpoints[{j}].address"),
+                            message: format!("{:?} resolves to {ip}, {why}", ep.address),
+                        })
+                    }
+                    Some(why) => warnings.push(format!(
+                        "backend {:?}: {:?} resolves to {ip}, {why}; address left out",
+                        backend.name, ep.address
+                    )),
+                }
             }
         }
+        if endpoints.len() > MAX_ENDPOINTS {
+            warnings.push(format!(
+                "backend {:?}: {} endpoints after DNS resolution; only the first {MAX_ENDPOINTS} are used",
+                backend.name,
+                endpoints.len()
+            ));
+            endpoints.truncate(MAX_ENDPOINTS);
+        }
         let (algorithm, warning) = Algorithm::select(backend);
+        warnings.extend(warning);
+        if algorithm.uses_ring() {
+            // Resolution may have multiplied weighted endpoints past the
+            // ring's bound; keep the first ones that fit.
+            let mut total = 0u64;
+            let before = endpoints.len();
+            endpoints.retain(|e| {
+                total += u64::from(e.weight);
+                total <= MAX_RING_WEIGHT
+            });
+            if endpoints.len() < before {
+                warnings.push(format!(
+                    "backend {:?}: resolved endpoints exceed the hash ring's total weight {MAX_RING_WEIGHT}; {} left out",
+                    backend.name,
+                    before - endpoints.len()
+                ));
+            }
+        }
         let runtime = RuntimeBackend {
             name: backend.name.clone(),
             endpoints,
@@ -77,7 +129,7 @@ impl RuntimeBackend {
             max_fails: backend.max_fails.unwrap_or(DEFAULT_MAX_FAILS),
             fail_timeout_ms: u64::from(backend.fail_timeout.unwrap_or(DEFAULT_FAIL_TIMEOUT)) * 1000,
         };
-        (runtime, warning)
+        Ok((runtime, warnings))
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -99,32 +151,45 @@ pub struct Prepared {
     /// [`RuntimeBackend::encode`] output, for the balancer.
     pub runtime: Vec<u8>,
     pub endpoints: usize,
+    /// Whether some endpoint is a DNS name that must be re-resolved
+    /// periodically (an `ExternalName` Service).
+    pub resolves: bool,
     /// For the log, e.g. an unsupported `load-balance`.
-    pub warning: Option<String>,
+    pub warnings: Vec<String>,
 }
 
 impl Prepared {
-    pub fn new(backend: &Backend, resolve: Resolver<'_>) -> Self {
-        let (runtime, warning) = RuntimeBackend::with_warning(backend, resolve);
-        Prepared {
+    pub fn build(backend: &Backend, resolve: Resolver<'_>, on_forbidden: OnForbidden) -> Result<Self, ValidationError> {
+        let (runtime, warnings) = RuntimeBackend::build(backend, resolve, on_forbidden)?;
+        Ok(Prepared {
             name: backend.name.clone(),
             json: serde_json::to_vec(backend).expect("JSON encoding of Backend"),
             endpoints: runtime.endpoints.len(),
             runtime: runtime.encode(),
-            warning,
-        }
+            resolves: backend.endpoints.iter().any(|e| e.address.parse::<IpAddr>().is_err()),
+            warnings,
+        })
     }
 }
 
 /// Parses, validates and encodes a full `POST /configuration/backends` body.
 pub fn prepare_backends(body: &[u8], resolve: Resolver<'_>) -> Result<Vec<Prepared>, ValidationError> {
     let backends = parse_backends(body)?;
-    Ok(backends.iter().map(|b| Prepared::new(b, &mut *resolve)).collect())
+    backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            Prepared::build(b, &mut *resolve, OnForbidden::Refuse).map_err(|e| ValidationError {
+                path: format!("[{i}].{}", e.path),
+                message: e.message,
+            })
+        })
+        .collect()
 }
 
 /// Parses, validates and encodes a `PUT /configuration/backends/{name}` body.
 pub fn prepare_backend(body: &[u8], url_name: &str, resolve: Resolver<'_>) -> Result<Prepared, ValidationError> {
-    Ok(Prepared::new(&parse_backend(body, url_name)?, resolve))
+    Prepared::build(&parse_backend(body, url_name)?, resolve, OnForbidden::Refuse)
 }
 
 #[cfg(test)]
@@ -162,5 +227,28 @@ mod tests {
         let prepared = prepare_backends(body, &mut table).unwrap();
         assert_eq!(prepared[0].endpoints, 2);
         assert_eq!(prepared[1].endpoints, 0);
+    }
+
+    #[test]
+    fn names_resolving_to_local_addresses_are_refused_or_dropped() {
+        let backend: Backend = serde_json::from_str(
+            r#"{"name":"ext","service":{"spec":{"type":"ExternalName"}},
+                "endpoints":[{"address":"sneaky.example","port":"80"}]}"#,
+        )
+        .unwrap();
+        let mut table = |_: &str, _: u16| vec!["127.0.0.1".parse().unwrap(), "192.0.2.7".parse().unwrap()];
+        let e = Prepared::build(&backend, &mut table, OnForbidden::Refuse).unwrap_err();
+        assert_eq!(e.path, "endpoints[0].address");
+        assert!(e.message.contains("127.0.0.1, a loopback address"), "{}", e.message);
+        let p = Prepared::build(&backend, &mut table, OnForbidden::Drop).unwrap();
+        assert_eq!(p.endpoints, 1);
+        assert!(p.resolves);
+        assert!(p.warnings[0].contains("left out"), "{:?}", p.warnings);
+        let body = br#"[{"name":"ok","endpoints":[]},{"name":"ext","service":{"spec":{"type":"ExternalName"}},
+                        "endpoints":[{"address":"sneaky.example","port":"80"}]}]"#;
+        assert_eq!(
+            prepare_backends(body, &mut table).unwrap_err().path,
+            "[1].endpoints[0].address"
+        );
     }
 }

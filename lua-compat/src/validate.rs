@@ -20,6 +20,28 @@ pub const MAX_NAME_LEN: usize = 1024;
 pub const MAX_WEIGHT: u32 = 10_000;
 /// Longest `failTimeout`: a day.
 pub const MAX_FAIL_TIMEOUT: u32 = 86_400;
+/// Most endpoints one backend may have (after `ExternalName` resolution
+/// too). Every worker keeps a decoded copy of each backend it routes to.
+pub const MAX_ENDPOINTS: usize = 20_000;
+/// Most total weight of a backend balanced on a hash ring (chash and
+/// balanced sticky sessions): each unit of weight is 160 ring points of 8
+/// bytes in every worker, so this bounds a ring at about 25 MB.
+pub const MAX_RING_WEIGHT: u64 = 20_000;
+/// Largest `upstream-hash-by-subset-size`, as ingress-nginx's annotation.
+pub const MAX_SUBSET_SIZE: i64 = 1_000;
+/// Most canaries (`alternativeBackends`) of one backend.
+pub const MAX_ALTERNATIVES: usize = 64;
+/// Longest free-text value: header values and patterns, cookie paths, hash
+/// key templates.
+pub const MAX_TEXT_LEN: usize = 1024;
+/// Longest cookie or header name.
+pub const MAX_TOKEN_LEN: usize = 256;
+/// Most host → paths entries in a sticky cookie's `locations`.
+pub const MAX_COOKIE_LOCATIONS: usize = 10_000;
+/// Largest canary `weightTotal`.
+pub const MAX_WEIGHT_TOTAL: i64 = 1_000_000_000;
+/// Largest number in a cookie's `expires`/`maxage`: about 31,000 years.
+pub const MAX_COOKIE_SECONDS: u64 = 1_000_000_000_000;
 
 /// The first bad value found in a request body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +127,14 @@ fn deserialize<T: DeserializeOwned>(body: &[u8]) -> Result<T, ValidationError> {
     Ok(value)
 }
 
+/// Validates one parsed backend: every value the module stores, renders
+/// into a response header or allocates by is checked against its limit
+/// here, so a write that passes cannot make a worker misbehave. The
+/// controller runs the same check before it sends anything.
+pub fn validate_backend(backend: &Backend) -> Result<(), ValidationError> {
+    check_backend(backend, "")
+}
+
 fn check_backend(backend: &Backend, prefix: &str) -> Result<(), ValidationError> {
     let join = |field: &str| {
         if prefix.is_empty() {
@@ -113,9 +143,22 @@ fn check_backend(backend: &Backend, prefix: &str) -> Result<(), ValidationError>
             format!("{prefix}.{field}")
         }
     };
-    check_name(&backend.name).map_err(|m| ValidationError::at(join("name"), m))?;
+    let at = |field: &str, message: String| ValidationError::at(join(field), message);
+    check_name(&backend.name).map_err(|m| at("name", m))?;
+    if backend.endpoints.len() > MAX_ENDPOINTS {
+        return Err(at(
+            "endpoints",
+            format!("{} endpoints is more than {MAX_ENDPOINTS}", backend.endpoints.len()),
+        ));
+    }
     let external = backend.is_external_name();
     for (j, ep) in backend.endpoints.iter().enumerate() {
+        let field = format!("endpoints[{j}].address");
+        if external {
+            if let Some(why) = crate::address::forbidden_external_name(&ep.address) {
+                return Err(at(&field, format!("{:?} is {why}", ep.address)));
+            }
+        }
         if ep.address.parse::<IpAddr>().is_ok() || (external && is_dns_name(&ep.address)) {
             continue;
         }
@@ -124,27 +167,159 @@ fn check_backend(backend: &Backend, prefix: &str) -> Result<(), ValidationError>
         } else {
             "an IP address"
         };
-        return Err(ValidationError::at(
-            join(&format!("endpoints[{j}].address")),
-            format!("{:?} is not {what}", ep.address),
-        ));
+        return Err(at(&field, format!("{:?} is not {what}", ep.address)));
     }
     for (j, ep) in backend.endpoints.iter().enumerate() {
         if let Some(w) = ep.weight.filter(|w| !(1..=MAX_WEIGHT).contains(w)) {
-            return Err(ValidationError::at(
-                join(&format!("endpoints[{j}].weight")),
+            return Err(at(
+                &format!("endpoints[{j}].weight"),
                 format!("{w} is not a weight (1-{MAX_WEIGHT})"),
             ));
         }
     }
     if let Some(t) = backend.fail_timeout.filter(|t| *t > MAX_FAIL_TIMEOUT) {
-        return Err(ValidationError::at(
-            join("failTimeout"),
+        return Err(at(
+            "failTimeout",
             format!("{t} is more than {MAX_FAIL_TIMEOUT} seconds"),
         ));
     }
+    if backend.alternative_backends.len() > MAX_ALTERNATIVES {
+        return Err(at(
+            "alternativeBackends",
+            format!("more than {MAX_ALTERNATIVES} canaries"),
+        ));
+    }
     for (j, alt) in backend.alternative_backends.iter().enumerate() {
-        check_name(alt).map_err(|m| ValidationError::at(join(&format!("alternativeBackends[{j}]")), m))?;
+        check_name(alt).map_err(|m| at(&format!("alternativeBackends[{j}]"), m))?;
+    }
+    check_hash_by(&backend.upstream_hash_by).map_err(|(f, m)| at(&format!("upstreamHashByConfig.{f}"), m))?;
+    check_cookie(&backend.session_affinity.cookie)
+        .map_err(|(f, m)| at(&format!("sessionAffinityConfig.cookieSessionAffinity.{f}"), m))?;
+    check_traffic(&backend.traffic_shaping).map_err(|(f, m)| at(&format!("trafficShapingPolicy.{f}"), m))?;
+    if crate::algorithm::Algorithm::select(backend).0.uses_ring() {
+        let total: u64 = backend.endpoints.iter().map(|e| u64::from(e.weight.unwrap_or(1))).sum();
+        if total > MAX_RING_WEIGHT {
+            return Err(at(
+                "endpoints",
+                format!("total weight {total} is more than {MAX_RING_WEIGHT} for a hash-ring algorithm"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+type FieldError = (&'static str, String);
+
+fn check_hash_by(h: &crate::wire::UpstreamHashByConfig) -> Result<(), FieldError> {
+    if h.hash_by.len() > MAX_TEXT_LEN || h.hash_by.chars().any(char::is_control) {
+        return Err((
+            "upstream-hash-by",
+            format!("must be printable and at most {MAX_TEXT_LEN} bytes"),
+        ));
+    }
+    if !(0..=MAX_SUBSET_SIZE).contains(&h.subset_size) {
+        return Err((
+            "upstream-hash-by-subset-size",
+            format!("{} is not a subset size (0-{MAX_SUBSET_SIZE})", h.subset_size),
+        ));
+    }
+    Ok(())
+}
+
+/// RFC 6265 `token`: the characters a cookie (or header) name may have.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_TOKEN_LEN
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
+}
+
+/// A cookie attribute value (RFC 6265 `av-octet`): printable, no `;`.
+fn is_attribute(s: &str, max: usize) -> bool {
+    s.len() <= max && s.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b';')
+}
+
+fn is_seconds(s: &str) -> bool {
+    s.is_empty() || (s.bytes().all(|b| b.is_ascii_digit()) && s.parse::<u64>().is_ok_and(|n| n <= MAX_COOKIE_SECONDS))
+}
+
+/// Every cookie attribute ends up in a `Set-Cookie` header: a CR, LF or
+/// `;` in one would split the response or add attributes.
+fn check_cookie(c: &crate::wire::CookieSessionAffinity) -> Result<(), FieldError> {
+    if !c.name.is_empty() && !is_token(&c.name) {
+        return Err(("name", format!("{:?} is not a cookie name", c.name)));
+    }
+    if !is_attribute(&c.path, MAX_TEXT_LEN) || (!c.path.is_empty() && !c.path.starts_with('/')) {
+        return Err(("path", format!("{:?} is not a cookie path", c.path)));
+    }
+    let domain_ok = c.domain.len() <= 253
+        && c.domain
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    if !domain_ok {
+        return Err(("domain", format!("{:?} is not a cookie domain", c.domain)));
+    }
+    if !["", "none", "lax", "strict"].contains(&c.samesite.to_ascii_lowercase().as_str()) {
+        return Err(("samesite", format!("{:?} is not None, Lax or Strict", c.samesite)));
+    }
+    if !is_seconds(&c.expires) {
+        return Err(("expires", format!("{:?} is not a number of seconds", c.expires)));
+    }
+    if !is_seconds(&c.maxage) {
+        return Err(("maxage", format!("{:?} is not a number of seconds", c.maxage)));
+    }
+    let paths: usize = c.locations.values().map(Vec::len).sum();
+    if c.locations.len() > MAX_COOKIE_LOCATIONS || paths > MAX_COOKIE_LOCATIONS {
+        return Err(("locations", format!("more than {MAX_COOKIE_LOCATIONS} entries")));
+    }
+    for (host, paths) in &c.locations {
+        if !is_attribute(host, 253) {
+            return Err(("locations", format!("{host:?} is not a host name")));
+        }
+        if let Some(p) = paths.iter().find(|p| !is_attribute(p, MAX_TEXT_LEN)) {
+            return Err(("locations", format!("{p:?} is not a path")));
+        }
+    }
+    Ok(())
+}
+
+fn check_traffic(t: &crate::wire::TrafficShapingPolicy) -> Result<(), FieldError> {
+    if !(0..=MAX_WEIGHT_TOTAL).contains(&t.weight_total) {
+        return Err((
+            "weightTotal",
+            format!("{} is not within 0-{MAX_WEIGHT_TOTAL}", t.weight_total),
+        ));
+    }
+    if !(0..=MAX_WEIGHT_TOTAL).contains(&t.weight) {
+        return Err(("weight", format!("{} is not within 0-{MAX_WEIGHT_TOTAL}", t.weight)));
+    }
+    // The header becomes the nginx variable `$http_<name>`.
+    let header_ok = t.header.is_empty()
+        || (t.header.len() <= MAX_TOKEN_LEN
+            && t.header
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    if !header_ok {
+        return Err(("header", format!("{:?} is not a header name", t.header)));
+    }
+    if !t.cookie.is_empty() && !is_token(&t.cookie) {
+        return Err(("cookie", format!("{:?} is not a cookie name", t.cookie)));
+    }
+    if t.header_value.len() > MAX_TEXT_LEN || t.header_value.chars().any(char::is_control) {
+        return Err((
+            "headerValue",
+            format!("must be printable and at most {MAX_TEXT_LEN} bytes"),
+        ));
+    }
+    if t.header_pattern.len() > MAX_TEXT_LEN || t.header_pattern.chars().any(char::is_control) {
+        return Err((
+            "headerPattern",
+            format!("must be printable and at most {MAX_TEXT_LEN} bytes"),
+        ));
+    }
+    if !t.header_pattern.is_empty() {
+        crate::canary::compile_pattern(&t.header_pattern)
+            .map_err(|e| ("headerPattern", format!("does not compile: {e}")))?;
     }
     Ok(())
 }
@@ -312,5 +487,123 @@ mod tests {
         for bad in ["", "-a.com", "a-.com", "a..b", "a b", "a;b", "1.2.3.4", "10.0.0.300"] {
             assert!(!is_dns_name(bad), "{bad}");
         }
+    }
+
+    fn path_of(backend: serde_json::Value) -> String {
+        err(&serde_json::Value::Array(vec![backend]).to_string()).path
+    }
+
+    #[test]
+    fn cookie_attributes_cannot_split_the_response() {
+        let with = |field: &str, value: &str| {
+            serde_json::json!({"name": "a", "sessionAffinityConfig": {"name": "cookie",
+                "cookieSessionAffinity": {"name": "c", field: value}}})
+        };
+        let base = "[0].sessionAffinityConfig.cookieSessionAffinity.";
+        for (field, bad) in [
+            ("name", "c\r\nSet-Cookie: x=1"),
+            ("name", "a;b"),
+            ("name", "a b"),
+            ("path", "/\r\nX: y"),
+            ("path", "/a; Domain=evil"),
+            ("path", "relative"),
+            ("domain", "a.com; Secure"),
+            ("samesite", "Lax\r\n"),
+            ("expires", "soon"),
+            ("maxage", "1\n"),
+        ] {
+            assert_eq!(path_of(with(field, bad)), format!("{base}{field}"), "{field} {bad:?}");
+        }
+        let ok = serde_json::json!([{"name": "a", "sessionAffinityConfig": {"name": "cookie", "cookieSessionAffinity":
+            {"name": "INGRESSCOOKIE", "path": "/app", "domain": ".example.com", "samesite": "None",
+             "expires": "172800", "maxage": "3600", "locations": {"a.com": ["/", "/x"]}}}}]);
+        assert!(parse_backends(ok.to_string().as_bytes()).is_ok());
+        let e = path_of(
+            serde_json::json!({"name": "a", "sessionAffinityConfig": {"cookieSessionAffinity":
+            {"locations": {"a.com": ["/\r\n"]}}}}),
+        );
+        assert_eq!(e, format!("{base}locations"));
+    }
+
+    #[test]
+    fn sizes_that_would_allocate_without_bound_are_refused() {
+        let hash = |size: i64| {
+            serde_json::json!({"name": "a", "upstreamHashByConfig": {"upstream-hash-by": "$uri",
+                "upstream-hash-by-subset": true, "upstream-hash-by-subset-size": size}})
+        };
+        assert_eq!(
+            path_of(hash(1 << 40)),
+            "[0].upstreamHashByConfig.upstream-hash-by-subset-size"
+        );
+        assert_eq!(
+            path_of(hash(-1)),
+            "[0].upstreamHashByConfig.upstream-hash-by-subset-size"
+        );
+        assert!(parse_backends(serde_json::json!([hash(1000)]).to_string().as_bytes()).is_ok());
+        // A hash ring gets 160 points per unit of weight in every worker.
+        let heavy = |weight: u32, n: usize| {
+            let eps: Vec<_> = (0..n)
+                .map(|i| serde_json::json!({"address": format!("10.0.{}.{}", i / 250, i % 250 + 1), "port": "80", "weight": weight}))
+                .collect();
+            serde_json::json!({"name": "a", "upstreamHashByConfig": {"upstream-hash-by": "$uri"}, "endpoints": eps})
+        };
+        assert_eq!(path_of(heavy(10_000, 3)), "[0].endpoints");
+        assert!(parse_backends(serde_json::json!([heavy(10_000, 2)]).to_string().as_bytes()).is_ok());
+        let mut rr = heavy(10_000, 3);
+        rr["upstreamHashByConfig"] = serde_json::json!({});
+        assert!(
+            parse_backends(serde_json::json!([rr]).to_string().as_bytes()).is_ok(),
+            "round-robin has no ring"
+        );
+        assert_eq!(path_of(heavy(1, MAX_ENDPOINTS + 1)), "[0].endpoints");
+        let too_many: Vec<String> = (0..=MAX_ALTERNATIVES).map(|i| format!("c{i}")).collect();
+        assert_eq!(
+            path_of(serde_json::json!({"name": "a", "alternativeBackends": too_many})),
+            "[0].alternativeBackends"
+        );
+        assert_eq!(
+            path_of(serde_json::json!({"name": "a", "upstreamHashByConfig": {"upstream-hash-by": "x".repeat(2000)}})),
+            "[0].upstreamHashByConfig.upstream-hash-by"
+        );
+    }
+
+    #[test]
+    fn canary_policies_are_checked() {
+        let with = |field: &str, value: serde_json::Value| serde_json::json!({"name": "a", "trafficShapingPolicy": {field: value}});
+        for (field, bad) in [
+            ("weight", serde_json::json!(-1)),
+            ("weightTotal", serde_json::json!(i64::MAX)),
+            ("header", serde_json::json!("X Canary")),
+            ("cookie", serde_json::json!("a;b")),
+            ("headerValue", serde_json::json!("a\nb")),
+            ("headerPattern", serde_json::json!("(unclosed")),
+            ("headerPattern", serde_json::json!("a{1000}{1000}{1000}")),
+        ] {
+            assert_eq!(
+                path_of(with(field, bad.clone())),
+                format!("[0].trafficShapingPolicy.{field}"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn external_names_of_the_local_host_are_refused() {
+        for host in [
+            "localhost",
+            "LocalHost.",
+            "x.localhost",
+            "127.0.0.1",
+            "::1",
+            "169.254.169.254",
+            "0.0.0.0",
+        ] {
+            let b = serde_json::json!({"name": "a", "service": {"spec": {"type": "ExternalName"}},
+                "endpoints": [{"address": host, "port": "80"}]});
+            assert_eq!(path_of(b), "[0].endpoints[0].address", "{host}");
+        }
+        // The same literal is an ordinary endpoint outside ExternalName.
+        let plain = serde_json::json!([{"name": "a", "endpoints": [{"address": "127.0.0.1", "port": "80"}]}]);
+        assert!(parse_backends(plain.to_string().as_bytes()).is_ok());
     }
 }

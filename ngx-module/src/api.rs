@@ -5,11 +5,11 @@
 //! thread (see [`crate::offload`]): parsing a 1 MB body and writing the zone
 //! never stall traffic, and the event loop never waits on the zone's mutex.
 
-use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 
 use lua_compat::api::{
-    json_array, route, Action, EndpointHealth, ErrorBody, Method, RouteError, Status, WorkerStatus, ZoneUsage,
+    check_access, json_array, route, Action, Denied, EndpointHealth, EndpointTableStatus, ErrorBody, Method,
+    RouteError, Status, WorkerStatus, ZoneUsage,
 };
 use lua_compat::runtime::RuntimeBackend;
 use lua_compat::runtime::{prepare_backend, prepare_backends};
@@ -19,19 +19,21 @@ use ngx::ffi::{
     ngx_int_t, ngx_uint_t, NGX_DONE, NGX_HTTP_DELETE, NGX_HTTP_GET, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_POST,
     NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_WARN, NGX_OK,
 };
-use ngx::http::HttpModuleLocationConf;
+use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::ngx_log_error;
 
 use crate::body_limit::BodyBudget;
 use crate::config::zone_of;
 use crate::guard::ffi_guard;
-use crate::http::{body_parts, pool_box, read_body_parts, send_json, BodyPart};
+use crate::http::{body_parts, pool_box, read_body_parts, send_json, send_json_with, BodyPart};
 use crate::offload::offload;
 use crate::store::{apply, now_ms, Change, StoreError};
 use crate::zone::Zone;
 use crate::Module;
 
 const OK: ngx_uint_t = 200;
+const UNAUTHORIZED: ngx_uint_t = 401;
+const FORBIDDEN: ngx_uint_t = 403;
 const CREATED: ngx_uint_t = 201;
 const NO_CONTENT: ngx_uint_t = 204;
 const BAD_REQUEST: ngx_uint_t = 400;
@@ -74,6 +76,8 @@ enum WriteOutcome {
         status: ngx_uint_t,
         what: &'static str,
         warnings: Vec<String>,
+        /// Endpoints routed without shared state (the table is full).
+        untracked: u64,
     },
     Invalid(ValidationError),
     Store(StoreError, String),
@@ -89,6 +93,9 @@ pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 
 unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let req = &mut *r;
+    if let Some(rc) = refuse(r) {
+        return rc;
+    }
     let Some(zone) = zone_of(req) else {
         return error(r, INTERNAL_ERROR, "dynamic_balancer_zone is not configured", None);
     };
@@ -154,6 +161,60 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
         }
         Ok(Action::ReplaceBackends | Action::PutBackend(_)) => unreachable!("handled above"),
     }
+}
+
+/// The API's own protection, whatever address it listens on: it answers
+/// only requests that come straight from a client (never a subrequest, an
+/// internal redirect or anything carrying proxy headers, so no path through
+/// nginx's public servers reaches it), and, with a token configured, only
+/// requests that present it. Returns the response when refused.
+unsafe fn refuse(r: *mut ngx_http_request_t) -> Option<ngx_int_t> {
+    let req = &mut *r;
+    let denied = if r != req.main || req.internal() != 0 {
+        Some(Denied::Proxied("an internal redirect or subrequest"))
+    } else {
+        let token = Module::location_conf(req).and_then(|c| c.token.as_deref());
+        let headers = Request::from_ngx_http_request(r)
+            .headers_in_iterator()
+            .map(|(k, v)| (k.as_bytes(), v.as_bytes()));
+        check_access(headers, token).err()
+    }?;
+    let rc = ngx_http_discard_request_body(r);
+    if rc != NGX_OK as ngx_int_t {
+        return Some(rc);
+    }
+    let addr = String::from_utf8_lossy((*req.connection).addr_text.as_bytes()).into_owned();
+    Some(match denied {
+        Denied::Proxied(how) => {
+            ngx_log_error!(
+                NGX_LOG_WARN,
+                (*req.connection).log,
+                "dynamic_balancer: API request from {addr} refused: it came through a proxy ({how})"
+            );
+            let msg = format!("the configuration API does not answer proxied requests ({how})");
+            error(r, FORBIDDEN, &msg, None)
+        }
+        Denied::Unauthorized => {
+            // The token is never logged.
+            ngx_log_error!(
+                NGX_LOG_WARN,
+                (*req.connection).log,
+                "dynamic_balancer: API request from {addr} refused: missing or wrong bearer token"
+            );
+            req.set_keepalive(0);
+            let body = ErrorBody {
+                error: "a bearer token is required (Authorization: Bearer <token>)",
+                path: None,
+            }
+            .to_json();
+            send_json_with(
+                r,
+                UNAUTHORIZED,
+                &body,
+                &[("WWW-Authenticate", "Bearer realm=\"dynamic_balancer\"")],
+            )
+        }
+    })
 }
 
 /// Checks the declared size and reads the body; the write goes on in
@@ -226,12 +287,8 @@ unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
 /// On the parser thread: read the body (spooled parts too), parse, validate,
 /// resolve `ExternalName`s, store.
 fn run_write(job: WriteJob) -> WriteOutcome {
-    let mut resolve = |host: &str, port: u16| -> Vec<IpAddr> {
-        (host, port)
-            .to_socket_addrs()
-            .map(|a| a.map(|s| s.ip()).collect())
-            .unwrap_or_default()
-    };
+    let mut dns_warnings = Vec::new();
+    let mut resolve = crate::external_names::write_resolver(&mut dns_warnings);
     let (change, what, name) = match job.write {
         Write::Delete(name) => (Ok(Change::Delete(name.clone())), WHAT_DELETE, name),
         Write::Replace(parts) => match read_body_parts(&parts) {
@@ -251,11 +308,13 @@ fn run_write(job: WriteJob) -> WriteOutcome {
             Err(e) => return WriteOutcome::Unreadable(e.to_string()),
         },
     };
-    let warnings: Vec<String> = match &change {
-        Ok(Change::ReplaceAll(items)) => items.iter().filter_map(|p| p.warning.clone()).collect(),
-        Ok(Change::Put(item)) => item.warning.iter().cloned().collect(),
+    drop(resolve);
+    let mut warnings: Vec<String> = match &change {
+        Ok(Change::ReplaceAll(items)) => items.iter().flat_map(|p| p.warnings.iter().cloned()).collect(),
+        Ok(Change::Put(item)) => item.warnings.clone(),
         _ => Vec::new(),
     };
+    warnings.extend(dns_warnings);
     match change {
         Err(e) => WriteOutcome::Invalid(e),
         Ok(change) => match apply(&job.zone, change) {
@@ -270,6 +329,7 @@ fn run_write(job: WriteJob) -> WriteOutcome {
                     status,
                     what,
                     warnings,
+                    untracked: a.untracked,
                 }
             }
             Err(e) => WriteOutcome::Store(e, name),
@@ -294,9 +354,17 @@ fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
                 status,
                 what,
                 warnings,
+                untracked,
             }) => {
                 for w in warnings {
                     ngx_log_error!(NGX_LOG_WARN, (*(*r).connection).log, "dynamic_balancer: {w}");
+                }
+                if untracked > 0 {
+                    ngx_log_error!(
+                        NGX_LOG_WARN,
+                        (*(*r).connection).log,
+                        "dynamic_balancer: the endpoint table is full: {untracked} endpoints route without shared health, connection and EWMA state; increase dynamic_balancer_zone"
+                    );
                 }
                 ngx_log_error!(
                     NGX_LOG_INFO,
@@ -322,7 +390,9 @@ fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
 
 unsafe fn store_error(r: *mut ngx_http_request_t, e: &StoreError, name: &str) -> ngx_int_t {
     match e {
-        StoreError::NotFound => error(r, NOT_FOUND, &format!("no backend named {name:?}"), None),
+        StoreError::NotFound | StoreError::Superseded => {
+            error(r, NOT_FOUND, &format!("no backend named {name:?}"), None)
+        }
         StoreError::ZoneFull { needed, zone } => {
             let msg = format!(
                 "dynamic_balancer_zone is full: the change needs {needed} bytes for new backends while the current ones stay in use until it is applied (zone size {zone}); the previous configuration stays in force"
@@ -388,6 +458,12 @@ fn status(zone: &Zone) -> Vec<u8> {
             used: zone.used() as u64,
         },
         workers,
+        endpoint_table: EndpointTableStatus {
+            capacity: h.table().capacity() as u64,
+            tracked: h.table().live(),
+            untracked: h.untracked.load(Ordering::Relaxed),
+        },
+        lock_recovered: h.index.recovered(),
     };
     serde_json::to_vec(&status).expect("JSON encoding of status")
 }

@@ -1,14 +1,16 @@
-//! Configuration structs and the three directives:
-//! `dynamic_balancer_zone`, `dynamic_balancer` and `dynamic_balancer_api`.
+//! Configuration structs and the directives: `dynamic_balancer_zone`,
+//! `dynamic_balancer`, `dynamic_balancer_api`, `dynamic_balancer_api_token`,
+//! `dynamic_balancer_api_token_file` and `dynamic_balancer_backend`.
 
 use std::ffi::{c_char, c_void};
 use std::ptr;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_t, ngx_http_core_loc_conf_t, ngx_http_get_variable_index, ngx_http_request_t,
-    ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t,
-    ngx_uint_t, off_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+    ngx_array_push, ngx_command_t, ngx_conf_full_name, ngx_conf_t, ngx_http_conf_addr_t, ngx_http_conf_ctx_t,
+    ngx_http_conf_port_t, ngx_http_core_loc_conf_t, ngx_http_core_srv_conf_t, ngx_http_get_variable_index,
+    ngx_http_request_t, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_parse_size,
+    ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t, sockaddr, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
 };
 use ngx::http::{
     HttpModule, HttpModuleConfExt, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, NgxHttpCoreModule,
@@ -53,9 +55,13 @@ impl MainConf {
 }
 
 /// `upstream{}` level: whether the peer hook is on, and the variable naming
-/// the backend.
+/// the backend. nginx also creates one for every `server{}`, where only
+/// `open_api` is used.
 #[derive(Default)]
 pub struct UpstreamConf {
+    /// In a `server{}`: it has an API location without a token, so it must
+    /// listen on loopback or unix: sockets only (see [`check_api_listeners`]).
+    pub open_api: bool,
     pub enabled: bool,
     /// Set by our `init_upstream`; still false after configuration means a
     /// later `hash`, `least_conn`... replaced the hook (see
@@ -74,6 +80,9 @@ pub struct LocConf {
     /// The location's `client_max_body_size`, enforced by the handler itself
     /// so that an oversize body gets a JSON 413 (0 means unlimited).
     pub max_body: off_t,
+    /// `dynamic_balancer_api_token(_file)`: requests must carry
+    /// `Authorization: Bearer <token>`. Inherited by nested blocks.
+    pub token: Option<Box<[u8]>>,
 }
 
 /// The zone of the request's `http{}` block.
@@ -212,6 +221,20 @@ pub unsafe extern "C" fn set_balancer(cf: *mut ngx_conf_t, cmd: *mut ngx_command
             );
             return NGX_CONF_ERROR;
         }
+        // Peers come from the zone, so no `server` line is needed; nginx
+        // refuses an upstream block without one ("no servers are inside
+        // upstream"), so add an inert placeholder when there is none yet.
+        if let Some(servers) = uscf.servers.as_mut() {
+            if servers.nelts == 0 {
+                let placeholder = ngx_array_push(servers).cast::<ngx_http_upstream_server_t>();
+                if placeholder.is_null() {
+                    return NGX_CONF_ERROR;
+                }
+                ptr::write_bytes(placeholder, 0, 1);
+                (*placeholder).name = ngx_str_t::from_str((*cf).pool, "dynamic_balancer");
+                (*placeholder).weight = 1;
+            }
+        }
         uscf.peer.init_upstream = Some(init_upstream);
         ucf.enabled = true;
         ucf.variable = index as ngx_uint_t;
@@ -303,6 +326,112 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
     })
 }
 
+/// `dynamic_balancer_api_token token;` in `http`, `server` or `location`.
+pub unsafe extern "C" fn set_token(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("dynamic_balancer_api_token", NGX_CONF_ERROR, || unsafe {
+        let lcf = &mut *conf.cast::<LocConf>();
+        if lcf.token.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        store_token(cf, lcf, args(&*cf)[1].as_bytes())
+    })
+}
+
+/// `dynamic_balancer_api_token_file path;`: the token is the file's first
+/// line, read when the configuration is loaded (so `nginx -s reload` picks
+/// up a new token). A relative path is taken from the configuration prefix.
+pub unsafe extern "C" fn set_token_file(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_api_token_file", NGX_CONF_ERROR, || unsafe {
+        let lcf = &mut *conf.cast::<LocConf>();
+        if lcf.token.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        let mut name = args(&*cf)[1];
+        if ngx_conf_full_name((*cf).cycle, &mut name, 1) != NGX_OK as ngx_int_t {
+            return NGX_CONF_ERROR;
+        }
+        let path = String::from_utf8_lossy(name.as_bytes()).into_owned();
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) => {
+                ngx_conf_log_error!(NGX_LOG_EMERG, cf, "cannot read the API token file \"{path}\": {e}");
+                return NGX_CONF_ERROR;
+            }
+        };
+        let first = text.split(|b| *b == b'\n').next().unwrap_or_default();
+        store_token(cf, lcf, first.strip_suffix(b"\r").unwrap_or(first))
+    })
+}
+
+unsafe fn store_token(cf: *mut ngx_conf_t, lcf: &mut LocConf, token: &[u8]) -> *mut c_char {
+    if let Err(e) = lua_compat::api::check_token(token) {
+        // The token itself is never logged.
+        ngx_conf_log_error!(NGX_LOG_EMERG, cf, "{e}");
+        return NGX_CONF_ERROR;
+    }
+    lcf.token = Some(token.into());
+    NGX_CONF_OK
+}
+
+/// Refuses an API that is open (no token) on an address other than
+/// loopback or a unix: socket: whoever can connect there could rewrite
+/// every backend. Runs at postconfiguration, when the listen addresses of
+/// every server are known.
+pub unsafe fn check_api_listeners(cf: *mut ngx_conf_t) -> ngx_int_t {
+    let Some(cmcf) = NgxHttpCoreModule::main_conf(&*cf) else {
+        return NGX_OK as ngx_int_t;
+    };
+    let Some(ports) = cmcf.ports.as_ref() else {
+        return NGX_OK as ngx_int_t;
+    };
+    let ports: &[ngx_http_conf_port_t] = ports.as_slice();
+    for port in ports {
+        let addrs: &[ngx_http_conf_addr_t] = port.addrs.as_slice();
+        for addr in addrs {
+            if is_local_listener(addr.opt.sockaddr) {
+                continue;
+            }
+            let servers: &[*mut ngx_http_core_srv_conf_t] = addr.servers.as_slice();
+            for &cscf in servers {
+                let ctx = (*cscf).ctx;
+                let conf = (*(*ctx).srv_conf.add(crate::module_ctx_index())).cast::<UpstreamConf>();
+                if conf.as_ref().is_some_and(|c| c.open_api) {
+                    let listen = addr.opt.addr_text;
+                    ngx_conf_log_error!(
+                        NGX_LOG_EMERG,
+                        cf,
+                        "\"dynamic_balancer_api\" without a token is reachable on {listen}, which is not a loopback or unix: address; set \"dynamic_balancer_api_token\" or \"dynamic_balancer_api_token_file\""
+                    );
+                    return NGX_ERROR as ngx_int_t;
+                }
+            }
+        }
+    }
+    NGX_OK as ngx_int_t
+}
+
+/// Loopback (IPv4 `127/8`, IPv6 `::1` or v4-mapped loopback) or unix:.
+unsafe fn is_local_listener(sa: *const sockaddr) -> bool {
+    let Some(sa) = sa.as_ref() else { return false };
+    match i32::from(sa.sa_family) {
+        libc::AF_UNIX => true,
+        libc::AF_INET => {
+            let sin = &*(sa as *const sockaddr).cast::<libc::sockaddr_in>();
+            u32::from_be(sin.sin_addr.s_addr) >> 24 == 127
+        }
+        libc::AF_INET6 => {
+            let sin6 = &*(sa as *const sockaddr).cast::<libc::sockaddr_in6>();
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        _ => false,
+    }
+}
+
 /// `merge_loc_conf`: inherits `dynamic_balancer_backend`, and takes the API
 /// location's `client_max_body_size` over from nginx (whose own check would
 /// answer an HTML 413 before our handler).
@@ -312,6 +441,19 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
         let acf = &mut *conf.cast::<LocConf>();
         if acf.backend.is_none() {
             acf.backend = parent.backend;
+        }
+        if acf.token.is_none() {
+            acf.token.clone_from(&parent.token);
+        }
+        if acf.enabled && acf.token.is_none() {
+            // During a merge cf->ctx->srv_conf is the merged server's.
+            let ctx = (*cf).ctx.cast::<ngx_http_conf_ctx_t>();
+            if let Some(server) = (*(*ctx).srv_conf.add(crate::module_ctx_index()))
+                .cast::<UpstreamConf>()
+                .as_mut()
+            {
+                server.open_api = true;
+            }
         }
         if acf.enabled {
             // During a merge cf->ctx is the merged location's, and the core

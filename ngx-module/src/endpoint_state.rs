@@ -108,14 +108,20 @@ impl EndpointTable {
         std::mem::size_of::<EndpointTable>() + cap * std::mem::size_of::<Slot>()
     }
 
-    /// Slots for a zone of `zone_size` bytes: about 1/16 of it.
+    /// Slots for a zone of `zone_size` bytes: a power of two using about
+    /// 1/16 of it (a 32m zone tracks 12,288 endpoints).
     pub fn capacity_for(zone_size: usize) -> usize {
         let wanted = zone_size / 16 / std::mem::size_of::<Slot>();
         let mut cap = 64;
-        while cap * 2 <= wanted && cap < 65536 {
+        while cap * 2 <= wanted {
             cap *= 2;
         }
         cap
+    }
+
+    /// How many endpoints a table of `cap` slots tracks.
+    pub fn tracks(cap: usize) -> usize {
+        cap * MAX_LOAD_PERCENT / 100
     }
 
     /// Initialises a zeroed table of `cap` slots in place.

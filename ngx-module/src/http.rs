@@ -23,6 +23,22 @@ use crate::guard::ffi_guard;
 /// # Safety
 /// `r` is a live request whose header has not been sent.
 pub unsafe fn send_json(r: *mut ngx_http_request_t, status: ngx_uint_t, body: &[u8], allow: Option<&str>) -> ngx_int_t {
+    match allow {
+        Some(allow) => send_json_with(r, status, body, &[("Allow", allow)]),
+        None => send_json_with(r, status, body, &[]),
+    }
+}
+
+/// [`send_json`] with extra response headers.
+///
+/// # Safety
+/// As [`send_json`].
+pub unsafe fn send_json_with(
+    r: *mut ngx_http_request_t,
+    status: ngx_uint_t,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> ngx_int_t {
     let req = &mut *r;
     req.headers_out.status = status;
     req.headers_out.content_length_n = body.len() as _;
@@ -32,11 +48,8 @@ pub unsafe fn send_json(r: *mut ngx_http_request_t, status: ngx_uint_t, body: &[
     };
     req.headers_out.content_type_len = 16;
     req.headers_out.content_type_lowcase = ptr::null_mut();
-    if let Some(allow) = allow {
-        if Request::from_ngx_http_request(r)
-            .add_header_out("Allow", allow)
-            .is_none()
-        {
+    for (name, value) in headers {
+        if Request::from_ngx_http_request(r).add_header_out(name, value).is_none() {
             return NGX_ERROR as ngx_int_t;
         }
     }

@@ -14,12 +14,12 @@ mod body_limit;
 mod canary;
 mod config;
 mod endpoint_state;
+mod external_names;
 mod guard;
 mod http;
 mod offload;
 mod peer;
 mod preaccess;
-mod shm_lock;
 mod store;
 mod timer;
 mod variables;
@@ -64,7 +64,9 @@ impl HttpModule for Module {
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         ffi_guard("postconfiguration", NGX_ERROR as ngx_int_t, || unsafe {
-            if config::check_upstreams(cf) != NGX_OK as ngx_int_t {
+            if config::check_upstreams(cf) != NGX_OK as ngx_int_t
+                || config::check_api_listeners(cf) != NGX_OK as ngx_int_t
+            {
                 return NGX_ERROR as ngx_int_t;
             }
             preaccess::discover_upstream_users((*cf).cycle);
@@ -102,7 +104,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(config::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 5] = [
+static mut COMMANDS: [ngx_command_t; 7] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
@@ -123,6 +125,22 @@ static mut COMMANDS: [ngx_command_t; 5] = [
         name: ngx_string!("dynamic_balancer_api"),
         type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS) as ngx_uint_t,
         set: Some(config::set_api),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_api_token"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(config::set_token),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_api_token_file"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(config::set_token_file),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),

@@ -9,8 +9,15 @@
 //! serve `aio threads`.
 //!
 //! Finished jobs are collected by a short timer that is armed only while jobs
-//! are in flight. The request stays alive meanwhile: the reference that reading
-//! its body took is released only when its finisher finalizes it.
+//! are in flight. The request is pinned meanwhile exactly as nginx pins a
+//! request whose file I/O runs in a thread pool (`ngx_http_copy_filter`,
+//! `ngx_http_upstream_thread_handler`): `r->main->blocked` is raised when the
+//! job is queued and lowered when it is collected. A blocked request is
+//! never freed: if the client goes away, a body turns out broken, or
+//! `worker_shutdown_timeout` fires while the job is queued, nginx's
+//! `ngx_http_terminate_request` only marks it and waits. When the job comes
+//! back to a terminated request, its answer is dropped and the connection's
+//! handler finishes the termination.
 
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -53,7 +60,8 @@ thread_local! {
 
 /// Runs `work(job)` on the background thread, then `done(r, result)` on the
 /// event loop; `result` is `None` if `work` panicked. If the thread cannot be
-/// started, both run right here.
+/// started, both run right here. `done` is not called if the request was
+/// terminated meanwhile.
 ///
 /// # Safety
 /// `r` is a live request that the caller keeps referenced until `done`.
@@ -74,10 +82,15 @@ pub unsafe fn offload<J, R>(
         }),
         on_panic: Box::new(move |r| done(r, None)),
     };
+    // Pin the request before the thread can see it (nginx's thread
+    // handlers do the same), so that nothing frees it while queued.
+    (*(*r).main).set_blocked((*(*r).main).blocked() + 1);
+    (*r).set_aio(1);
     let job = match submit(job) {
         Ok(()) => return,
         Err(job) => job,
     };
+    unpin(r);
     ngx_log_error!(
         NGX_LOG_WARN,
         (*(*r).connection).log,
@@ -105,19 +118,35 @@ fn submit(job: Job) -> Result<(), Job> {
     sent
 }
 
+/// Undoes the pin of [`offload`].
+///
+/// # Safety
+/// `r` is a live request that `offload` pinned.
+unsafe fn unpin(r: *mut ngx_http_request_t) {
+    let main = &mut *(*r).main;
+    main.set_blocked(main.blocked().saturating_sub(1));
+    (*r).set_aio(0);
+}
+
+/// Blocks every signal on the calling thread: signals are for the event
+/// loop, as nginx blocks them in its own threads. For the module's
+/// background threads.
+pub fn block_signals() {
+    // SAFETY: plain libc calls that affect the calling thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, ptr::null_mut());
+    }
+}
+
 fn start_thread() -> Option<Offloader> {
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, finished) = mpsc::channel();
     let spawned = std::thread::Builder::new().name("dynbal-parse".into()).spawn(move || {
-        // SAFETY: plain libc calls on this thread only. Signals are for the
-        // event loop (nginx blocks them in its own threads too), and the
-        // priority drop affects this thread alone.
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, ptr::null_mut());
-            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
-        }
+        block_signals();
+        // SAFETY: the priority drop affects this thread alone.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
         for Job { request, run, on_panic } in inbox {
             let finish = catch_unwind(AssertUnwindSafe(run)).unwrap_or(on_panic);
             if outbox.send((request, finish)).is_err() {
@@ -157,9 +186,22 @@ unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
                 break;
             };
             PENDING.set(PENDING.get().saturating_sub(1));
-            // SAFETY: r is alive until finish finalizes it (offload's contract);
-            // read its connection first.
+            // SAFETY: r is alive: it was pinned (blocked) in offload, so no
+            // termination could free it. Its connection lives in the cycle's
+            // connection array, which outlives the request.
             let c = unsafe { (*r).connection };
+            unsafe { unpin(r) };
+            if unsafe { (*(*r).main).terminated() } != 0 {
+                // Terminated while queued: nobody waits for the answer. The
+                // connection's handler runs the termination nginx deferred.
+                // SAFETY: as nginx's own thread event handlers do.
+                unsafe {
+                    if let Some(handler) = (*(*c).write).handler {
+                        handler((*c).write);
+                    }
+                }
+                continue;
+            }
             if catch_unwind(AssertUnwindSafe(|| finish(r))).is_err() {
                 // The request may be left unanswered; keep serving the rest.
                 ngx_log_error!(

@@ -33,7 +33,7 @@ use crate::variables::{self, Own};
 use crate::worker_cache::{lookup, Balancing, Sticky, WorkerBackend};
 use crate::zone::Zone;
 use crate::Module;
-use ngx::http::HttpModuleLocationConf;
+use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 
 /// Sticky balanced mode's attempts at a new key avoiding failed endpoints,
 /// as Lua's `MAX_UPSTREAM_CHECKS_COUNT`.
@@ -317,7 +317,7 @@ unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
             let r = pd.request;
             let key = pd.key.get_or_insert_with(|| key.render(|name| variables::get(r, name)));
             let (set, _) = ring.find(key)?;
-            let members = &subsets[set];
+            let members = subsets.get(set)?;
             let in_set: Vec<usize> = members.iter().copied().filter(|i| fresh(*i) && healthy(*i)).collect();
             let in_set = if in_set.is_empty() {
                 members.iter().copied().filter(|i| fresh(*i)).collect()
@@ -342,7 +342,10 @@ fn random_where(n: usize, eligible: impl Fn(usize) -> bool) -> Option<usize> {
 /// Sticky sessions, as `balancer/sticky.lua`: follow the cookie, unless there
 /// is none (or it is unknown), or this is a retry and `change_on_failure` is
 /// set; then pick anew and (re)issue the cookie where `locations` allows.
-/// Beyond Lua, an endpoint passive health took out of rotation is not followed.
+/// Beyond Lua, an endpoint passive health took out of rotation is not
+/// followed, and a retry never goes back to the endpoint that just failed
+/// for this request: without `change_on_failure` the retry goes elsewhere
+/// but the session keeps its cookie.
 unsafe fn pick_sticky(
     pd: &mut PeerData,
     backend: &WorkerBackend,
@@ -358,10 +361,11 @@ unsafe fn pick_sticky(
         .and_then(|key| match sticky.mode {
             StickyMode::Balanced => sticky.ring.find(key.as_bytes()).map(|(i, _)| i),
             StickyMode::Persistent => sticky.persistent.get(key).copied(),
-        });
-    let pick_new = (retry && sticky.cookie.change_on_failure) || from_cookie.is_none_or(|i| !healthy(i));
-    if !pick_new {
-        return from_cookie;
+        })
+        .filter(|i| *i < backend.endpoints.len());
+    let reissue = (retry && sticky.cookie.change_on_failure) || from_cookie.is_none_or(|i| !healthy(i));
+    if let Some(i) = from_cookie.filter(|i| !reissue && !pd.tried.contains(*i)) {
+        return Some(i);
     }
     let usable = |i: usize| !pd.tried.contains(i) && healthy(i);
     let (i, key) = match sticky.mode {
@@ -385,7 +389,9 @@ unsafe fn pick_sticky(
             )
         }
     };
-    issue_cookie(r, sticky, &key);
+    if reissue {
+        issue_cookie(r, sticky, &key);
+    }
     Some(i)
 }
 
@@ -396,7 +402,15 @@ unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &Sticky, key: &str) {
             .map(|v| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default()
     };
-    let (host, server_name, location_path) = (text("host"), text("server_name"), text("location_path"));
+    let (host, server_name) = (text("host"), text("server_name"));
+    // ingress-nginx's template sets $location_path to the Ingress path; a
+    // configuration that does not gets the location's own name.
+    let mut location_path = text("location_path");
+    if location_path.is_empty() {
+        if let Some(clcf) = NgxHttpCoreModule::location_conf(&*r) {
+            location_path = String::from_utf8_lossy(clcf.name.as_bytes()).into_owned();
+        }
+    }
     if !should_set_cookie(&sticky.cookie, &host, &server_name, &location_path) {
         return;
     }

@@ -33,6 +33,8 @@ pub struct Blob {
     json_len: u32,
     runtime_len: u32,
     pub endpoints: u32,
+    /// Some endpoint is a DNS name, re-resolved periodically.
+    pub resolves: bool,
 }
 
 impl Blob {
@@ -114,6 +116,10 @@ pub enum Change {
     Put(Prepared),
     /// `DELETE /configuration/backends/{name}`.
     Delete(String),
+    /// A periodic re-resolution of a backend's DNS names: applied only if
+    /// the backend still has the blob of version `expected`, so it never
+    /// undoes a write that came in meanwhile.
+    Refresh { item: Prepared, expected: u64 },
 }
 
 /// A write that took effect.
@@ -122,6 +128,9 @@ pub struct Applied {
     pub generation: u64,
     /// For `Put`: the backend did not exist before.
     pub created: bool,
+    /// Endpoints that route without shared state because the endpoint
+    /// table is full.
+    pub untracked: u64,
 }
 
 /// A write that was refused; the store is unchanged.
@@ -134,6 +143,8 @@ pub enum StoreError {
         zone: usize,
     },
     NotFound,
+    /// A `Refresh` found a newer write, or nothing changed; nothing to do.
+    Superseded,
 }
 
 /// Applies `change` atomically. Runs in a thread-pool thread or the event
@@ -174,6 +185,20 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
             }
             out
         }
+        Change::Refresh { item, expected } => {
+            let i = old.position(item.name.as_bytes()).map_err(|_| StoreError::Superseded)?;
+            // SAFETY: blobs of the live index are valid.
+            let current = unsafe { old.slice()[i].as_ref() };
+            if current.version != expected {
+                return Err(StoreError::Superseded);
+            }
+            if current.same_content(&item) {
+                return Err(StoreError::Superseded);
+            }
+            let mut out = old.slice().to_vec();
+            out[i] = built.reuse_or_build(old, &item, generation);
+            out
+        }
         Change::Delete(name) => {
             let i = old.position(name.as_bytes()).map_err(|_| StoreError::NotFound)?;
             let mut out = old.slice().to_vec();
@@ -185,10 +210,8 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
         return Err(built.abandon(zone.size()));
     }
 
-    // New endpoints get their shared state before any worker can see them.
-    let fresh: Vec<NonNull<Blob>> = built.fresh.iter().map(|(b, _)| *b).collect();
-    add_endpoint_state(header.table(), &fresh);
-
+    // Allocate the new index before anything shared changes, so that a full
+    // zone (507) leaves no trace: no blob, no endpoint state.
     let entries_size = next.len() * mem::size_of::<NonNull<Blob>>();
     let entries: *mut NonNull<Blob> = if next.is_empty() {
         ptr::null_mut()
@@ -201,6 +224,38 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
             }
         }
     };
+
+    // Forget the shared state of endpoints no backend keeps (so their slots
+    // can be reused right away), then give new endpoints theirs before any
+    // worker can see them. A worker still routing by the old index finds a
+    // forgotten slot gone and simply routes without it.
+    let table = header.table();
+    remove_endpoint_state(table, &next);
+    let fresh: Vec<NonNull<Blob>> = built.fresh.iter().map(|(b, _)| *b).collect();
+    let mut untracked = add_endpoint_state(table, &fresh);
+    // Endpoints the table could not take at an earlier write may fit now
+    // that others left: track them, and give their (reused) blobs a new
+    // version so that workers pick up the new state.
+    if header.untracked.load(Ordering::Relaxed) > 0 {
+        let fresh: HashSet<NonNull<Blob>> = fresh.iter().copied().collect();
+        let reused: Vec<usize> = (0..next.len()).filter(|i| !fresh.contains(&next[*i])).collect();
+        for i in reused {
+            let Some(rt) = decoded(next[i]) else { continue };
+            let missing = rt.endpoints.iter().filter(|e| table.find(&e.addr).is_none()).count();
+            if missing == 0 {
+                continue;
+            }
+            let left = add_endpoint_state(table, &[next[i]]);
+            if left < missing as u64 {
+                // SAFETY: a live blob, copied into a new allocation.
+                if let Some(copy) = built.copy(unsafe { next[i].as_ref() }, generation) {
+                    next[i] = copy;
+                }
+            }
+            untracked += left;
+        }
+    }
+    header.untracked.store(untracked, Ordering::Relaxed);
     if !entries.is_null() {
         // SAFETY: entries has room for next.len() pointers.
         unsafe { ptr::copy_nonoverlapping(next.as_ptr(), entries, next.len()) };
@@ -208,6 +263,8 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
 
     // SAFETY: every pointer in `next` is a live blob (dangling ones were refused).
     let endpoints: u64 = next.iter().map(|b| u64::from(unsafe { b.as_ref() }.endpoints)).sum();
+    // SAFETY: as above.
+    let resolving = next.iter().filter(|b| unsafe { b.as_ref() }.resolves).count() as u64;
     let (old_entries, old_len) = (old.entries, old.len);
     let previous: Vec<NonNull<Blob>> = old.slice().to_vec();
     {
@@ -218,11 +275,9 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
         };
         header.backends.store(next.len() as u64, Ordering::Relaxed);
         header.endpoints.store(endpoints, Ordering::Relaxed);
+        header.resolving.store(resolving, Ordering::Relaxed);
         header.generation.store(generation, Ordering::Release);
     }
-
-    // Forget the shared state of endpoints no backend has any more.
-    remove_endpoint_state(header.table(), &next);
 
     // Free what only the old index referenced.
     next.sort_unstable();
@@ -237,7 +292,11 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
         // SAFETY: the old entries array is unreferenced after the swap.
         unsafe { slab.free(p.cast(), old_len * mem::size_of::<NonNull<Blob>>()) };
     }
-    Ok(Applied { generation, created })
+    Ok(Applied {
+        generation,
+        created,
+        untracked,
+    })
 }
 
 fn decoded(blob: NonNull<Blob>) -> Option<RuntimeBackend> {
@@ -245,11 +304,13 @@ fn decoded(blob: NonNull<Blob>) -> Option<RuntimeBackend> {
     RuntimeBackend::decode(unsafe { blob.as_ref() }.runtime()).ok()
 }
 
-/// Adds the endpoints of new or changed backends to the shared table. An EWMA
-/// backend's new endpoints start at the mean score of its existing ones, so
-/// they are not flooded (Lua's slow start).
-fn add_endpoint_state(table: &EndpointTable, fresh: &[NonNull<Blob>]) {
+/// Adds the endpoints of new or changed backends to the shared table, and
+/// returns how many it had no room for. An EWMA backend's new endpoints
+/// start at the mean score of its existing ones, so they are not flooded
+/// (Lua's slow start).
+fn add_endpoint_state(table: &EndpointTable, fresh: &[NonNull<Blob>]) -> u64 {
     let now = now_ms() as f64 / 1000.0;
+    let mut untracked = 0;
     for backend in fresh.iter().filter_map(|b| decoded(*b)) {
         let slow_start = matches!(backend.algorithm, Algorithm::Ewma)
             .then(|| {
@@ -267,10 +328,11 @@ fn add_endpoint_state(table: &EndpointTable, fresh: &[NonNull<Blob>]) {
         for e in &backend.endpoints {
             if !table.insert(&e.addr, slow_start, now) {
                 // Full: the endpoint still routes, without shared state.
-                break;
+                untracked += 1;
             }
         }
     }
+    untracked
 }
 
 fn remove_endpoint_state(table: &EndpointTable, next: &[NonNull<Blob>]) {
@@ -328,6 +390,7 @@ impl Built<'_> {
                 json_len: item.json.len() as u32,
                 runtime_len: item.runtime.len() as u32,
                 endpoints: item.endpoints as u32,
+                resolves: item.resolves,
             });
             let mut dst = blob.as_ptr().add(1).cast::<u8>();
             for part in [item.name.as_bytes(), &item.json, &item.runtime] {
@@ -337,6 +400,20 @@ impl Built<'_> {
         }
         self.fresh.push((blob, size));
         blob
+    }
+
+    /// A copy of `blob` with a new version, or `None` if the zone is full
+    /// (the old blob then stays, which is harmless).
+    fn copy(&mut self, blob: &Blob, generation: u64) -> Option<NonNull<Blob>> {
+        let size = blob.alloc_size;
+        let p = self.slab.alloc(size)?;
+        // SAFETY: both allocations are `size` bytes; the source is live.
+        unsafe {
+            ptr::copy_nonoverlapping((blob as *const Blob).cast::<u8>(), p.as_ptr(), size);
+            (*p.cast::<Blob>().as_ptr()).version = generation;
+        }
+        self.fresh.push((p.cast(), size));
+        Some(p.cast())
     }
 
     fn abandon(self, zone: usize) -> StoreError {

@@ -3,14 +3,19 @@
 //! Requests validate their backend against the zone, so routing is always
 //! current. The timer reports the worker's generation for
 //! `/configuration/status` (the controller waits for it after a reload) and
-//! sweeps stale cache entries in small batches.
+//! sweeps stale cache entries in small batches. Worker 0 also runs the
+//! DNS refresher of `ExternalName` backends, whose log lines the timer
+//! writes.
 
 use std::ptr;
 
 use ngx::ffi::{ngx_add_timer, ngx_cycle_t, ngx_event_t, ngx_int_t, NGX_OK};
 use ngx::http::HttpModuleConfExt;
 
+use ngx::ngx_log_error;
+
 use crate::config::MainConf;
+use crate::external_names;
 use crate::guard::ffi_guard;
 use crate::worker_cache;
 
@@ -34,6 +39,9 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             return NGX_OK as ngx_int_t;
         };
         worker_cache::observe(&zone);
+        if ngx::ffi::ngx_worker == 0 {
+            external_names::start_refresher(zone.clone());
+        }
         let ev: *mut ngx_event_t = Box::into_raw(Box::new(std::mem::zeroed()));
         (*ev).handler = Some(on_timer);
         (*ev).log = (*cycle).log;
@@ -46,7 +54,11 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
 
 unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
     ffi_guard("sync timer", (), || unsafe {
+        external_names::drain_log(|level, line| {
+            ngx_log_error!(level, (*ev).log, "{line}");
+        });
         if ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_quit != 0 || ngx::ffi::ngx_terminate != 0 {
+            external_names::stop();
             return;
         }
         if let Some(zone) = main_conf(ngx::ffi::ngx_cycle).and_then(MainConf::zone) {
@@ -61,8 +73,10 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
 /// `exit_process`: give up the status slot and drop the cache.
 pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     ffi_guard("exit process", (), || unsafe {
+        external_names::stop();
         if let Some(zone) = main_conf(cycle).and_then(MainConf::zone) {
             zone.header().retire(ngx::ffi::ngx_worker, ngx::ffi::ngx_pid as i64);
+            zone.header().index.release_slot();
         }
         worker_cache::clear();
     })

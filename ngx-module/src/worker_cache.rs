@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 use socket2::SockAddr;
 
 use crate::endpoint_state::{EndpointTable, SlotRef};
-use crate::store::{Blob, Index};
+use crate::store::Index;
 use crate::zone::Zone;
 
 /// One endpoint in the form `ngx_peer_connection_t` wants.
@@ -169,48 +169,77 @@ pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
             }
         }
         let index = zone.header().index.read();
-        let found = refresh(cache, zone, &index, name, current);
+        let found = check(cache, &index, name, current);
         drop(index);
-        found
+        finish(cache, zone, name, found, current)
     })
 }
 
-/// Brings the entry for `name` up to `generation` from the index: keeps it if
-/// its blob is unchanged, decodes the new blob, or drops it when gone.
-fn refresh(
-    cache: &mut WorkerCache,
-    zone: &Zone,
-    index: &Index,
-    name: &[u8],
-    generation: u64,
-) -> Option<Rc<WorkerBackend>> {
+/// What the index says about a cached backend, copied out under the read
+/// lock; decoding (which allocates, and for hash rings a lot) happens after
+/// the lock is released.
+enum Found {
+    /// The cached entry is current (its `checked` was updated).
+    Current(Rc<WorkerBackend>),
+    /// A new blob: its version and a copy of its bytes.
+    Changed {
+        version: u64,
+        runtime: Vec<u8>,
+    },
+    Gone,
+}
+
+/// Under the read lock: compares the cache entry for `name` with the index.
+fn check(cache: &mut WorkerCache, index: &Index, name: &[u8], generation: u64) -> Found {
     let Some(blob) = index.find(name) else {
-        cache.backends.remove(name);
-        return None;
+        return Found::Gone;
     };
     if let Some(entry) = cache.backends.get_mut(name) {
         if entry.backend.version == blob.version {
             entry.checked = generation;
-            return Some(Rc::clone(&entry.backend));
+            return Found::Current(Rc::clone(&entry.backend));
         }
     }
-    let backend = Rc::new(decode(blob, zone.header().table())?);
-    cache.backends.insert(
-        name.into(),
-        Entry {
-            backend: Rc::clone(&backend),
-            checked: generation,
-        },
-    );
-    Some(backend)
+    Found::Changed {
+        version: blob.version,
+        runtime: blob.runtime().to_vec(),
+    }
 }
 
-fn decode(blob: &Blob, table: &EndpointTable) -> Option<WorkerBackend> {
-    let rt = match RuntimeBackend::decode(blob.runtime()) {
+/// After the lock: decodes a changed backend, or drops a gone one.
+fn finish(
+    cache: &mut WorkerCache,
+    zone: &Zone,
+    name: &[u8],
+    found: Found,
+    generation: u64,
+) -> Option<Rc<WorkerBackend>> {
+    match found {
+        Found::Current(backend) => Some(backend),
+        Found::Gone => {
+            cache.backends.remove(name);
+            None
+        }
+        Found::Changed { version, runtime } => {
+            let backend = Rc::new(decode(name, version, &runtime, zone.header().table())?);
+            cache.backends.insert(
+                name.into(),
+                Entry {
+                    backend: Rc::clone(&backend),
+                    checked: generation,
+                },
+            );
+            Some(backend)
+        }
+    }
+}
+
+fn decode(name: &[u8], version: u64, runtime: &[u8], table: &EndpointTable) -> Option<WorkerBackend> {
+    let rt = match RuntimeBackend::decode(runtime) {
         Ok(rt) => rt,
         Err(e) => {
             // Cannot happen unless the zone is corrupt: the writer encoded it.
-            let name = String::from_utf8_lossy(blob.name());
+            let name = String::from_utf8_lossy(name);
             ngx_log_error!(
                 NGX_LOG_ERR,
                 cycle_log(),
@@ -261,11 +290,11 @@ fn decode(blob: &Blob, table: &EndpointTable) -> Option<WorkerBackend> {
             cookie,
         }),
     };
-    let header_pattern =
-        (!rt.traffic.header_pattern.is_empty()).then(|| Regex::new(&rt.traffic.header_pattern).map_err(|_| ()));
+    let header_pattern = (!rt.traffic.header_pattern.is_empty())
+        .then(|| lua_compat::canary::compile_pattern(&rt.traffic.header_pattern).map_err(|_| ()));
     Some(WorkerBackend {
-        name: blob.name().into(),
-        version: blob.version,
+        name: name.into(),
+        version,
         rr: RefCell::new(RoundRobin::new(rt.endpoints.iter().map(|e| e.weight), worker_seed())),
         endpoints,
         algorithm,
@@ -307,10 +336,11 @@ pub fn sweep(zone: &Zone) {
         let started = Instant::now();
         let before = cache.backends.len();
         let index = zone.header().index.read();
-        for name in &stale {
-            refresh(cache, zone, &index, name, current);
-        }
+        let found: Vec<Found> = stale.iter().map(|name| check(cache, &index, name, current)).collect();
         drop(index);
+        for (name, found) in stale.iter().zip(found) {
+            finish(cache, zone, name, found, current);
+        }
         let (left, us) = (cache.backends.len(), started.elapsed().as_micros());
         ngx_log_error!(
             NGX_LOG_INFO,

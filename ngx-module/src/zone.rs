@@ -11,17 +11,18 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use ngx::allocator::{AllocError, Allocator};
 use ngx::core::SlabPool;
-use ngx::ffi::{ngx_int_t, ngx_shm_zone_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK};
+use ngx::ffi::{ngx_int_t, ngx_shm_zone_t, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_NOTICE, NGX_OK};
 use ngx::ngx_log_error;
+
+use lua_compat::shm_rwlock::ShmRwLock;
 
 use crate::endpoint_state::EndpointTable;
 use crate::guard::ffi_guard;
-use crate::shm_lock::ShmRwLock;
 use crate::store::Index;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.
-const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0003; // "dynbal" v3
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0004; // "dynbal" v4
 
 /// Status slots, indexed by `ngx_worker`. More workers than this are still
 /// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
@@ -35,8 +36,15 @@ pub struct ZoneHeader {
     pub generation: AtomicU64,
     pub backends: AtomicU64,
     pub endpoints: AtomicU64,
-    /// Sorted backend blobs; readers copy out under the read lock.
+    /// Sorted backend blobs; readers copy out under the read lock. The lock
+    /// recovers from a worker that dies holding it.
     pub index: ShmRwLock<Index>,
+    /// Endpoints of the current backends that the endpoint table could not
+    /// take (it was full): they route without shared state.
+    pub untracked: AtomicU64,
+    /// Backends with DNS-name endpoints (`ExternalName`), re-resolved
+    /// periodically.
+    pub resolving: AtomicU64,
     /// Shared per-endpoint state; null if the zone had no room for it.
     pub table: *mut EndpointTable,
     pub workers: [WorkerSlot; MAX_WORKERS],
@@ -163,7 +171,8 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
             }
         };
         ptr::write_bytes(header, 0, 1);
-        ptr::addr_of_mut!((*header).index).write(ShmRwLock::new(Index::empty()));
+        // SAFETY: the header was zeroed above, which is the lock's unlocked state.
+        ShmRwLock::init_in_place(ptr::addr_of_mut!((*header).index), Index::empty());
         let cap = EndpointTable::capacity_for(shm_zone.shm.size);
         let table_layout = std::alloc::Layout::from_size_align(EndpointTable::size_for(cap), 8).expect("table layout");
         (*header).table = match pool.lock().allocate(table_layout) {
@@ -183,6 +192,13 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
                 return NGX_ERROR as ngx_int_t;
             }
         };
+        ngx_log_error!(
+            NGX_LOG_NOTICE,
+            log,
+            "dynamic_balancer_zone: {} bytes; shared state for up to {} endpoints",
+            shm_zone.shm.size,
+            EndpointTable::tracks(cap)
+        );
         (*header).magic = ZONE_MAGIC;
         (*slab).data = header.cast();
         shm_zone.data = header.cast();

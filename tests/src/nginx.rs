@@ -42,6 +42,11 @@ pub struct NginxBuilder {
     location_extra: String,
     api_extra: String,
     http_extra: String,
+    main_extra: String,
+    api_token: Option<String>,
+    /// The token the harness sends, when the configuration sets it itself
+    /// (a token file, say).
+    harness_token: Option<String>,
 }
 
 impl Default for NginxBuilder {
@@ -54,6 +59,9 @@ impl Default for NginxBuilder {
             location_extra: String::new(),
             api_extra: "client_max_body_size 21m; client_body_buffer_size 21m;".into(),
             http_extra: String::new(),
+            main_extra: String::new(),
+            api_token: None,
+            harness_token: None,
         }
     }
 }
@@ -97,6 +105,26 @@ impl NginxBuilder {
         self
     }
 
+    /// Directives in the main context (e.g. `worker_shutdown_timeout`).
+    pub fn main_extra(mut self, s: &str) -> Self {
+        self.main_extra = s.into();
+        self
+    }
+
+    /// Starts nginx whose configuration sets the API token itself; the
+    /// harness sends `token`.
+    pub fn start_with_token(mut self, token: &str) -> Nginx {
+        self.harness_token = Some(token.into());
+        self.start()
+    }
+
+    /// Protects the API with `dynamic_balancer_api_token`; the harness's
+    /// own API calls then send it.
+    pub fn api_token(mut self, token: &str) -> Self {
+        self.api_token = Some(token.into());
+        self
+    }
+
     fn render(&self, module: &Path, port: u16, api_port: u16) -> String {
         let zone = self
             .zone
@@ -109,6 +137,7 @@ worker_processes {workers};
 error_log logs/error.log info;
 pid logs/nginx.pid;
 daemon off;
+{main_extra}
 events {{ worker_connections 512; }}
 http {{
     access_log off;
@@ -147,10 +176,14 @@ http {{
             module = module.display(),
             workers = self.workers,
             http_extra = self.http_extra,
+            main_extra = self.main_extra,
             balancer = self.balancer_directive,
             upstream_extra = self.upstream_extra,
             location_extra = self.location_extra,
-            api_extra = self.api_extra,
+            api_extra = match &self.api_token {
+                Some(t) => format!("{} dynamic_balancer_api_token {t};", self.api_extra),
+                None => self.api_extra.clone(),
+            },
         )
     }
 
@@ -181,6 +214,7 @@ http {{
             port,
             api_port,
             workers: self.workers,
+            token: self.api_token.clone().or(self.harness_token.clone()),
         };
         nginx.wait_for_workers(&BTreeSet::new());
         nginx
@@ -194,6 +228,8 @@ pub struct Nginx {
     pub port: u16,
     pub api_port: u16,
     workers: usize,
+    /// The API token the harness sends, if the API has one.
+    token: Option<String>,
 }
 
 fn agent() -> ureq::Agent {
@@ -253,24 +289,24 @@ impl Nginx {
         read(agent().get(&format!("http://127.0.0.1:{}{path}", self.port)).call())
     }
 
-    /// A request to the configuration API.
+    /// A request to the configuration API (with the token, if it has one).
     pub fn api(&self, method: &str, path: &str, body: Option<&str>) -> Response {
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        self.api_as(method, path, body, &headers)
+    }
+
+    /// A request to the configuration API with exactly these extra headers.
+    pub fn api_as(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Response {
         let url = format!("http://127.0.0.1:{}{path}", self.api_port);
-        let a = agent();
-        match (method, body) {
-            ("GET", _) => read(a.get(&url).call()),
-            ("DELETE", _) => read(a.delete(&url).call()),
-            ("POST", Some(b)) => read(a.post(&url).header("Content-Type", "application/json").send(b)),
-            ("PUT", Some(b)) => read(a.put(&url).header("Content-Type", "application/json").send(b)),
-            (m, b) => {
-                let req = ureq::http::Request::builder()
-                    .method(m)
-                    .uri(&url)
-                    .body(b.unwrap_or("").to_string())
-                    .unwrap();
-                read(a.run(req))
-            }
+        let mut req = ureq::http::Request::builder().method(method).uri(&url);
+        if body.is_some() {
+            req = req.header("Content-Type", "application/json");
         }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        read(agent().run(req.body(body.unwrap_or("").to_string()).unwrap()))
     }
 
     pub fn post_backends(&self, backends: &Value) -> Response {
@@ -297,7 +333,11 @@ impl Nginx {
 
     fn try_status(&self) -> Option<Value> {
         let url = format!("http://127.0.0.1:{}/configuration/status", self.api_port);
-        let mut r = agent().get(&url).call().ok()?;
+        let mut req = agent().get(&url);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut r = req.call().ok()?;
         serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()
     }
 
@@ -368,6 +408,22 @@ fn process_alive(pid: i64) -> bool {
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
 }
 
+impl Nginx {
+    /// SIGQUIT (graceful shutdown) and the master's exit status, if it
+    /// exits within `timeout`.
+    pub fn quit_and_wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        signal(self.pid() as i64, libc::SIGQUIT);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
 impl Drop for Nginx {
     fn drop(&mut self) {
         crate::stop_child(&mut self.child);
@@ -377,7 +433,12 @@ impl Drop for Nginx {
 impl Nginx {
     /// A proxied request with extra request headers.
     pub fn get_with(&self, headers: &[(&str, &str)]) -> Response {
-        let mut req = agent().get(&format!("http://127.0.0.1:{}/", self.port));
+        self.get_path_with("/", headers)
+    }
+
+    /// A proxied request for `path` with extra request headers.
+    pub fn get_path_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        let mut req = agent().get(&format!("http://127.0.0.1:{}{path}", self.port));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
