@@ -60,6 +60,22 @@ pub struct Args {
     #[arg(long)]
     pub allow_snippet_annotations: bool,
 
+    /// Accept EndpointSlice addresses on loopback and link-local networks
+    /// (for a manifest directory whose upstreams run on the same host). By
+    /// default they are refused: they would let whoever writes an
+    /// EndpointSlice reach services of the node itself. Even with this, no
+    /// endpoint may name the API, metrics, HTTP or HTTPS port on the local
+    /// host, and an ExternalName of the local host is always refused.
+    #[arg(long)]
+    pub allow_local_endpoints: bool,
+
+    /// A file holding the module API's bearer token (its first line), for
+    /// an nginx whose configuration is managed elsewhere or a token kept in
+    /// a Secret. Without it a random token is generated at every start and
+    /// written to <conf-dir>/api-token (mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+
     /// The nginx binary.
     #[arg(long, default_value = "nginx")]
     pub nginx_binary: PathBuf,

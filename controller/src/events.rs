@@ -38,6 +38,11 @@ impl Events {
 
     /// A Warning on the object a [`Report`] names (`Kind namespace/name`).
     pub async fn refused(&self, report: &Report) {
+        // A quarantined Ingress gets its own `Quarantined` event, with
+        // nginx's message, from the structural path.
+        if report.what == "quarantine" {
+            return;
+        }
         let Some((kind, key)) = report.object.split_once(' ') else {
             return;
         };
@@ -59,6 +64,31 @@ impl Events {
             reason: "InvalidValue".into(),
             note: Some(truncate(format!("{}: {}", report.what, report.reason))),
             action: "Validate".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, "could not record an event");
+        }
+    }
+
+    /// A Warning `Quarantined` on an Ingress left out of nginx.conf because
+    /// nginx refused what it renders, with nginx's message.
+    pub async fn quarantined(&self, ingress: &str, message: &str) {
+        let (namespace, name) = ingress.split_once('/').unwrap_or(("default", ingress));
+        let reference = ObjectReference {
+            api_version: Some("networking.k8s.io/v1".into()),
+            kind: Some("Ingress".into()),
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "Quarantined".into(),
+            note: Some(truncate(format!(
+                "nginx refused the configuration this Ingress produces; it is left out until it changes, and every other Ingress is applied. nginx said: {message}"
+            ))),
+            action: "Reload".into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {

@@ -12,7 +12,7 @@ use clap::Parser;
 use controller::events::Events;
 use controller::metrics::Metrics;
 use controller::model::class::ClassFilter;
-use controller::model::{BuildOptions, Listen};
+use controller::model::{AddressPolicy, BuildOptions, Listen};
 use controller::nginx::{ApiClient, Mode, Nginx};
 use controller::render::{RenderContext, Renderer};
 use controller::snapshot::Snapshot;
@@ -84,6 +84,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .status_url
         .clone()
         .unwrap_or_else(|| format!("http://127.0.0.1:{}", args.api_port));
+    let (api_token, api_token_file) = match &args.api_token_file {
+        Some(file) => (controller::token::read(file)?, std::path::absolute(file)?),
+        None => {
+            let file = conf_dir.join("api-token");
+            (controller::token::generate(&file)?, file)
+        }
+    };
     let client = match &args.manifests {
         Some(_) => None,
         None => {
@@ -104,7 +111,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics: Metrics::new(),
         ready: AtomicBool::new(false),
         nginx: nginx.clone(),
-        api: ApiClient::new(&status_url),
+        api: ApiClient::new(&status_url, Some(api_token)),
         stopping: AtomicBool::new(false),
     });
 
@@ -125,6 +132,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 https_port: args.https_port,
                 api_port: args.api_port,
             },
+            endpoints: AddressPolicy {
+                allow_local: args.allow_local_endpoints,
+                reserved_ports: vec![
+                    args.api_port,
+                    args.metrics_address.port(),
+                    args.http_port,
+                    args.https_port,
+                ],
+            },
         },
         render: RenderContext {
             module_path: display(&module),
@@ -135,12 +151,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
             zone_size: args.zone_size.clone(),
             ssl_dir: display(&ssl_dir),
             supervised,
+            api_token_file: Some(display(&api_token_file)),
         },
         conf_dir: conf_dir.clone(),
         ssl_dir,
         settle: Duration::from_millis(args.reload_settle_ms),
         reload_timeout: Duration::from_secs(args.reload_timeout_s),
     };
+    if args.allow_local_endpoints {
+        tracing::warn!(
+            "--allow-local-endpoints: EndpointSlice addresses on loopback and link-local networks are accepted"
+        );
+    }
     if args.allow_snippet_annotations {
         tracing::warn!("--allow-snippet-annotations: snippet annotations are rendered verbatim into nginx.conf");
     }

@@ -22,7 +22,8 @@ use prometheus_client::registry::Registry;
 pub struct PushLabels {
     /// `post` (full), `put` or `delete`.
     pub kind: &'static str,
-    /// `ok` or `error`.
+    /// `ok`, `error` (retried) or `refused` (the module refused the
+    /// backend; it is left out until it changes).
     pub result: &'static str,
 }
 
@@ -45,6 +46,8 @@ pub struct Metrics {
     pub queue_depth: Family<QueueLabels, Gauge>,
     pub invalid_values: Gauge,
     pub nginx_restarts: Counter,
+    pub refused_backends: Gauge,
+    pub quarantined_ingresses: Gauge,
 }
 
 impl Metrics {
@@ -62,6 +65,8 @@ impl Metrics {
             queue_depth: Family::default(),
             invalid_values: Gauge::default(),
             nginx_restarts: Counter::default(),
+            refused_backends: Gauge::default(),
+            quarantined_ingresses: Gauge::default(),
             registry: Registry::default(),
         };
         let p = "nginx_ingress_controller_";
@@ -116,6 +121,16 @@ impl Metrics {
             "Times the supervised nginx master died and was restarted",
             m.nginx_restarts.clone(),
         );
+        registry.register(
+            format!("{p}refused_backends"),
+            "Backends the module refused (e.g. an ExternalName that resolves to loopback); they are left out until they change",
+            m.refused_backends.clone(),
+        );
+        registry.register(
+            format!("{p}quarantined_ingresses"),
+            "Ingresses left out of nginx.conf because nginx refused the configuration they produce",
+            m.quarantined_ingresses.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -126,12 +141,12 @@ impl Metrics {
     }
 
     pub fn push(&self, kind: &'static str, ok: bool) {
-        self.pushes
-            .get_or_create(&PushLabels {
-                kind,
-                result: if ok { "ok" } else { "error" },
-            })
-            .inc();
+        self.push_result(kind, if ok { "ok" } else { "error" });
+    }
+
+    /// `result` is `ok`, `error` (retried) or `refused` (left out).
+    pub fn push_result(&self, kind: &'static str, result: &'static str) {
+        self.pushes.get_or_create(&PushLabels { kind, result }).inc();
     }
 }
 

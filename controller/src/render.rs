@@ -35,6 +35,8 @@ pub struct RenderContext {
     pub ssl_dir: String,
     /// The controller runs nginx in the foreground itself.
     pub supervised: bool,
+    /// The file with the API's bearer token (`dynamic_balancer_api_token_file`).
+    pub api_token_file: Option<String>,
 }
 
 pub struct Renderer {
@@ -110,6 +112,21 @@ fn after_filter(value: String, prefix: String) -> Result<Value, Error> {
     regex_filter(value, Some(prefix))
 }
 
+/// `{{ value|literal_dollar }}`: one quoted token in which every `$` of the
+/// value is written `${literal_dollar}` (the template's `geo` variable
+/// holding a literal dollar), so nginx never reads a variable from it.
+fn literal_dollar_filter(value: String) -> Result<Value, Error> {
+    let mut out = String::new();
+    write_token(&mut out, &value.replace('$', "${literal_dollar}"), true)?;
+    Ok(Value::from_safe_string(out))
+}
+
+/// `{{ value|comment }}`: text safe inside a `#` comment (one line).
+fn comment_filter(value: String) -> Value {
+    let line: String = value.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    Value::from_safe_string(line)
+}
+
 impl Renderer {
     /// Loads `--template` when given, else the built-in one.
     pub fn new(template: Option<&Path>) -> anyhow::Result<Self> {
@@ -126,6 +143,8 @@ impl Renderer {
         env.set_lstrip_blocks(true);
         env.add_filter("regex", regex_filter);
         env.add_filter("after", after_filter);
+        env.add_filter("literal_dollar", literal_dollar_filter);
+        env.add_filter("comment", comment_filter);
         env.add_template_owned(TEMPLATE_NAME, source)
             .context("compiling the nginx.conf template")?;
         Ok(Renderer { env })
@@ -183,6 +202,13 @@ mod tests {
         assert_eq!(token("a b").unwrap(), "\"a b\"");
         assert_eq!(token("a\"b;}").unwrap(), "\"a\\\"b;}\"");
         assert_eq!(token("~x").unwrap(), "\"~x\"");
+    }
+
+    #[test]
+    fn literal_dollars_never_read_a_variable() {
+        let v = literal_dollar_filter("/foo(/|$)(.*)".into()).unwrap();
+        assert_eq!(v.as_str().unwrap(), "\"/foo(/|${literal_dollar})(.*)\"");
+        assert!(literal_dollar_filter("a\nb".into()).is_err());
     }
 
     #[test]

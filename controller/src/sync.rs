@@ -10,7 +10,9 @@
 //! The dynamic path never waits for a reload: endpoint changes reach nginx
 //! while a slow reload is still in flight. It only holds back DELETEs of
 //! backends the running nginx.conf still routes to, until the reload that
-//! drops them has finished.
+//! drops them has finished. Its steps are in [`crate::push`]; the
+//! structural path's, with the quarantine of Ingresses nginx refuses, in
+//! [`crate::reload`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
@@ -18,15 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-use lua_compat::wire::Backend;
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::events::Events;
 use crate::metrics::{unix_now, Metrics, QueueLabels};
-use crate::model::{self, BuildOptions, Model, Structure};
+use crate::model::{self, BuildOptions, Model, Quarantine, Structure};
 use crate::nginx::{ApiClient, Nginx};
+use crate::push::Pusher;
+use crate::reload;
 use crate::render::{RenderContext, Renderer};
 use crate::snapshot::Snapshot;
 
@@ -71,10 +72,17 @@ pub async fn run(
 ) {
     let (model_tx, model_rx) = watch::channel(Arc::new(Model::default()));
     let (running_tx, running_rx) = watch::channel(Running::default());
+    let (quarantine_tx, quarantine_rx) = watch::channel(Quarantine::default());
     let running_tx = Arc::new(running_tx);
     let settings = Arc::new(settings);
 
-    let modeller = tokio::spawn(model_task(settings.clone(), shared.clone(), snapshots, model_tx));
+    let modeller = tokio::spawn(model_task(
+        settings.clone(),
+        shared.clone(),
+        snapshots,
+        quarantine_rx,
+        model_tx,
+    ));
     let dynamic = tokio::spawn(dynamic_task(shared.clone(), model_rx.clone(), running_rx));
     let structural = tokio::spawn(structural_task(
         settings.clone(),
@@ -82,6 +90,7 @@ pub async fn run(
         shared.clone(),
         model_rx,
         running_tx.clone(),
+        quarantine_tx,
     ));
     let supervisor = tokio::spawn(supervise(shared.clone(), running_tx));
     let _ = modeller.await;
@@ -94,16 +103,25 @@ async fn model_task(
     settings: Arc<Settings>,
     shared: Arc<Shared>,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    mut quarantine: watch::Receiver<Quarantine>,
     models: watch::Sender<Arc<Model>>,
 ) {
     let mut reported: HashSet<String> = HashSet::new();
     loop {
         let snap = snapshots.borrow_and_update().clone();
+        let q = quarantine.borrow_and_update().clone();
         let opts = settings.build.clone();
-        let Ok(model) = tokio::task::spawn_blocking(move || model::build(&snap, &opts)).await else {
+        let built = tokio::task::spawn_blocking(move || {
+            let mut model = model::build_with(&snap, &opts, &q);
+            model.snapshot = Some(snap);
+            model
+        })
+        .await;
+        let Ok(model) = built else {
             tracing::error!("the model builder panicked; keeping the previous model");
-            if snapshots.changed().await.is_err() {
-                return;
+            tokio::select! {
+                r = snapshots.changed() => if r.is_err() { return },
+                r = quarantine.changed() => if r.is_err() { return },
             }
             continue;
         };
@@ -124,20 +142,21 @@ async fn model_task(
         reported = now;
         shared.metrics.invalid_values.set(model.problems.len() as i64);
         models.send_replace(Arc::new(model));
-        if snapshots.changed().await.is_err() {
-            return;
+        tokio::select! {
+            r = snapshots.changed() => if r.is_err() { return },
+            r = quarantine.changed() => if r.is_err() { return },
         }
     }
 }
 
-/// Pushes backend changes as they come. A failed push forgets what nginx
-/// holds, so the next attempt is a full POST, retried with backoff.
+/// Pushes backend changes as they come (see [`crate::push`]). A push that
+/// failed is retried in full with backoff; a refused backend is not.
 async fn dynamic_task(
     shared: Arc<Shared>,
     mut models: watch::Receiver<Arc<Model>>,
     mut running: watch::Receiver<Running>,
 ) {
-    let mut pushed: Option<BTreeMap<String, Backend>> = None;
+    let mut pusher = Pusher::default();
     let mut epoch = 0;
     let mut backoff = Duration::from_millis(200);
     let mut retry = false;
@@ -161,20 +180,13 @@ async fn dynamic_task(
             continue;
         }
         if run.epoch != epoch {
-            // A reload or restart: resend everything once, as the issue of
-            // record asks (the zone survives reloads, not restarts).
-            pushed = None;
+            // A reload or restart: resend everything once (the zone
+            // survives reloads, not restarts).
+            pusher.forget();
             epoch = run.epoch;
         }
-        let result = match &pushed {
-            None => full_push(&shared, &model.backends)
-                .await
-                .map(|()| model.backends.clone()),
-            Some(have) => delta_push(&shared, have, &model.backends, &run).await,
-        };
-        match result {
-            Ok(now) => {
-                pushed = Some(now);
+        match pusher.round(&shared, &model, &run.referenced).await {
+            Ok(()) => {
                 retry = false;
                 backoff = Duration::from_millis(200);
                 if !shared.ready.swap(true, Ordering::AcqRel) {
@@ -183,97 +195,10 @@ async fn dynamic_task(
             }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "pushing backends failed; will retry with a full push");
-                pushed = None;
                 retry = true;
             }
         }
     }
-}
-
-async fn full_push(shared: &Shared, desired: &BTreeMap<String, Backend>) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let all: Vec<&Backend> = desired.values().collect();
-    let r = shared.api.replace_all(&all).await;
-    shared.metrics.push("post", r.is_ok());
-    shared.metrics.push_duration.observe(started.elapsed().as_secs_f64());
-    if r.is_ok() {
-        tracing::info!(
-            backends = all.len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "pushed all backends"
-        );
-    }
-    r
-}
-
-/// PUTs changed backends, DELETEs gone ones the running nginx.conf no
-/// longer routes to, and returns what nginx now holds.
-async fn delta_push(
-    shared: &Shared,
-    have: &BTreeMap<String, Backend>,
-    desired: &BTreeMap<String, Backend>,
-    run: &Running,
-) -> anyhow::Result<BTreeMap<String, Backend>> {
-    let puts: Vec<&Backend> = desired
-        .iter()
-        .filter(|(k, b)| have.get(*k) != Some(b))
-        .map(|(_, b)| b)
-        .collect();
-    let deletes: Vec<&String> = have
-        .keys()
-        .filter(|k| !desired.contains_key(*k) && !run.referenced.contains(*k))
-        .collect();
-    if puts.is_empty() && deletes.is_empty() {
-        return Ok(have.clone());
-    }
-    let depth = shared
-        .metrics
-        .queue_depth
-        .get_or_create(&QueueLabels { path: "dynamic" })
-        .clone();
-    depth.set((puts.len() + deletes.len()) as i64);
-    let started = Instant::now();
-    let mut now = have.clone();
-    let mut result = Ok(());
-    for b in &puts {
-        let r = shared
-            .api
-            .put(b)
-            .await
-            .with_context(|| format!("PUT backend {}", b.name));
-        shared.metrics.push("put", r.is_ok());
-        if r.is_err() {
-            result = r;
-            break;
-        }
-        now.insert(b.name.clone(), (*b).clone());
-        depth.dec();
-    }
-    if result.is_ok() {
-        for name in &deletes {
-            let r = shared
-                .api
-                .delete(name)
-                .await
-                .with_context(|| format!("DELETE backend {name}"));
-            shared.metrics.push("delete", r.is_ok());
-            if r.is_err() {
-                result = r;
-                break;
-            }
-            now.remove(*name);
-            depth.dec();
-        }
-    }
-    depth.set(0);
-    shared.metrics.push_duration.observe(started.elapsed().as_secs_f64());
-    tracing::debug!(
-        puts = puts.len(),
-        deletes = deletes.len(),
-        elapsed_us = started.elapsed().as_micros() as u64,
-        "pushed backend changes"
-    );
-    result.map(|()| now)
 }
 
 async fn structural_task(
@@ -282,8 +207,10 @@ async fn structural_task(
     shared: Arc<Shared>,
     mut models: watch::Receiver<Arc<Model>>,
     running: Arc<watch::Sender<Running>>,
+    quarantine: watch::Sender<Quarantine>,
 ) {
     let mut applied: Option<Structure> = None;
+    let mut applied_prints: BTreeMap<String, String> = BTreeMap::new();
     let mut failed: Option<Structure> = None;
     let depth = shared
         .metrics
@@ -312,9 +239,15 @@ async fn structural_task(
             depth.set(0);
             continue;
         }
+        forget_deleted(&quarantine, &model, &shared);
         let structure = model.structure.clone().expect("pending implies a structure");
         let started = Instant::now();
-        match apply(&settings, &renderer, &shared, &structure, &model).await {
+        let tested = reload::test_candidate(&settings, &renderer, &shared, &structure, &model.certificates).await;
+        let result = match tested {
+            Ok(text) => reload::apply_tested(&settings, &shared, &structure, &model, &text).await,
+            Err(e) => Err(e),
+        };
+        match result {
             Ok(hash) => {
                 let elapsed = started.elapsed();
                 let m = &shared.metrics;
@@ -343,6 +276,7 @@ async fn structural_task(
                     r.referenced = referenced;
                 });
                 applied = Some(structure);
+                applied_prints = model.fingerprints.clone();
                 failed = None;
                 if let Some(events) = shared.events.clone() {
                     tokio::spawn(async move { events.reload(None).await });
@@ -355,127 +289,102 @@ async fn structural_task(
                 retry = true;
             }
             Err(e) => {
+                let rejected = reload::keep_rejected(&settings);
+                let message = format!("{e:#}");
                 shared.metrics.reload_errors.inc();
                 shared.metrics.last_reload_successful.set(0);
-                tracing::error!(error = %format!("{e:#}"), "nginx configuration rejected; the running configuration is unchanged");
-                if let Some(events) = shared.events.clone() {
-                    let text = format!("{e:#}");
-                    tokio::spawn(async move { events.reload(Some(&text)).await });
-                }
                 // Not retried until the structure changes: no hot loop.
                 failed = Some(structure);
+                let found = match model.snapshot.clone() {
+                    Some(snap) => {
+                        let q = quarantine.borrow().clone();
+                        reload::search(
+                            &settings,
+                            &renderer,
+                            &shared,
+                            snap,
+                            &model,
+                            &q,
+                            &applied_prints,
+                            &message,
+                        )
+                        .await
+                    }
+                    None => None,
+                };
+                match found {
+                    Some(found) => {
+                        for (ingress, reason) in &found.culprits {
+                            tracing::error!(%ingress, error = %reason, "nginx refused the configuration of this Ingress; it is quarantined (left out) until it changes, and the rest is applied");
+                            if let Some(events) = shared.events.clone() {
+                                let (ingress, reason) = (ingress.clone(), reason.clone());
+                                tokio::spawn(async move { events.quarantined(&ingress, &reason).await });
+                            }
+                        }
+                        shared
+                            .metrics
+                            .quarantined_ingresses
+                            .set(found.quarantine.0.len() as i64);
+                        // The model task rebuilds without them; that model
+                        // is applied as any other.
+                        quarantine.send_replace(found.quarantine);
+                    }
+                    None => {
+                        tracing::error!(error = %message, kept = %rejected.display(), "nginx configuration rejected and no Ingress explains it; the running configuration is unchanged");
+                        if let Some(events) = shared.events.clone() {
+                            tokio::spawn(async move { events.reload(Some(&message)).await });
+                        }
+                    }
+                }
             }
         }
         depth.set(0);
     }
 }
 
-/// Render, test a candidate file, move it into place, then reload (or start)
-/// nginx and wait for its new workers. Returns the config hash.
-async fn apply(
-    settings: &Settings,
-    renderer: &Renderer,
-    shared: &Shared,
-    structure: &Structure,
-    model: &Model,
-) -> anyhow::Result<f64> {
-    let text = renderer.render(structure, &settings.render)?;
-    write_certificates(&settings.ssl_dir, &model.certificates)?;
-    let candidate = settings.conf_dir.join(".nginx.conf.candidate");
-    std::fs::write(&candidate, &text).with_context(|| format!("writing {}", candidate.display()))?;
-    if let Err(e) = shared.nginx.test(&candidate).await {
-        let rejected = settings.conf_dir.join("nginx.conf.rejected");
-        let _ = std::fs::rename(&candidate, &rejected);
-        return Err(e.context(format!("kept for inspection as {}", rejected.display())));
-    }
-    // rename(2) is atomic: nginx never reads a half-written file.
-    std::fs::rename(&candidate, shared.nginx.conf_path()).context("moving nginx.conf into place")?;
-    let expected = match structure.global.worker_processes {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n as usize,
-    };
-    if shared.nginx.master_pid().is_none() && shared.nginx.is_supervised() {
-        shared.nginx.start()?;
-        wait_for_workers(&shared.api, &HashSet::new(), expected, settings.reload_timeout).await?;
-    } else {
-        let old: HashSet<u32> = match shared.api.status().await {
-            Ok(s) => s.workers.iter().map(|w| w.pid).collect(),
-            Err(_) => HashSet::new(),
-        };
-        shared.nginx.reload()?;
-        wait_for_workers(&shared.api, &old, expected, settings.reload_timeout).await?;
-    }
-    let digest = Sha256::digest(text.as_bytes());
-    let mut first = [0u8; 8];
-    first[2..].copy_from_slice(&digest[..6]);
-    Ok(u64::from_be_bytes(first) as f64)
-}
-
-/// Polls `/configuration/status` until `expected` workers that are not in
-/// `old` have registered: the new configuration is then serving.
-async fn wait_for_workers(
-    api: &ApiClient,
-    old: &HashSet<u32>,
-    expected: usize,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(s) = api.status().await {
-            let fresh = s.workers.iter().filter(|w| !old.contains(&w.pid)).count();
-            if fresh >= expected {
-                return Ok(());
+/// Drops quarantine entries of Ingresses that no longer exist.
+fn forget_deleted(quarantine: &watch::Sender<Quarantine>, model: &Model, shared: &Shared) {
+    let stale: Vec<String> = quarantine
+        .borrow()
+        .0
+        .keys()
+        .filter(|k| !model.fingerprints.contains_key(*k))
+        .cloned()
+        .collect();
+    if !stale.is_empty() {
+        quarantine.send_modify(|q| {
+            for k in &stale {
+                q.0.remove(k);
             }
-        }
-        if Instant::now() > deadline {
-            anyhow::bail!("new nginx workers did not report through /configuration/status within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        });
+        shared
+            .metrics
+            .quarantined_ingresses
+            .set(quarantine.borrow().0.len() as i64);
     }
 }
 
-/// Writes each PEM once under its content-addressed name (mode 0600) and
-/// removes files no longer referenced.
-fn write_certificates(dir: &std::path::Path, certs: &BTreeMap<String, Vec<u8>>) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, pem) in certs {
-        let path = dir.join(name);
-        if path.exists() {
-            continue;
-        }
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        std::io::Write::write_all(&mut f, pem)?;
-        std::fs::rename(&tmp, &path)?;
-    }
-    for entry in std::fs::read_dir(dir)?.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if name.ends_with(".pem") && !certs.contains_key(&name) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-    Ok(())
-}
-
-/// Restarts a supervised master that died, then asks for a full push.
+/// Restarts a supervised master that died, then asks for a full push. The
+/// first restart is immediate; a master that keeps dying is restarted with
+/// a growing delay, so a broken installation does not loop hot.
 async fn supervise(shared: Arc<Shared>, running: Arc<watch::Sender<Running>>) {
+    let mut delay = Duration::from_millis(50);
     loop {
         let status = shared.nginx.wait_exit().await;
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        tracing::error!(%status, "nginx master exited unexpectedly; restarting in 1 s");
+        let lived = shared.nginx.uptime();
+        if lived > Duration::from_secs(30) {
+            delay = Duration::from_millis(50);
+        }
+        tracing::error!(%status, delay_ms = delay.as_millis() as u64, "nginx master exited unexpectedly; restarting");
         shared.metrics.nginx_restarts.inc();
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(delay).await;
+        delay = (delay * 4).min(Duration::from_secs(10));
         match shared.nginx.start() {
             Ok(_) => {
-                if wait_for_workers(&shared.api, &HashSet::new(), 1, Duration::from_secs(30))
+                if reload::wait_for_workers(&shared.api, &HashSet::new(), 1, Duration::from_secs(30))
                     .await
                     .is_ok()
                 {

@@ -26,6 +26,7 @@ fn options(case: &str) -> BuildOptions {
             https_port: 443,
             api_port: 10246,
         },
+        endpoints: Default::default(),
     }
 }
 
@@ -39,6 +40,7 @@ fn context() -> RenderContext {
         zone_size: "32m".into(),
         ssl_dir: "/etc/nginx/ssl".into(),
         supervised: true,
+        api_token_file: Some("/etc/nginx/api-token".into()),
     }
 }
 

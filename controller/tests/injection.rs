@@ -96,6 +96,7 @@ fn options() -> BuildOptions {
             https_port: 443,
             api_port: 10246,
         },
+        endpoints: Default::default(),
     }
 }
 
@@ -129,6 +130,7 @@ fn render(ing: Ingress) -> String {
         zone_size: "32m".into(),
         ssl_dir: "/s".into(),
         supervised: true,
+        api_token_file: Some("/etc/nginx/api-token".into()),
     };
     Renderer::new(None)
         .unwrap()

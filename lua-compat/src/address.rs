@@ -69,6 +69,22 @@ pub fn is_local_name(name: &str) -> bool {
     n == "localhost" || n.ends_with(".localhost") || n == "localhost.localdomain"
 }
 
+/// Whether `getaddrinfo` would read `name` as an IPv4 address in one of
+/// `inet_aton`'s legacy forms (`0x7f000001`, `127.1`, `017700000001`)
+/// rather than look it up: such a "name" is an address in disguise.
+pub fn is_numeric_address(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let parts: Vec<&str> = name.split('.').collect();
+    let numeric = |p: &str| {
+        let lower = p.to_ascii_lowercase();
+        match lower.strip_prefix("0x") {
+            Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            None => !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()),
+        }
+    };
+    (1..=4).contains(&parts.len()) && parts.iter().all(|p| numeric(p))
+}
+
 /// Why an `ExternalName` host (a DNS name or an IP literal) is refused.
 pub fn forbidden_external_name(host: &str) -> Option<&'static str> {
     if is_local_name(host) {
@@ -118,6 +134,24 @@ mod tests {
             "::ffff:10.0.0.1",
         ] {
             assert!(!refused(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn numeric_forms_are_addresses() {
+        for n in [
+            "0x7f000001",
+            "127.1",
+            "017700000001",
+            "2130706433",
+            "0x7f.1",
+            "10.0.0.1",
+            "1.2.3.4.",
+        ] {
+            assert!(is_numeric_address(n), "{n}");
+        }
+        for n in ["example.com", "0x7g000001", "a.1", "1.2.3.4.5", "db-0x1.example", ""] {
+            assert!(!is_numeric_address(n), "{n}");
         }
     }
 

@@ -54,6 +54,9 @@ pub fn run(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
         .arg("--conf-dir")
         .arg(run_dir.join("nginx"))
         .args(["--listen-address", "127.0.0.1"])
+        // The demo upstreams run on this host's loopback, which a cluster
+        // controller refuses by default.
+        .arg("--allow-local-endpoints")
         .args([
             "--http-port",
             &port.to_string(),
@@ -65,12 +68,20 @@ pub fn run(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("starting {}: {e}", controller.display()))?;
-    let result = demo(port, api, metrics, &manifests, &stop_rx);
+    let token_file = run_dir.join("nginx/api-token");
+    let result = demo(port, api, metrics, &manifests, &token_file, &stop_rx);
     stop(&mut child);
     result
 }
 
-fn demo(port: u16, api: u16, metrics: u16, manifests: &Path, stop_rx: &mpsc::Receiver<()>) -> Result<(), String> {
+fn demo(
+    port: u16,
+    api: u16,
+    metrics: u16,
+    manifests: &Path,
+    token_file: &Path,
+    stop_rx: &mpsc::Receiver<()>,
+) -> Result<(), String> {
     let ready = format!("http://127.0.0.1:{metrics}/readyz");
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&ready).map(|(s, _)| s) != Some(200) {
@@ -99,7 +110,16 @@ fn demo(port: u16, api: u16, metrics: u16, manifests: &Path, stop_rx: &mpsc::Rec
         get(&format!("http://127.0.0.1:{metrics}/metrics"))
             .and_then(|(_, t)| t.lines().find_map(|l| l.strip_prefix(m).map(|v| v.trim().to_string())))
     };
-    let workers = || get(&format!("http://127.0.0.1:{api}/configuration/status")).map(|(_, b)| b);
+    // The module's API wants the controller's bearer token.
+    let token = fs::read_to_string(token_file).unwrap_or_default().trim().to_string();
+    let workers = || {
+        let mut r = agent()
+            .get(&format!("http://127.0.0.1:{api}/configuration/status"))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call()
+            .ok()?;
+        r.body_mut().read_to_string().ok()
+    };
     let before = (reloads("nginx_ingress_controller_success "), workers());
 
     println!("\nA live endpoint change: adding web-2 (127.0.0.1:18082) to the web Service's EndpointSlice ...");
@@ -127,7 +147,10 @@ fn demo(port: u16, api: u16, metrics: u16, manifests: &Path, stop_rx: &mpsc::Rec
         "\nTry it yourself: edit {} (endpoints apply live; a new host or path reloads once).",
         manifests.display()
     );
-    println!("  curl http://127.0.0.1:{api}/configuration/backends    # what the module holds");
+    println!(
+        "  curl -H \"Authorization: Bearer $(cat {})\" http://127.0.0.1:{api}/configuration/backends    # what the module holds",
+        token_file.display()
+    );
     println!("  curl http://127.0.0.1:{metrics}/metrics               # controller metrics");
     println!("\nCtrl-C stops the controller, which stops nginx.");
     let _ = stop_rx.recv();

@@ -35,13 +35,26 @@ pub struct Controller {
 /// An HTTP answer: status and body.
 pub type Answer = (u16, String);
 
+/// A harness-only argument: start without `--allow-local-endpoints`.
+const STRICT: &str = "--harness-strict-endpoints";
+
 impl Controller {
     /// Writes `files` into a fresh manifest directory, starts the controller
     /// on it and waits until it is ready (first configuration applied).
+    /// The test upstreams listen on loopback, so local endpoints are
+    /// allowed (`--allow-local-endpoints`); see [`Controller::start_strict`].
     pub fn start(files: &[(&str, String)], extra_args: &[&str]) -> Controller {
         let c = Self::spawn(files, extra_args);
         c.wait_ready();
         c
+    }
+
+    /// As [`Controller::start`], with the default policy: endpoints on
+    /// loopback and link-local addresses are refused.
+    pub fn start_strict(files: &[(&str, String)], extra_args: &[&str]) -> Controller {
+        let mut args = vec![STRICT];
+        args.extend_from_slice(extra_args);
+        Self::start(files, &args)
     }
 
     /// Starts without waiting for readiness.
@@ -82,6 +95,9 @@ impl Controller {
     ) -> Controller {
         let (nginx, module) = artifacts();
         let (http_port, api_port, metrics_port) = (free_port(), free_port(), free_port());
+        let strict = extra_args.contains(&STRICT);
+        let extra_args: Vec<&str> = extra_args.iter().copied().filter(|a| *a != STRICT).collect();
+        let local: &[&str] = if strict { &[] } else { &["--allow-local-endpoints"] };
         let log = std::fs::File::create(dir.path().join("controller.log")).unwrap();
         let child = Command::new(controller_binary())
             .args(source)
@@ -97,7 +113,8 @@ impl Controller {
             .args(["--api-port", &api_port.to_string()])
             .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
             .args(["--reload-settle-ms", "100", "--error-log-level", "info"])
-            .args(extra_args)
+            .args(local)
+            .args(&extra_args)
             .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
@@ -175,10 +192,28 @@ impl Controller {
         self.metric("nginx_ingress_controller_success")
     }
 
+    /// The module API's token, as the controller wrote it.
+    pub fn api_token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nginx/api-token"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+
+    /// GET on the module's API, with the controller's token.
+    pub fn api_get(&self, path: &str) -> Option<Answer> {
+        let mut resp = agent()
+            .get(&format!("http://127.0.0.1:{}{path}", self.api_port))
+            .header("Authorization", &format!("Bearer {}", self.api_token()))
+            .call()
+            .ok()?;
+        let status = resp.status().as_u16();
+        Some((status, resp.body_mut().read_to_string().unwrap_or_default()))
+    }
+
     /// The worker pids the module reports: they change on every reload.
     pub fn worker_pids(&self) -> BTreeSet<u64> {
-        let (_, body) =
-            get_url(&format!("http://127.0.0.1:{}/configuration/status", self.api_port)).unwrap_or_default();
+        let (_, body) = self.api_get("/configuration/status").unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
         v["workers"]
             .as_array()

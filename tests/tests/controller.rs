@@ -182,7 +182,19 @@ fn bad_annotations_and_a_failing_nginx_test_leave_traffic_alone() {
     });
     assert!(failed, "{}", c.log());
     assert_eq!(c.metric("nginx_ingress_controller_config_last_reload_successful"), 0.0);
-    assert!(c.log().contains("no_such_directive"), "nginx -t's error is logged");
+    assert!(
+        wait_until(Duration::from_secs(10), || c.log().contains("no_such_directive")),
+        "nginx -t's error is logged\n{}",
+        c.log()
+    );
+    // Without the new Ingress the configuration passes: it is quarantined.
+    assert!(
+        wait_until(Duration::from_secs(10), || c
+            .metric("nginx_ingress_controller_quarantined_ingresses")
+            == 1.0),
+        "{}",
+        c.log()
+    );
     assert_eq!(c.get("one.test", "/").1, a.identity, "the running nginx is untouched");
     assert_eq!(c.worker_pids(), workers);
     // No hot loop: the same broken structure is not retried.

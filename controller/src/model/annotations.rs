@@ -9,10 +9,16 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::values::{
-    parse_cidrs, HeaderName, Host, Invalid, Origin, RedirectUrl, RewriteTarget, Seconds, Size, UrlPath,
+    error_status, number_in, parse_cidrs, HeaderName, Host, Invalid, Origin, RedirectUrl, RewriteTarget, Seconds, Size,
+    UrlPath,
 };
 
 pub const PREFIX: &str = "nginx.ingress.kubernetes.io/";
+
+/// Largest `limit-rps`: far above any per-client rate anyone limits to.
+pub const MAX_RPS: u32 = 1_000_000;
+/// Largest `proxy-next-upstream-tries`.
+pub const MAX_TRIES: u32 = 1_000;
 
 /// A refused or ignored annotation, reported as a log line and an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +112,58 @@ pub struct Annotations {
     pub custom_http_errors: Vec<u16>,
     pub configuration_snippet: Option<String>,
     pub server_snippet: Option<String>,
+    /// Access-control annotations this controller does not implement. An
+    /// Ingress that has any fails closed: its paths answer 503, never the
+    /// unprotected backend.
+    pub unimplemented_access_control: Vec<String>,
+}
+
+/// Whether an annotation asks for access control (authentication, client
+/// certificates, `satisfy`, a WAF). Ignoring one would serve what it
+/// protects to everyone, so an unimplemented one fails closed instead of
+/// being ignored like other unknown annotations. `enable-global-auth` only
+/// opts out of a global auth this controller does not have, so it is safe
+/// to ignore.
+pub fn is_access_control(name: &str) -> bool {
+    (name.starts_with("auth-") || name.starts_with("modsecurity-") || name.starts_with("global-auth"))
+        || matches!(
+            name,
+            "satisfy" | "enable-modsecurity" | "enable-owasp-core-rules" | "enable-owasp-modsecurity-crs"
+        )
+}
+
+impl From<&Canary> for lua_compat::wire::TrafficShapingPolicy {
+    fn from(c: &Canary) -> Self {
+        lua_compat::wire::TrafficShapingPolicy {
+            weight: c.weight,
+            weight_total: c.weight_total,
+            header: c.by_header.clone(),
+            header_value: c.by_header_value.clone(),
+            header_pattern: c.by_header_pattern.clone(),
+            cookie: c.by_cookie.clone(),
+        }
+    }
+}
+
+impl From<&Affinity> for lua_compat::wire::SessionAffinityConfig {
+    fn from(a: &Affinity) -> Self {
+        lua_compat::wire::SessionAffinityConfig {
+            name: "cookie".into(),
+            mode: a.mode.clone(),
+            cookie: lua_compat::wire::CookieSessionAffinity {
+                name: a.cookie_name.clone(),
+                path: a.path.clone(),
+                domain: a.domain.clone(),
+                expires: a.expires.clone(),
+                maxage: a.max_age.clone(),
+                secure: a.secure,
+                samesite: a.samesite.clone(),
+                conditional_samesite_none: a.conditional_samesite_none,
+                change_on_failure: a.change_on_failure,
+                locations: Default::default(),
+            },
+        }
+    }
 }
 
 /// Go's `strconv.ParseBool`, which ingress-nginx uses for every flag.
@@ -275,7 +333,9 @@ impl Annotations {
                 }
                 self.proxy_next_upstream = Some(words);
             }
-            "proxy-next-upstream-tries" => self.proxy_next_upstream_tries = Some(parse_int(v, "a count")?),
+            "proxy-next-upstream-tries" => {
+                self.proxy_next_upstream_tries = Some(number_in(v, 0..=MAX_TRIES, "proxy-next-upstream-tries")?)
+            }
             "proxy-buffering" => {
                 self.proxy_buffering = Some(one_of(v, &["on", "off"], "proxy-buffering")? == "on");
             }
@@ -302,8 +362,12 @@ impl Annotations {
             n if n.starts_with("cors-") => return Err(Invalid("ignored: it needs enable-cors: \"true\"".into())),
             "whitelist-source-range" | "allowlist-source-range" => self.allow_source_range = parse_cidrs(v)?,
             "denylist-source-range" => self.deny_source_range = parse_cidrs(v)?,
-            "limit-rps" => self.limit_rps = Some(parse_int(v, "a rate")?).filter(|n| *n > 0),
-            "limit-connections" => self.limit_connections = Some(parse_int(v, "a count")?).filter(|n| *n > 0),
+            // nginx refuses a rate or connection limit of 0 (ingress-nginx
+            // reads 0 as "off"), and a connection limit above 65535.
+            "limit-rps" => self.limit_rps = Some(number_in(v, 0..=MAX_RPS, "limit-rps")?).filter(|n| *n > 0),
+            "limit-connections" => {
+                self.limit_connections = Some(number_in(v, 0..=65535, "limit-connections")?).filter(|n| *n > 0)
+            }
             "server-alias" => self.server_alias = parse_list(v, Host::parse)?,
             "default-backend" => {
                 let t = v.trim();
@@ -312,16 +376,7 @@ impl Annotations {
                 }
                 self.default_backend = Some(t.to_string());
             }
-            "custom-http-errors" => {
-                self.custom_http_errors = parse_list(v, |c| {
-                    let code: u16 = parse_int(c, "an HTTP status")?;
-                    if (400..600).contains(&code) {
-                        Ok(code)
-                    } else {
-                        Err(Invalid(format!("not an error status: {c:?}")))
-                    }
-                })?
-            }
+            "custom-http-errors" => self.custom_http_errors = parse_list(v, error_status)?,
             "configuration-snippet" | "server-snippet" => {
                 if !allow_snippets {
                     return Err(Invalid(
@@ -335,6 +390,13 @@ impl Annotations {
                 } else {
                     self.configuration_snippet = text;
                 }
+            }
+            n if is_access_control(n) => {
+                self.unimplemented_access_control.push(n.to_string());
+                return Err(Invalid(
+                    "access control is not implemented by this controller: the Ingress fails closed (its paths answer 503) until the annotation is removed"
+                        .into(),
+                ));
             }
             _ => return Err(Invalid("not supported by this controller; ignored".into())),
         }
@@ -487,8 +549,35 @@ mod tests {
 
     #[test]
     fn unknown_annotations_are_reported() {
-        let (_, p) = parse(&[("auth-tls-match-cn", "CN=x")], false);
+        let (_, p) = parse(&[("proxy-buffer-size", "16k")], false);
         assert!(p[0].reason.contains("not supported"));
+    }
+
+    #[test]
+    fn unimplemented_access_control_fails_closed() {
+        let (a, p) = parse(
+            &[
+                ("auth-type", "basic"),
+                ("auth-secret", "basic-auth"),
+                ("auth-url", "https://auth.example/check"),
+                ("satisfy", "any"),
+                ("enable-modsecurity", "true"),
+                ("enable-global-auth", "false"),
+                ("proxy-buffer-size", "16k"),
+            ],
+            false,
+        );
+        assert_eq!(
+            a.unimplemented_access_control,
+            ["auth-secret", "auth-type", "auth-url", "enable-modsecurity", "satisfy"]
+        );
+        assert!(
+            p.iter().filter(|p| p.reason.contains("fails closed")).count() == 5,
+            "{p:?}"
+        );
+        assert!(p
+            .iter()
+            .any(|p| p.annotation.ends_with("enable-global-auth") && p.reason.contains("ignored")));
     }
 
     #[test]

@@ -1,19 +1,25 @@
 //! The model builder: a pure function from [`Snapshot`] to [`Model`].
+//!
+//! Ingresses are visited oldest first; whatever two of them both claim (a
+//! host and path, a server alias, a backend name) goes to the older one, so
+//! a newer Ingress, perhaps another tenant's, can never take it over.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
-use lua_compat::wire;
 use sha2::{Digest, Sha256};
 
 use super::annotations::{Annotations, Problem};
+use super::backends::{self, BackendRef};
 use super::class::ClassFilter;
 use super::config_map::GlobalConfig;
-use super::endpoints::{self, PortRef};
+use super::endpoints::{AddressPolicy, PortRef};
+use super::names::{BackendId, Names};
 use super::values::{is_object_name, Host, PathRegex, UrlPath};
-use super::{ErrorPage, Listen, Location, Match, Model, Report, Server, Structure, DEFAULT_BACKEND};
+use super::{
+    tls, ErrorPage, Listen, Location, Match, Model, Quarantine, Report, Server, ServerNamesHash, Structure,
+    DEFAULT_BACKEND,
+};
 use crate::snapshot::{key, Snapshot};
 
 #[derive(Debug, Clone)]
@@ -26,26 +32,24 @@ pub struct BuildOptions {
     /// `--watch-namespace`; `None` watches all.
     pub namespace: Option<String>,
     pub listen: Listen,
-}
-
-/// A Service port some location or canary refers to.
-#[derive(Debug, Clone)]
-struct BackendRef {
-    namespace: String,
-    service: String,
-    port: PortRef,
-    /// Annotations of the first (oldest) Ingress that refers to it.
-    annotations: Annotations,
-    canary: bool,
+    /// Which endpoint addresses are accepted.
+    pub endpoints: AddressPolicy,
 }
 
 #[derive(Default)]
 struct ServerAcc {
     aliases: Vec<Host>,
+    /// Age rank and `namespace/name` of the Ingress whose annotations gave
+    /// the aliases and the snippet (the first one to define the host).
+    owner: Option<(usize, String)>,
     tls: Option<String>,
     snippet: Option<String>,
     /// Locations by their conflict key `(path, pathType)`.
     locations: BTreeMap<(String, String), Vec<Location>>,
+    /// Every rendered `location` (match and path) and its Ingress: two
+    /// Ingress paths can render the same nginx location (`Exact /a` and
+    /// `Prefix /a`), which nginx refuses as a duplicate.
+    rendered: BTreeMap<(Match, String), String>,
 }
 
 struct Builder<'s> {
@@ -55,6 +59,7 @@ struct Builder<'s> {
     allow_snippets: bool,
     servers: BTreeMap<String, ServerAcc>,
     backends: BTreeMap<String, BackendRef>,
+    names: Names,
     certificates: BTreeMap<String, Vec<u8>>,
     problems: Vec<Report>,
     regex_hosts: BTreeSet<String>,
@@ -62,7 +67,14 @@ struct Builder<'s> {
     alternatives: BTreeMap<String, BTreeSet<String>>,
 }
 
+/// Builds with nothing quarantined.
 pub fn build(snap: &Snapshot, opts: &BuildOptions) -> Model {
+    build_with(snap, opts, &Quarantine::default())
+}
+
+/// Builds the model, leaving out the Ingresses in `quarantine` whose
+/// fingerprint has not changed since nginx refused them.
+pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine) -> Model {
     let (global, config_problems) = snap
         .config_map
         .as_ref()
@@ -75,6 +87,7 @@ pub fn build(snap: &Snapshot, opts: &BuildOptions) -> Model {
         global,
         servers: BTreeMap::new(),
         backends: BTreeMap::new(),
+        names: Names::default(),
         certificates: BTreeMap::new(),
         problems: Vec::new(),
         regex_hosts: BTreeSet::new(),
@@ -84,19 +97,31 @@ pub fn build(snap: &Snapshot, opts: &BuildOptions) -> Model {
         b.report_all(&format!("ConfigMap {}", key(&cm.metadata)), config_problems);
     }
 
-    let ingresses = b.ours();
-    let parsed: Vec<(&Ingress, Annotations)> = ingresses
-        .into_iter()
-        .map(|ing| {
-            let raw = ing.metadata.annotations.clone().unwrap_or_default();
-            let (a, problems) = Annotations::parse(&raw, b.allow_snippets);
-            b.report_all(&format!("Ingress {}", key(&ing.metadata)), problems);
-            if a.configuration_snippet.is_some() || a.server_snippet.is_some() {
-                tracing::warn!(ingress = %key(&ing.metadata), "snippet annotation accepted: it is rendered verbatim into nginx.conf (risky)");
-            }
-            (ing, a)
-        })
-        .collect();
+    let mut fingerprints = BTreeMap::new();
+    let mut parsed: Vec<(&Ingress, Annotations)> = Vec::new();
+    for ing in b.ours() {
+        let ing_key = key(&ing.metadata);
+        let print = fingerprint(snap, ing);
+        fingerprints.insert(ing_key.clone(), print.clone());
+        if let Some(q) = quarantine.0.get(&ing_key).filter(|q| q.fingerprint == print) {
+            b.report(
+                ing,
+                "quarantine",
+                format!(
+                    "left out of nginx.conf because nginx refused the configuration it produces ({}); any change to it is tried again",
+                    q.reason
+                ),
+            );
+            continue;
+        }
+        let raw = ing.metadata.annotations.clone().unwrap_or_default();
+        let (a, problems) = Annotations::parse(&raw, b.allow_snippets);
+        b.report_all(&format!("Ingress {ing_key}"), problems);
+        if a.configuration_snippet.is_some() || a.server_snippet.is_some() {
+            tracing::warn!(ingress = %ing_key, "snippet annotation accepted: it is rendered verbatim into nginx.conf (risky)");
+        }
+        parsed.push((ing, a));
+    }
 
     // use-regex (or rewrite-target) on any Ingress of a host turns every
     // path of that host into a regex, as ingress-nginx does.
@@ -118,7 +143,32 @@ pub fn build(snap: &Snapshot, opts: &BuildOptions) -> Model {
             b.add_canary(ing, a);
         }
     }
-    b.finish()
+    let mut model = b.finish();
+    model.fingerprints = fingerprints;
+    model
+}
+
+/// What an Ingress's rendering depends on: its annotations and spec, and
+/// the TLS Secrets it names. A quarantined Ingress is tried again as soon
+/// as any of these changes.
+pub fn fingerprint(snap: &Snapshot, ing: &Ingress) -> String {
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(&ing.metadata.annotations).unwrap_or_default());
+    h.update(serde_json::to_vec(&ing.spec).unwrap_or_default());
+    let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
+    for secret in ing
+        .spec
+        .iter()
+        .flat_map(|s| s.tls.iter().flatten())
+        .filter_map(|t| t.secret_name.as_deref())
+    {
+        let found = snap.secrets.iter().find(|s| {
+            s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(secret)
+        });
+        h.update(secret.as_bytes());
+        h.update(serde_json::to_vec(&found.map(|s| &s.data)).unwrap_or_default());
+    }
+    h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
 impl<'s> Builder<'s> {
@@ -190,7 +240,11 @@ impl<'s> Builder<'s> {
             self.report(ing, "backend", format!("invalid service reference {:?}", svc.name));
             return None;
         }
-        let name = format!("{ns}-{}-{}", svc.name, port.suffix());
+        let name = self.names.claim(BackendId::Service {
+            namespace: ns.clone(),
+            service: svc.name.clone(),
+            port: port.suffix(),
+        });
         self.backends.entry(name.clone()).or_insert_with(|| BackendRef {
             namespace: ns,
             service: svc.name.clone(),
@@ -204,14 +258,14 @@ impl<'s> Builder<'s> {
     fn add_primary(&mut self, id: usize, ing: &Ingress, a: &Annotations) {
         let Some(spec) = &ing.spec else { return };
         let ing_key = key(&ing.metadata);
-        for tls in spec.tls.iter().flatten() {
-            let Some(secret) = tls.secret_name.as_deref() else {
+        for t in spec.tls.iter().flatten() {
+            let Some(secret) = t.secret_name.as_deref() else {
                 continue;
             };
             let Some(file) = self.certificate(ing, secret) else {
                 continue;
             };
-            for host in tls.hosts.iter().flatten() {
+            for host in t.hosts.iter().flatten() {
                 match Host::parse(host) {
                     Ok(h) => {
                         let server = self.servers.entry(h.as_str().to_string()).or_default();
@@ -225,7 +279,7 @@ impl<'s> Builder<'s> {
         if rules.is_empty() {
             if let Some(db) = &spec.default_backend {
                 if let Some(backend) = self.backend_ref(ing, db, a, false) {
-                    let loc = self.location(id, &ing_key, "/", Match::Prefix, backend, a);
+                    let loc = self.location(id, &ing_key, "/", "/", Match::Prefix, backend, a);
                     self.insert(ing, "_", ("/".into(), "Prefix".into()), vec![loc]);
                 }
             }
@@ -242,7 +296,8 @@ impl<'s> Builder<'s> {
                 },
             };
             let server = self.servers.entry(host.clone()).or_default();
-            if server.locations.is_empty() && server.aliases.is_empty() {
+            if server.owner.is_none() {
+                server.owner = Some((id, ing_key.clone()));
                 server.aliases = a.server_alias.clone();
                 server.snippet = a.server_snippet.clone();
             }
@@ -259,7 +314,11 @@ impl<'s> Builder<'s> {
         }
     }
 
-    /// The nginx locations for one Ingress path.
+    /// The nginx locations for one Ingress path. ingress-nginx's rules: a
+    /// Prefix path `/a` matches whole path elements (`location = /a` plus
+    /// `location /a/`); on a host in regex mode every path is a
+    /// case-insensitive regex anchored at the start, kept as written, so
+    /// that `/a/` and `/a` stay distinct and the longer one is tried first.
     #[allow(clippy::too_many_arguments)]
     fn locations_for(
         &mut self,
@@ -286,13 +345,11 @@ impl<'s> Builder<'s> {
             }
         };
         let backend = backend.to_string();
-        let one = |b: &mut Self, path: String, m: Match| b.location(id, &ing_key, &path, m, backend.clone(), a);
+        let one = |b: &mut Self, at: String, m: Match| b.location(id, &ing_key, &at, &path, m, backend.clone(), a);
         Some(match (path_type, regex) {
-            ("Exact", false) => vec![one(self, path, Match::Exact)],
+            ("Exact", false) => vec![one(self, path.clone(), Match::Exact)],
             ("Exact", true) => vec![one(self, format!("^{path}$"), Match::Regex)],
             ("Prefix", false) => {
-                // Prefix matches whole path elements: /foo serves /foo and
-                // /foo/..., never /foobar.
                 let trimmed = path.trim_end_matches('/');
                 if trimmed.is_empty() {
                     vec![one(self, "/".into(), Match::Prefix)]
@@ -303,8 +360,8 @@ impl<'s> Builder<'s> {
                     ]
                 }
             }
-            ("Prefix", true) => vec![one(self, format!("^{}", path.trim_end_matches('/')), Match::Regex)],
-            ("ImplementationSpecific", false) => vec![one(self, path, Match::Prefix)],
+            ("Prefix", true) => vec![one(self, format!("^{path}"), Match::Regex)],
+            ("ImplementationSpecific", false) => vec![one(self, path.clone(), Match::Prefix)],
             ("ImplementationSpecific", true) => vec![one(self, format!("^{path}"), Match::Regex)],
             (other, _) => {
                 self.report(
@@ -317,6 +374,9 @@ impl<'s> Builder<'s> {
         })
     }
 
+    /// Adds one Ingress path's locations to a server. The older Ingress
+    /// keeps a path both claim. A Prefix path's extra exact location gives
+    /// way silently to an explicit Exact path (as in ingress-nginx).
     fn insert(&mut self, ing: &Ingress, host: &str, conflict: (String, String), locs: Vec<Location>) {
         let server = self.servers.entry(host.to_string()).or_default();
         if let Some(existing) = server.locations.get(&conflict) {
@@ -328,15 +388,52 @@ impl<'s> Builder<'s> {
             self.report(ing, "spec.rules", reason);
             return;
         }
-        server.locations.insert(conflict, locs);
+        let companion = conflict.1 == "Prefix" && locs.len() == 2;
+        let mut kept = Vec::new();
+        let mut clash = None;
+        for (i, l) in locs.into_iter().enumerate() {
+            let rendered = (l.match_.clone(), l.path.clone());
+            match server.rendered.get(&rendered) {
+                Some(_) if companion && i == 0 => {}
+                Some(owner) => clash = Some((l.path.clone(), owner.clone())),
+                None => kept.push(l),
+            }
+        }
+        if let Some((path, owner)) = clash {
+            let reason = format!(
+                "host {host} path {} ({}) renders location {path}, which Ingress {owner} already has; ignored",
+                conflict.0, conflict.1
+            );
+            self.report(ing, "spec.rules", reason);
+            return;
+        }
+        for l in &kept {
+            server
+                .rendered
+                .insert((l.match_.clone(), l.path.clone()), l.ingress.clone());
+        }
+        server.locations.insert(conflict, kept);
     }
 
-    fn location(&mut self, id: usize, ing: &str, path: &str, m: Match, backend: String, a: &Annotations) -> Location {
+    #[allow(clippy::too_many_arguments)]
+    fn location(
+        &mut self,
+        id: usize,
+        ing: &str,
+        path: &str,
+        ingress_path: &str,
+        m: Match,
+        backend: String,
+        a: &Annotations,
+    ) -> Location {
         let g = &self.global;
         let error_backend = match &a.default_backend {
             Some(svc) => {
                 let ns = ing.split('/').next().unwrap_or("default").to_string();
-                let name = format!("custom-default-backend-{ns}-{svc}");
+                let name = self.names.claim(BackendId::CustomDefault {
+                    namespace: ns.clone(),
+                    service: svc.clone(),
+                });
                 self.backends.entry(name.clone()).or_insert_with(|| BackendRef {
                     namespace: ns,
                     service: svc.clone(),
@@ -374,6 +471,8 @@ impl<'s> Builder<'s> {
             backend,
             ingress: ing.to_string(),
             id,
+            closed: (!a.unimplemented_access_control.is_empty()).then(|| a.unimplemented_access_control.join(", ")),
+            location_path: a.affinity.as_ref().map(|_| ingress_path.to_string()),
             rewrite_target: a.rewrite_target.clone(),
             ssl_redirect: a.ssl_redirect.unwrap_or(g.ssl_redirect),
             force_ssl_redirect: a.force_ssl_redirect,
@@ -406,7 +505,8 @@ impl<'s> Builder<'s> {
     }
 
     /// Writes nothing: returns the file name a TLS Secret will have and
-    /// records its PEM. The name carries a content hash, so a renewed
+    /// records its PEM. The Secret is checked with OpenSSL first (see
+    /// [`tls::check`]). The name carries a content hash, so a renewed
     /// certificate is a new file and the reload that loads it is explicit.
     fn certificate(&mut self, ing: &Ingress, secret: &str) -> Option<String> {
         let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
@@ -423,29 +523,46 @@ impl<'s> Builder<'s> {
             );
             return None;
         };
-        let looks_pem = |b: &[u8]| b.starts_with(b"-----BEGIN ") && b.is_ascii();
-        if !looks_pem(&crt.0) || !looks_pem(&key_pem.0) || !is_object_name(secret) {
-            self.report(
-                ing,
-                "spec.tls.secretName",
-                format!("Secret {ns}/{secret} does not hold PEM data"),
-            );
+        if !is_object_name(secret) {
+            self.report(ing, "spec.tls.secretName", format!("{secret:?} is not a Secret name"));
             return None;
         }
-        let mut pem = crt.0.clone();
-        if !pem.ends_with(b"\n") {
-            pem.push(b'\n');
+        let checked = match tls::check(&crt.0, &key_pem.0) {
+            Ok(c) => c,
+            Err(e) => {
+                self.report(
+                    ing,
+                    "spec.tls.secretName",
+                    format!("Secret {ns}/{secret}: {e}; TLS not served"),
+                );
+                return None;
+            }
+        };
+        for w in &checked.warnings {
+            self.report(ing, "spec.tls.secretName", format!("Secret {ns}/{secret}: {w}"));
         }
-        pem.extend_from_slice(&key_pem.0);
-        let digest = Sha256::digest(&pem);
+        let digest = Sha256::digest(&checked.pem);
         let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
         let file = format!("{ns}-{secret}-{hex}.pem");
-        self.certificates.insert(file.clone(), pem);
+        self.certificates.insert(file.clone(), checked.pem);
         Some(file)
     }
 
+    /// Attaches a canary Ingress to the primary location it names. Only a
+    /// primary of the canary's own namespace can be attached: otherwise any
+    /// tenant could divert another tenant's traffic (ingress-nginx merges
+    /// across namespaces).
     fn add_canary(&mut self, ing: &Ingress, a: &Annotations) {
         let Some(spec) = &ing.spec else { return };
+        let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
+        if !a.unimplemented_access_control.is_empty() {
+            self.report(
+                ing,
+                "canary",
+                "a canary with access-control annotations this controller does not implement is not attached",
+            );
+            return;
+        }
         for rule in spec.rules.iter().flatten() {
             let host = rule
                 .host
@@ -460,8 +577,8 @@ impl<'s> Builder<'s> {
                     .get(&host)
                     .and_then(|s| s.locations.get(&conflict))
                     .and_then(|l| l.first())
-                    .map(|l| l.backend.clone());
-                let Some(primary) = primary else {
+                    .map(|l| (l.backend.clone(), l.ingress.clone()));
+                let Some((primary, owner)) = primary else {
                     self.report(
                         ing,
                         "canary",
@@ -472,6 +589,17 @@ impl<'s> Builder<'s> {
                     );
                     continue;
                 };
+                if owner.split('/').next() != Some(ns) {
+                    self.report(
+                        ing,
+                        "canary",
+                        format!(
+                            "host {host} path {} is served by Ingress {owner} of another namespace; a canary only attaches within its namespace; ignored",
+                            conflict.0
+                        ),
+                    );
+                    continue;
+                }
                 let Some(canary) = self.backend_ref(ing, &path.backend, a, true) else {
                     continue;
                 };
@@ -491,11 +619,59 @@ impl<'s> Builder<'s> {
         }
     }
 
+    /// A server alias must not be a host any Ingress serves, nor an alias
+    /// an older Ingress already has: nginx keeps the first `server_name` it
+    /// sees, so a duplicate would hand one tenant another's traffic.
+    fn settle_aliases(&mut self) {
+        let hosts: BTreeSet<String> = self.servers.keys().cloned().collect();
+        let mut owners: Vec<(usize, String, String)> = self
+            .servers
+            .iter()
+            .filter_map(|(h, s)| s.owner.clone().map(|(id, ing)| (id, ing, h.clone())))
+            .collect();
+        owners.sort();
+        let mut taken: BTreeMap<String, String> = BTreeMap::new();
+        for (_, ing, host) in owners {
+            let aliases = std::mem::take(&mut self.servers.get_mut(&host).expect("listed above").aliases);
+            let mut kept = Vec::new();
+            for alias in aliases {
+                let why = if alias.as_str() == host {
+                    continue;
+                } else if hosts.contains(alias.as_str()) {
+                    Some(format!(
+                        "server-alias {} is a host of its own (served by an Ingress); alias dropped",
+                        alias.as_str()
+                    ))
+                } else if let Some(other) = taken.get(alias.as_str()) {
+                    Some(format!(
+                        "server-alias {} is already an alias of host {other}; alias dropped",
+                        alias.as_str()
+                    ))
+                } else {
+                    None
+                };
+                match why {
+                    Some(reason) => self.problems.push(Report {
+                        object: format!("Ingress {ing}"),
+                        what: "server-alias".into(),
+                        reason,
+                    }),
+                    None => {
+                        taken.insert(alias.as_str().to_string(), host.clone());
+                        kept.push(alias);
+                    }
+                }
+            }
+            self.servers.get_mut(&host).expect("listed above").aliases = kept;
+        }
+    }
+
     fn finish(mut self) -> Model {
         let default = self.opts.default_backend_service.clone();
         if let Some((ns, svc)) = &default {
+            let name = self.names.claim(BackendId::Default);
             self.backends.insert(
-                DEFAULT_BACKEND.to_string(),
+                name,
                 BackendRef {
                     namespace: ns.clone(),
                     service: svc.clone(),
@@ -505,151 +681,37 @@ impl<'s> Builder<'s> {
                 },
             );
         }
+        self.settle_aliases();
         self.servers.entry("_".to_string()).or_default();
         let servers: Vec<Server> = std::mem::take(&mut self.servers)
             .into_iter()
             .map(|(hostname, acc)| server(hostname, acc))
             .collect();
-        let backends = self.wire_backends(&servers);
+        let built = backends::build(
+            self.snap,
+            std::mem::take(&mut self.backends),
+            &self.alternatives,
+            &servers,
+            &self.global,
+            &self.opts.endpoints,
+        );
+        self.problems.extend(built.problems);
+        let server_names_hash = ServerNamesHash::for_servers(&servers, &self.global);
         Model {
             structure: Some(Structure {
                 global: self.global,
                 listen: self.opts.listen.clone(),
                 servers,
                 has_default_backend: default.is_some(),
+                server_names_hash,
             }),
-            backends,
+            backends: built.backends,
             certificates: self.certificates,
             problems: self.problems,
+            fingerprints: BTreeMap::new(),
+            backend_objects: built.objects,
+            snapshot: None,
         }
-    }
-
-    fn wire_backends(&mut self, servers: &[Server]) -> BTreeMap<String, wire::Backend> {
-        let mut out = BTreeMap::new();
-        // Indexes, so resolving N backends stays O(N) rather than O(N²)
-        // against thousands of Services and EndpointSlices.
-        let ns_of = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            m.namespace.clone().unwrap_or_else(|| "default".into())
-        };
-        let services: HashMap<(String, String), &Service> = self
-            .snap
-            .services
-            .iter()
-            .map(|s| ((ns_of(&s.metadata), s.metadata.name.clone().unwrap_or_default()), s))
-            .collect();
-        let mut slices: HashMap<(String, String), Vec<&EndpointSlice>> = HashMap::new();
-        for slice in &self.snap.slices {
-            if let Some(svc) = slice
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(endpoints::SERVICE_NAME_LABEL))
-            {
-                slices
-                    .entry((ns_of(&slice.metadata), svc.clone()))
-                    .or_default()
-                    .push(slice);
-            }
-        }
-        for (name, r) in std::mem::take(&mut self.backends) {
-            let svc_key = (r.namespace.clone(), r.service.clone());
-            let svc = services.get(&svc_key).copied();
-            let port = svc.and_then(|s| match &r.port {
-                PortRef::Number(-1) => s.spec.as_ref()?.ports.as_ref()?.first(),
-                p => p.find(s),
-            });
-            let object = format!("Service {}/{}", r.namespace, r.service);
-            let endpoints = match (svc, port) {
-                (Some(svc), Some(port)) => endpoints::resolve(
-                    svc,
-                    port,
-                    slices.get(&svc_key).map_or(&[][..], Vec::as_slice),
-                    r.annotations.service_upstream,
-                ),
-                (Some(_), None) => {
-                    self.problems.push(Report {
-                        object,
-                        what: "port".into(),
-                        reason: format!("has no port {}; backend {name} has no endpoints", r.port.suffix()),
-                    });
-                    Vec::new()
-                }
-                (None, _) => {
-                    self.problems.push(Report {
-                        object,
-                        what: "service".into(),
-                        reason: format!("not found; backend {name} has no endpoints"),
-                    });
-                    Vec::new()
-                }
-            };
-            let external = svc.and_then(|s| s.spec.as_ref()).and_then(|s| s.type_.as_deref()) == Some("ExternalName");
-            let a = &r.annotations;
-            let mut b = wire::Backend {
-                name: name.clone(),
-                service: external.then(|| serde_json::json!({ "spec": { "type": "ExternalName" } })),
-                port: match &r.port {
-                    PortRef::Number(n) => wire::ServicePort::Number(i64::from((*n).max(0))),
-                    PortRef::Name(s) => wire::ServicePort::Name(s.clone()),
-                },
-                endpoints,
-                load_balance: a
-                    .load_balance
-                    .clone()
-                    .unwrap_or_else(|| self.global.load_balance.clone()),
-                no_server: r.canary,
-                alternative_backends: self
-                    .alternatives
-                    .get(&name)
-                    .map(|s| s.iter().cloned().collect())
-                    .unwrap_or_default(),
-                ..Default::default()
-            };
-            b.upstream_hash_by.hash_by = a.upstream_hash_by.clone().unwrap_or_default();
-            b.upstream_hash_by.subset = a.upstream_hash_by_subset;
-            b.upstream_hash_by.subset_size =
-                a.upstream_hash_by_subset_size
-                    .unwrap_or(if a.upstream_hash_by_subset { 3 } else { 0 });
-            if let Some(c) = a.canary.as_ref().filter(|_| r.canary) {
-                b.traffic_shaping = wire::TrafficShapingPolicy {
-                    weight: c.weight,
-                    weight_total: c.weight_total,
-                    header: c.by_header.clone(),
-                    header_value: c.by_header_value.clone(),
-                    header_pattern: c.by_header_pattern.clone(),
-                    cookie: c.by_cookie.clone(),
-                };
-            }
-            if let Some(aff) = &a.affinity {
-                let cookie = &mut b.session_affinity.cookie;
-                b.session_affinity.name = "cookie".into();
-                b.session_affinity.mode = aff.mode.clone();
-                cookie.name = aff.cookie_name.clone();
-                cookie.path = aff.path.clone();
-                cookie.domain = aff.domain.clone();
-                cookie.expires = aff.expires.clone();
-                cookie.maxage = aff.max_age.clone();
-                cookie.secure = aff.secure;
-                cookie.samesite = aff.samesite.clone();
-                cookie.conditional_samesite_none = aff.conditional_samesite_none;
-                cookie.change_on_failure = aff.change_on_failure;
-                for s in servers {
-                    for l in s
-                        .locations
-                        .iter()
-                        .filter(|l| l.backend == name && l.match_ != Match::Regex)
-                    {
-                        cookie
-                            .locations
-                            .entry(s.hostname.clone())
-                            .or_default()
-                            .push(l.path.clone());
-                    }
-                }
-            }
-            out.insert(name, b);
-        }
-        out
     }
 }
 

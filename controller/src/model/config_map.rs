@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::annotations::Problem;
-use super::values::{Invalid, Seconds, Size};
+use super::values::{error_status, number_in, Invalid, Seconds, Size};
 
 /// Typed global settings. Unknown or invalid keys are reported and ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -40,6 +40,9 @@ pub struct GlobalConfig {
     pub generate_request_id: bool,
     pub allow_snippet_annotations: bool,
     pub custom_http_errors: Vec<u16>,
+    /// Lower bounds for the computed `server_names_hash_*` sizes.
+    pub server_name_hash_bucket_size: usize,
+    pub server_name_hash_max_size: usize,
 }
 
 impl Default for GlobalConfig {
@@ -70,6 +73,8 @@ impl Default for GlobalConfig {
             generate_request_id: true,
             allow_snippet_annotations: false,
             custom_http_errors: Vec::new(),
+            server_name_hash_bucket_size: 64,
+            server_name_hash_max_size: 1024,
         }
     }
 }
@@ -94,9 +99,15 @@ impl GlobalConfig {
             let result: Result<(), Invalid> = (|| {
                 match key.as_str() {
                     "worker-processes" => {
-                        c.worker_processes = if v.trim() == "auto" { 0 } else { number(v)? };
+                        c.worker_processes = if v.trim() == "auto" {
+                            0
+                        } else {
+                            number_in(v, 1..=256, "worker-processes")?
+                        };
                     }
-                    "max-worker-connections" => c.max_worker_connections = number(v)?,
+                    "max-worker-connections" => {
+                        c.max_worker_connections = number_in(v, 1..=1_048_576, "max-worker-connections")?
+                    }
                     "worker-shutdown-timeout" => c.worker_shutdown_timeout = Seconds::parse(v)?,
                     "load-balance" => {
                         if !["round_robin", "ewma", "least_conn"].contains(&v.trim()) {
@@ -104,9 +115,15 @@ impl GlobalConfig {
                         }
                         c.load_balance = v.trim().into();
                     }
-                    "upstream-keepalive-connections" => c.upstream_keepalive_connections = number(v)?,
+                    "upstream-keepalive-connections" => {
+                        // 0 turns upstream keepalive off (nginx itself refuses `keepalive 0`).
+                        c.upstream_keepalive_connections =
+                            number_in(v, 0..=1_000_000, "upstream-keepalive-connections")?
+                    }
                     "upstream-keepalive-timeout" => c.upstream_keepalive_timeout = Seconds::parse(v)?,
-                    "upstream-keepalive-requests" => c.upstream_keepalive_requests = number(v)?,
+                    "upstream-keepalive-requests" => {
+                        c.upstream_keepalive_requests = number_in(v, 1..=u32::MAX, "upstream-keepalive-requests")?
+                    }
                     "proxy-connect-timeout" => c.proxy_connect_timeout = Seconds::parse(v)?,
                     "proxy-read-timeout" => c.proxy_read_timeout = Seconds::parse(v)?,
                     "proxy-send-timeout" => c.proxy_send_timeout = Seconds::parse(v)?,
@@ -120,7 +137,10 @@ impl GlobalConfig {
                         }
                         c.proxy_next_upstream = words;
                     }
-                    "proxy-next-upstream-tries" => c.proxy_next_upstream_tries = number(v)?,
+                    "proxy-next-upstream-tries" => {
+                        c.proxy_next_upstream_tries =
+                            number_in(v, 0..=super::annotations::MAX_TRIES, "proxy-next-upstream-tries")?
+                    }
                     "proxy-buffering" => c.proxy_buffering = v.trim() == "on",
                     "ssl-redirect" => c.ssl_redirect = flag(v)?,
                     "hsts" => c.hsts = flag(v)?,
@@ -141,19 +161,24 @@ impl GlobalConfig {
                     "enable-access-log" => c.enable_access_log = flag(v)?,
                     "allow-snippet-annotations" => c.allow_snippet_annotations = flag(v)?,
                     "generate-request-id" => c.generate_request_id = flag(v)?,
+                    "server-name-hash-bucket-size" => {
+                        let n: usize = number_in(v, 32..=65536, "server-name-hash-bucket-size")?;
+                        if !n.is_power_of_two() {
+                            return Err(Invalid(format!(
+                                "server-name-hash-bucket-size must be a power of two: {v:?}"
+                            )));
+                        }
+                        c.server_name_hash_bucket_size = n;
+                    }
+                    "server-name-hash-max-size" => {
+                        c.server_name_hash_max_size = number_in(v, 512..=1 << 22, "server-name-hash-max-size")?
+                    }
                     "custom-http-errors" => {
                         c.custom_http_errors = v
                             .split(',')
                             .map(str::trim)
                             .filter(|s| !s.is_empty())
-                            .map(|s| {
-                                number::<u16>(s).and_then(|n| {
-                                    (400..600)
-                                        .contains(&n)
-                                        .then_some(n)
-                                        .ok_or_else(|| Invalid(format!("not an error status: {s:?}")))
-                                })
-                            })
+                            .map(error_status)
                             .collect::<Result<_, _>>()?;
                     }
                     _ => return Err(Invalid("not supported by this controller; ignored".into())),

@@ -7,17 +7,22 @@
 //!   affinity, canary). It is pushed to the module and never reloads.
 
 pub mod annotations;
+mod backends;
 mod build;
 pub mod class;
 pub mod config_map;
-mod endpoints;
+pub mod endpoints;
+pub mod names;
+pub mod tls;
 pub mod values;
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::Serialize;
 
-pub use build::{build, BuildOptions};
+pub use build::{build, build_with, fingerprint, BuildOptions};
+pub use endpoints::AddressPolicy;
 
 use annotations::{BackendProtocol, Cors};
 use config_map::GlobalConfig;
@@ -36,6 +41,36 @@ pub struct Structure {
     /// Whether `--default-backend-service` gave a catch-all backend; without
     /// it the default server answers 404 itself.
     pub has_default_backend: bool,
+    pub server_names_hash: ServerNamesHash,
+}
+
+/// `server_names_hash_bucket_size` and `_max_size`, sized from the names
+/// (as ingress-nginx does): with nginx's defaults a single host name of
+/// 54 characters fails `nginx -t` ("could not build server_names_hash").
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ServerNamesHash {
+    pub bucket_size: usize,
+    pub max_size: usize,
+}
+
+impl ServerNamesHash {
+    pub fn for_servers(servers: &[Server], global: &GlobalConfig) -> Self {
+        let names = servers
+            .iter()
+            .flat_map(|s| std::iter::once(s.hostname.as_str()).chain(s.aliases.iter().map(|a| a.as_str())));
+        let (count, longest) = names.fold((0usize, 0usize), |(n, l), name| (n + 1, l.max(name.len())));
+        // One element is a pointer plus the name and two bytes, aligned to
+        // a pointer; a bucket also ends with a null pointer.
+        let word = 8;
+        let element = word + (longest + 2).div_ceil(word) * word;
+        let bucket_size = (element + word)
+            .next_power_of_two()
+            .max(64)
+            .max(global.server_name_hash_bucket_size);
+        // Enough buckets that nginx finds a size where every bucket fits.
+        let max_size = (count * 4).next_power_of_two().max(global.server_name_hash_max_size);
+        ServerNamesHash { bucket_size, max_size }
+    }
 }
 
 /// Where nginx listens; from the command line, never from users.
@@ -64,7 +99,7 @@ pub struct Server {
     pub fallback: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Match {
     /// `location = /path`
@@ -93,6 +128,12 @@ pub struct Location {
     pub ingress: String,
     /// A unique small id, used to name this location's limit zones.
     pub id: usize,
+    /// The access-control annotations this controller does not implement,
+    /// when the Ingress has any: the location answers 503 (fails closed).
+    pub closed: Option<String>,
+    /// The Ingress path, for `$location_path` (cookie affinity issues its
+    /// cookie only where the backend lists it); only with affinity.
+    pub location_path: Option<String>,
     pub rewrite_target: Option<RewriteTarget>,
     pub ssl_redirect: bool,
     pub force_ssl_redirect: bool,
@@ -126,6 +167,34 @@ pub struct Model {
     pub certificates: BTreeMap<String, Vec<u8>>,
     /// Everything refused or ignored, for logs, events and metrics.
     pub problems: Vec<Report>,
+    /// Each Ingress's [`fingerprint`], by `namespace/name`.
+    pub fingerprints: BTreeMap<String, String>,
+    /// The object each backend comes from (`Service ns/name`), to report a
+    /// backend the module refuses.
+    pub backend_objects: BTreeMap<String, String>,
+    /// The snapshot it was built from (set by the sync loop), so that the
+    /// structural path can build it again without a quarantined Ingress.
+    pub snapshot: Option<std::sync::Arc<crate::snapshot::Snapshot>>,
+}
+
+/// Ingresses left out of nginx.conf because nginx refused what they render
+/// (see the structural path in `sync`), by `namespace/name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Quarantine(pub BTreeMap<String, Quarantined>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The Ingress's fingerprint when it was refused: a change lifts it.
+    pub fingerprint: String,
+    /// nginx's message.
+    pub reason: String,
+}
+
+impl fmt::Display for Quarantine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys: Vec<&str> = self.0.keys().map(String::as_str).collect();
+        f.write_str(&keys.join(", "))
+    }
 }
 
 /// One refused value, tied to the object it came from.

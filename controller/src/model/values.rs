@@ -76,7 +76,9 @@ impl UrlPath {
 }
 
 /// A regular expression for a `location ~*` path (use-regex). Printable
-/// ASCII only and it must compile; the formatter quotes it.
+/// ASCII only, and it must compile with PCRE2 as nginx compiles it
+/// (case-insensitive): a regex that only nginx refuses would fail
+/// `nginx -t` and hold back every reload. The formatter quotes it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct PathRegex(String);
@@ -87,10 +89,10 @@ impl PathRegex {
         if !s.starts_with('/') || s.len() > 1024 || !printable {
             return invalid("not a path regular expression", s);
         }
-        // PCRE and the regex crate agree on the constructs paths use; a
-        // construct only PCRE knows is refused rather than risked.
-        if regex_syntax::Parser::new().parse(s).is_err() {
-            return invalid("regular expression does not compile", s);
+        if let Err(e) = compile_like_nginx(s) {
+            return Err(Invalid(format!(
+                "regular expression does not compile with PCRE2 ({e}): {s:?}"
+            )));
         }
         Ok(PathRegex(s.to_string()))
     }
@@ -98,6 +100,20 @@ impl PathRegex {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Compiles `pattern` with PCRE2 the way `location ~*` and `rewrite` do
+/// (nginx adds `PCRE2_CASELESS` for `~*`), with a bound on the compiled
+/// size so one regex cannot bloat every worker.
+pub fn compile_like_nginx(pattern: &str) -> Result<(), String> {
+    // Anchored and caseless as rendered; the anchor cannot make a valid
+    // pattern invalid, but it checks what nginx will actually compile.
+    let rendered = format!("^{pattern}");
+    pcre2::bytes::RegexBuilder::new()
+        .caseless(true)
+        .build(&rendered)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// A rewrite target: a URL path in which `$1`..`$9` capture references are
@@ -161,7 +177,9 @@ impl RedirectUrl {
     }
 }
 
-/// An nginx size (`1m`, `512k`, `0`): digits with an optional k/m/g unit.
+/// An nginx size (`1m`, `512k`, `0`): digits with an optional k/m/g unit,
+/// no larger than nginx can hold (`ngx_parse_offset` refuses more than
+/// 2^63-1 bytes, and the whole configuration with it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Size(String);
@@ -171,10 +189,44 @@ impl Size {
         let lower = s.trim().to_ascii_lowercase();
         let digits = lower.trim_end_matches(['k', 'm', 'g']);
         let units = lower.len() - digits.len();
-        if digits.is_empty() || digits.len() > 12 || units > 1 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        if digits.is_empty() || units > 1 || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return invalid("not an nginx size such as 1m or 512k", s);
         }
+        let scale: u64 = match lower.as_bytes().last() {
+            Some(b'k') => 1 << 10,
+            Some(b'm') => 1 << 20,
+            Some(b'g') => 1 << 30,
+            _ => 1,
+        };
+        let bytes = digits.parse::<u64>().ok().and_then(|n| n.checked_mul(scale));
+        if bytes.is_none_or(|b| b > i64::MAX as u64) {
+            return invalid("larger than nginx can hold (2^63-1 bytes)", s);
+        }
         Ok(Size(lower))
+    }
+}
+
+/// An HTTP status that `error_page` accepts as an error: 400-599, except
+/// 499, which nginx refuses (it is its own "client closed" code).
+pub fn error_status(s: &str) -> Result<u16, Invalid> {
+    match s.trim().parse::<u16>() {
+        Ok(code) if (400..=599).contains(&code) && code != 499 => Ok(code),
+        _ => invalid("not an error status nginx accepts (400-599, not 499)", s),
+    }
+}
+
+/// A whole number in `range`, for settings nginx bounds.
+pub fn number_in<T>(s: &str, range: std::ops::RangeInclusive<T>, what: &str) -> Result<T, Invalid>
+where
+    T: std::str::FromStr + PartialOrd + fmt::Display,
+{
+    match s.trim().parse::<T>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(Invalid(format!(
+            "{what} must be a whole number from {} to {}: {s:?}",
+            range.start(),
+            range.end()
+        ))),
     }
 }
 
@@ -324,8 +376,31 @@ mod tests {
     }
 
     #[test]
-    fn regexes_must_compile() {
+    fn regexes_must_compile_with_pcre2() {
         assert!(PathRegex::parse("/foo(/|$)(.*)").is_ok());
         assert!(PathRegex::parse("/foo(").is_err());
+        // Accepted by Rust's regex crate, refused by PCRE2.
+        let e = PathRegex::parse("/a(?u)b").unwrap_err();
+        assert!(e.0.contains("PCRE2"), "{e}");
+        assert!(
+            PathRegex::parse("/a{,5}(?<n>x)\\Qliteral\\E").is_ok(),
+            "PCRE2-only syntax is fine"
+        );
+    }
+
+    #[test]
+    fn values_fit_nginx_limits() {
+        for ok in ["0", "1m", "8G", "9223372036854775807", "8589934591g"] {
+            assert!(Size::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["999999999999g", "9223372036854775808", "99999999999999999999k"] {
+            assert!(Size::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(error_status("404").unwrap(), 404);
+        for bad in ["499", "399", "600", "x"] {
+            assert!(error_status(bad).is_err(), "{bad}");
+        }
+        assert_eq!(number_in::<u32>("65535", 1..=65535, "n").unwrap(), 65535);
+        assert!(number_in::<u32>("65536", 1..=65535, "n").is_err());
     }
 }

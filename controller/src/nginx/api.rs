@@ -26,12 +26,33 @@ pub struct ApiClient {
     http: reqwest::Client,
 }
 
+/// Why a push failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The module refused the body (400, 413): sending it again cannot help.
+    #[error("{status}: {body}")]
+    Refused { status: u16, body: String },
+    /// Anything else (no connection, a 5xx, a 507 full zone): worth a retry.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
 impl ApiClient {
-    /// `base` is `http://127.0.0.1:10246` (no trailing slash).
-    pub fn new(base: &str) -> Self {
+    /// `base` is `http://127.0.0.1:10246` (no trailing slash). With a
+    /// token, every request carries `Authorization: Bearer <token>`.
+    pub fn new(base: &str, token: Option<String>) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token {
+            let mut value =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).expect("a printable token");
+            // Keeps the token out of any debug output of the client.
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(2))
+            .default_headers(headers)
             .build()
             .expect("a plain HTTP client builds");
         ApiClient {
@@ -51,27 +72,29 @@ impl ApiClient {
     }
 
     /// Replaces every backend in one atomic write.
-    pub async fn replace_all(&self, backends: &[&Backend]) -> anyhow::Result<()> {
-        let body = serde_json::to_vec(backends)?;
+    pub async fn replace_all(&self, backends: &[&Backend]) -> Result<(), PushError> {
+        let body = serde_json::to_vec(backends).map_err(anyhow::Error::from)?;
         let resp = self
             .http
             .post(format!("{}/configuration/backends", self.base))
             .header("content-type", "application/json")
             .body(body)
             .send()
-            .await?;
-        check(resp).await.map(drop)
+            .await
+            .map_err(anyhow::Error::from)?;
+        refusal(resp).await
     }
 
-    pub async fn put(&self, backend: &Backend) -> anyhow::Result<()> {
+    pub async fn put(&self, backend: &Backend) -> Result<(), PushError> {
         let resp = self
             .http
             .put(format!("{}/configuration/backends/{}", self.base, backend.name))
             .header("content-type", "application/json")
-            .body(serde_json::to_vec(backend)?)
+            .body(serde_json::to_vec(backend).map_err(anyhow::Error::from)?)
             .send()
-            .await?;
-        check(resp).await.map(drop)
+            .await
+            .map_err(anyhow::Error::from)?;
+        refusal(resp).await
     }
 
     /// Deleting a backend that is already gone is success.
@@ -86,6 +109,24 @@ impl ApiClient {
         }
         check(resp).await.map(drop)
     }
+}
+
+/// A 400 or 413 is a refusal of this body; anything else (401 while an
+/// external nginx still has an older token, 507, a 5xx) is a failure.
+async fn refusal(resp: reqwest::Response) -> Result<(), PushError> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let body = resp.bytes().await.map_err(anyhow::Error::from)?;
+    let body = String::from_utf8_lossy(&body).trim().to_string();
+    if matches!(status.as_u16(), 400 | 413) {
+        return Err(PushError::Refused {
+            status: status.as_u16(),
+            body,
+        });
+    }
+    Err(PushError::Failed(anyhow::anyhow!("{status}: {body}")))
 }
 
 async fn check(resp: reqwest::Response) -> anyhow::Result<Vec<u8>> {

@@ -3,5 +3,5 @@
 mod api;
 mod process;
 
-pub use api::{ApiClient, Status, WorkerStatus};
+pub use api::{ApiClient, PushError, Status, WorkerStatus};
 pub use process::{Mode, Nginx};

@@ -30,6 +30,8 @@ pub struct Nginx {
     child: Mutex<Option<Child>>,
     /// Process group of the supervised master (its pid), 0 before start.
     group: AtomicI32,
+    /// When the supervised master was last started.
+    started: Mutex<Option<std::time::Instant>>,
 }
 
 impl Nginx {
@@ -41,6 +43,7 @@ impl Nginx {
             mode,
             child: Mutex::new(None),
             group: AtomicI32::new(0),
+            started: Mutex::new(None),
         }
     }
 
@@ -88,8 +91,14 @@ impl Nginx {
         let pid = child.id().unwrap_or(0);
         self.group.store(pid as i32, Ordering::Release);
         *self.child.lock() = Some(child);
+        *self.started.lock() = Some(std::time::Instant::now());
         tracing::info!(pid, "nginx master started");
         Ok(pid)
+    }
+
+    /// How long the supervised master has been (or was) running.
+    pub fn uptime(&self) -> Duration {
+        self.started.lock().map_or(Duration::ZERO, |t| t.elapsed())
     }
 
     /// The master's pid, if it is running.
@@ -139,7 +148,8 @@ impl Nginx {
             if let Some(s) = done {
                 return s;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Short, so a killed master is noticed (and restarted) fast.
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

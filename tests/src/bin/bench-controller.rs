@@ -144,8 +144,7 @@ fn ingress_path(rounds: u32, seconds: u32) {
 fn instructions(n: usize) {
     let (_upstreams, a, b) = upstream_pair();
     let mut c = typical_ingress(a, b);
-    let (_, backends) =
-        tests::controller::get_url(&format!("http://127.0.0.1:{}/configuration/backends", c.api_port)).unwrap();
+    let (_, backends) = c.api_get("/configuration/backends").unwrap();
     let rendered = c.conf();
     c.stop();
     // The controller's file, run as one process with unlimited keep-alive.

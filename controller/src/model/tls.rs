@@ -1,0 +1,139 @@
+//! TLS Secrets, checked with OpenSSL: the library nginx loads them with, so
+//! a Secret that passes here also loads in nginx. A certificate nginx cannot
+//! load would fail `nginx -t` and hold back every reload until it is fixed.
+
+use openssl::asn1::Asn1Time;
+use openssl::pkey::PKey;
+use openssl::x509::X509;
+
+/// A usable certificate: the PEM to write (chain, then key), normalised,
+/// and what is worth a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub pem: Vec<u8>,
+    pub warnings: Vec<String>,
+}
+
+/// Most certificates in one chain.
+const MAX_CHAIN: usize = 16;
+/// Largest `tls.crt` or `tls.key` accepted (Kubernetes caps a Secret at 1 MiB).
+const MAX_PEM: usize = 1 << 20;
+
+/// Checks `tls.crt` (a leaf certificate, then its chain) and `tls.key`: both
+/// parse, the key is the leaf's, and the leaf is in its validity period
+/// (outside it is a warning, not an error, as in ingress-nginx).
+pub fn check(crt: &[u8], key: &[u8]) -> Result<Checked, String> {
+    if crt.len() > MAX_PEM || key.len() > MAX_PEM {
+        return Err("tls.crt or tls.key is larger than 1 MiB".into());
+    }
+    let chain = X509::stack_from_pem(crt).map_err(|e| format!("tls.crt is not a PEM certificate chain: {e}"))?;
+    let Some(leaf) = chain.first() else {
+        return Err("tls.crt holds no certificate".into());
+    };
+    if chain.len() > MAX_CHAIN {
+        return Err(format!("tls.crt holds more than {MAX_CHAIN} certificates"));
+    }
+    let pkey =
+        PKey::private_key_from_pem(key).map_err(|e| format!("tls.key is not an unencrypted PEM private key: {e}"))?;
+    let public = leaf
+        .public_key()
+        .map_err(|e| format!("the certificate's public key cannot be read: {e}"))?;
+    if !public.public_eq(&pkey) {
+        return Err("tls.key does not match the certificate in tls.crt".into());
+    }
+    let mut warnings = Vec::new();
+    let now = Asn1Time::days_from_now(0).map_err(|e| e.to_string())?;
+    if leaf.not_after() < now {
+        warnings.push(format!("the certificate expired on {}", leaf.not_after()));
+    }
+    if leaf.not_before() > now {
+        warnings.push(format!("the certificate is not valid before {}", leaf.not_before()));
+    }
+    let mut pem = Vec::new();
+    for cert in &chain {
+        pem.extend(cert.to_pem().map_err(|e| e.to_string())?);
+    }
+    pem.extend(pkey.private_key_to_pem_pkcs8().map_err(|e| e.to_string())?);
+    Ok(Checked { pem, warnings })
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+    use openssl::bn::BigNum;
+    use openssl::ec::{EcGroup, EcKey};
+    use openssl::hash::MessageDigest;
+    use openssl::nid::Nid;
+    use openssl::pkey::Private;
+    use openssl::x509::X509NameBuilder;
+
+    fn key() -> PKey<Private> {
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+        PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
+    }
+
+    /// A self-signed certificate for `cn`, valid from `from` to `to` days
+    /// from now; (cert PEM, key PEM).
+    pub fn self_signed(cn: &str, from: i64, to: i64) -> (Vec<u8>, Vec<u8>) {
+        let key = key();
+        let mut name = X509NameBuilder::new().unwrap();
+        name.append_entry_by_nid(Nid::COMMONNAME, cn).unwrap();
+        let name = name.build();
+        let mut b = X509::builder().unwrap();
+        b.set_version(2).unwrap();
+        b.set_serial_number(&BigNum::from_u32(1).unwrap().to_asn1_integer().unwrap())
+            .unwrap();
+        b.set_subject_name(&name).unwrap();
+        b.set_issuer_name(&name).unwrap();
+        b.set_pubkey(&key).unwrap();
+        let at = |days: i64| Asn1Time::from_unix(time_now() + days * 86_400).unwrap();
+        b.set_not_before(&at(from)).unwrap();
+        b.set_not_after(&at(to)).unwrap();
+        b.sign(&key, MessageDigest::sha256()).unwrap();
+        (b.build().to_pem().unwrap(), key.private_key_to_pem_pkcs8().unwrap())
+    }
+
+    fn time_now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    }
+
+    #[test]
+    fn a_good_pair_passes_and_is_normalised() {
+        let (crt, key) = self_signed("a.example", -1, 30);
+        let mut noisy = b"Bag Attributes: junk\n".to_vec();
+        noisy.extend(&crt);
+        let c = check(&noisy, &key).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert!(c.pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
+        assert!(String::from_utf8(c.pem)
+            .unwrap()
+            .contains("-----BEGIN PRIVATE KEY-----"));
+    }
+
+    #[test]
+    fn what_nginx_could_not_load_is_refused() {
+        let (crt, key) = self_signed("a.example", -1, 30);
+        let (_, other_key) = self_signed("b.example", -1, 30);
+        // Only the PEM header is right.
+        let fake = b"-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n";
+        assert!(check(fake, &key).unwrap_err().contains("not a PEM certificate"));
+        assert!(check(b"", &key).is_err());
+        assert!(
+            check(&crt, b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+                .unwrap_err()
+                .contains("tls.key")
+        );
+        assert!(check(&crt, &other_key).unwrap_err().contains("does not match"));
+    }
+
+    #[test]
+    fn expired_or_future_certificates_warn() {
+        let (crt, key) = self_signed("a.example", -30, -1);
+        assert!(check(&crt, &key).unwrap().warnings[0].contains("expired"));
+        let (crt, key) = self_signed("a.example", 2, 30);
+        assert!(check(&crt, &key).unwrap().warnings[0].contains("not valid before"));
+    }
+}

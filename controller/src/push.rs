@@ -1,0 +1,295 @@
+//! The dynamic path: backend changes pushed to the module, never a reload.
+//!
+//! What the module holds is tracked, so a change costs one `PUT` or
+//! `DELETE` per backend that changed. After a reload or restart, or after a
+//! push failed, everything is sent again in one `POST`.
+//!
+//! One tenant's bad backend must not hold back anyone else's. The model
+//! already validates every backend with the module's validator, but the
+//! module can still refuse one (an `ExternalName` that resolves to a
+//! loopback address). A refusal (400) is therefore never retried as is: a
+//! refused `POST` falls back to one `PUT` per backend to find the refused
+//! ones, then `POST`s the rest; a refused backend is left out, reported on
+//! its Service and in `..._refused_backends`, and sent again only once it
+//! changes. Only failures that may pass later (no connection, a full zone,
+//! a 5xx) are retried, with backoff.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use lua_compat::wire::Backend;
+
+use crate::metrics::QueueLabels;
+use crate::model::{Model, Report};
+use crate::nginx::PushError;
+use crate::sync::Shared;
+
+/// What a round of pushing must do to bring the module from `have` to
+/// `desired`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// New or changed backends, by name.
+    pub puts: Vec<String>,
+    /// Backends to remove.
+    pub deletes: Vec<String>,
+}
+
+/// The pure diff: changed or new backends are put; backends that are gone
+/// are deleted, except those the running nginx.conf still routes to (they
+/// go after the reload that drops them).
+pub fn plan(
+    have: &BTreeMap<String, Backend>,
+    desired: &BTreeMap<String, Backend>,
+    still_routed: &BTreeSet<String>,
+) -> Plan {
+    Plan {
+        puts: desired
+            .iter()
+            .filter(|(k, b)| have.get(*k) != Some(b))
+            .map(|(k, _)| k.clone())
+            .collect(),
+        deletes: have
+            .keys()
+            .filter(|k| !desired.contains_key(*k) && !still_routed.contains(*k))
+            .cloned()
+            .collect(),
+    }
+}
+
+/// The pusher's memory between rounds.
+#[derive(Default)]
+pub struct Pusher {
+    /// What the module holds; `None` when unknown (then the next round is a
+    /// full `POST`).
+    pushed: Option<BTreeMap<String, Backend>>,
+    /// Backends the module refused, as they were refused.
+    refused: BTreeMap<String, Backend>,
+}
+
+impl Pusher {
+    /// Forgets what the module holds (a reload, a restart): the next round
+    /// sends everything.
+    pub fn forget(&mut self) {
+        self.pushed = None;
+    }
+
+    /// Brings the module to `model`'s backends. `Err` means "retry later".
+    pub async fn round(
+        &mut self,
+        shared: &Shared,
+        model: &Model,
+        still_routed: &BTreeSet<String>,
+    ) -> anyhow::Result<()> {
+        // A refused backend is sent again only once it changes.
+        self.refused.retain(|name, b| model.backends.get(name) == Some(&*b));
+        let desired: BTreeMap<String, Backend> = model
+            .backends
+            .iter()
+            .filter(|(name, _)| !self.refused.contains_key(*name))
+            .map(|(k, b)| (k.clone(), b.clone()))
+            .collect();
+        let result = match &self.pushed {
+            None => self.full(shared, model, desired).await,
+            Some(have) => {
+                let have = have.clone();
+                self.delta(shared, model, have, desired, still_routed).await
+            }
+        };
+        shared.metrics.refused_backends.set(self.refused.len() as i64);
+        if result.is_err() {
+            self.pushed = None;
+        }
+        result
+    }
+
+    async fn full(&mut self, shared: &Shared, model: &Model, desired: BTreeMap<String, Backend>) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let all: Vec<&Backend> = desired.values().collect();
+        let r = shared.api.replace_all(&all).await;
+        shared.metrics.push_duration.observe(started.elapsed().as_secs_f64());
+        match r {
+            Ok(()) => {
+                shared.metrics.push("post", true);
+                tracing::info!(
+                    backends = all.len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "pushed all backends"
+                );
+                self.pushed = Some(desired);
+                Ok(())
+            }
+            Err(PushError::Failed(e)) => {
+                shared.metrics.push("post", false);
+                Err(e.context("POST /configuration/backends"))
+            }
+            Err(PushError::Refused { body, .. }) => {
+                shared.metrics.push_result("post", "refused");
+                tracing::warn!(error = %body, "the module refused the full push; finding the refused backends one by one");
+                self.isolate(shared, model, desired).await
+            }
+        }
+    }
+
+    /// After a refused `POST`: `PUT`s every backend to learn which ones the
+    /// module refuses, then `POST`s the others, so that the module holds
+    /// exactly the accepted set.
+    async fn isolate(
+        &mut self,
+        shared: &Shared,
+        model: &Model,
+        mut desired: BTreeMap<String, Backend>,
+    ) -> anyhow::Result<()> {
+        let names: Vec<String> = desired.keys().cloned().collect();
+        for name in names {
+            let b = desired[&name].clone();
+            match shared.api.put(&b).await {
+                Ok(()) => shared.metrics.push("put", true),
+                Err(PushError::Refused { body, .. }) => {
+                    self.refuse(shared, model, b, &body);
+                    desired.remove(&name);
+                }
+                Err(PushError::Failed(e)) => {
+                    shared.metrics.push("put", false);
+                    return Err(e.context(format!("PUT backend {name}")));
+                }
+            }
+        }
+        let all: Vec<&Backend> = desired.values().collect();
+        match shared.api.replace_all(&all).await {
+            Ok(()) => {
+                shared.metrics.push("post", true);
+                self.pushed = Some(desired);
+                Ok(())
+            }
+            Err(e) => {
+                shared.metrics.push("post", false);
+                Err(anyhow::anyhow!("POST of the accepted backends: {e}"))
+            }
+        }
+    }
+
+    async fn delta(
+        &mut self,
+        shared: &Shared,
+        model: &Model,
+        have: BTreeMap<String, Backend>,
+        desired: BTreeMap<String, Backend>,
+        still_routed: &BTreeSet<String>,
+    ) -> anyhow::Result<()> {
+        let plan = plan(&have, &desired, still_routed);
+        if plan.puts.is_empty() && plan.deletes.is_empty() {
+            return Ok(());
+        }
+        let depth = shared
+            .metrics
+            .queue_depth
+            .get_or_create(&QueueLabels { path: "dynamic" })
+            .clone();
+        depth.set((plan.puts.len() + plan.deletes.len()) as i64);
+        let started = Instant::now();
+        let mut now = have;
+        let mut result = Ok(());
+        for name in &plan.puts {
+            let b = &desired[name];
+            match shared.api.put(b).await {
+                Ok(()) => {
+                    shared.metrics.push("put", true);
+                    now.insert(name.clone(), b.clone());
+                }
+                Err(PushError::Refused { body, .. }) => {
+                    self.refuse(shared, model, b.clone(), &body);
+                    // The module kept its previous version, if any: remove
+                    // it, so the refused backend is not served stale.
+                    if now.contains_key(name) {
+                        match shared.api.delete(name).await {
+                            Ok(()) => {
+                                now.remove(name);
+                            }
+                            Err(e) => {
+                                result = Err(e.context(format!("DELETE backend {name}")));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(PushError::Failed(e)) => {
+                    shared.metrics.push("put", false);
+                    result = Err(e.context(format!("PUT backend {name}")));
+                    break;
+                }
+            }
+            depth.dec();
+        }
+        if result.is_ok() {
+            for name in &plan.deletes {
+                let r = shared.api.delete(name).await;
+                shared.metrics.push("delete", r.is_ok());
+                if let Err(e) = r {
+                    result = Err(e.context(format!("DELETE backend {name}")));
+                    break;
+                }
+                now.remove(name);
+                depth.dec();
+            }
+        }
+        depth.set(0);
+        shared.metrics.push_duration.observe(started.elapsed().as_secs_f64());
+        tracing::debug!(
+            puts = plan.puts.len(),
+            deletes = plan.deletes.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "pushed backend changes"
+        );
+        self.pushed = Some(now);
+        result
+    }
+
+    /// Leaves a refused backend out until it changes, and says so.
+    fn refuse(&mut self, shared: &Shared, model: &Model, backend: Backend, why: &str) {
+        shared.metrics.push_result("put", "refused");
+        let object = model
+            .backend_objects
+            .get(&backend.name)
+            .cloned()
+            .unwrap_or_else(|| format!("backend {}", backend.name));
+        let report = Report {
+            object,
+            what: "backend".into(),
+            reason: format!(
+                "the module refused backend {}: {why}; its paths answer 503 until it changes",
+                backend.name
+            ),
+        };
+        tracing::warn!(problem = %report, "backend refused by the module");
+        if let Some(events) = shared.events.clone() {
+            tokio::spawn(async move { events.refused(&report).await });
+        }
+        self.refused.insert(backend.name.clone(), backend);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(name: &str, port: u16) -> (String, Backend) {
+        let json = serde_json::json!({"name": name, "endpoints": [{"address": "10.0.0.1", "port": port}]});
+        (name.to_string(), serde_json::from_value(json).unwrap())
+    }
+
+    #[test]
+    fn plans_puts_for_changes_and_holds_deletes_still_routed() {
+        let have: BTreeMap<_, _> = [b("a", 80), b("b", 80), b("c", 80)].into();
+        let desired: BTreeMap<_, _> = [b("a", 80), b("b", 81), b("d", 80)].into();
+        let routed: BTreeSet<String> = ["c".to_string()].into();
+        assert_eq!(
+            plan(&have, &desired, &routed),
+            Plan {
+                puts: vec!["b".into(), "d".into()],
+                deletes: vec![],
+            }
+        );
+        assert_eq!(plan(&have, &desired, &BTreeSet::new()).deletes, ["c"]);
+        assert_eq!(plan(&desired, &desired, &routed), Plan::default());
+    }
+}

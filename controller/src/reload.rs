@@ -1,0 +1,361 @@
+//! The structural path: render, write certificates, `nginx -t` a candidate,
+//! `rename(2)` it into place, reload (or start) nginx and wait for its new
+//! workers; and, when `nginx -t` refuses a configuration, find the
+//! Ingresses responsible so that the rest can still be applied.
+//!
+//! **Quarantine.** One tenant's value that nginx refuses (however it got
+//! past validation) must not hold back every other tenant's changes. When
+//! a candidate fails, the Ingresses that changed since the last applied
+//! configuration are the suspects. The configuration is built again
+//! without suspects until it passes: first without the Ingress whose
+//! rendered lines nginx's message points at, otherwise by halving the
+//! suspects. Each Ingress found is quarantined (left out, with a Warning
+//! Event carrying nginx's message) until it changes; everything else is
+//! applied. A failure no Ingress explains (the ConfigMap, a replaced
+//! template) leaves the running configuration untouched, as before.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+
+use crate::model::{self, Model, Quarantine, Quarantined, Structure};
+use crate::nginx::ApiClient;
+use crate::render::Renderer;
+use crate::snapshot::Snapshot;
+use crate::sync::{Settings, Shared};
+use crate::token::write_private;
+
+/// Most `nginx -t` runs one quarantine search may take.
+const MAX_TESTS: usize = 48;
+
+/// Renders `structure`, writes its certificates and a candidate file, and
+/// runs `nginx -t` on it. Returns the rendered text, or nginx's message.
+pub async fn test_candidate(
+    settings: &Settings,
+    renderer: &Renderer,
+    shared: &Shared,
+    structure: &Structure,
+    certificates: &BTreeMap<String, Vec<u8>>,
+) -> anyhow::Result<String> {
+    let text = renderer.render(structure, &settings.render)?;
+    write_certificates(&settings.ssl_dir, certificates)?;
+    let candidate = candidate_path(settings);
+    std::fs::write(&candidate, &text).with_context(|| format!("writing {}", candidate.display()))?;
+    shared.nginx.test(&candidate).await?;
+    Ok(text)
+}
+
+fn candidate_path(settings: &Settings) -> std::path::PathBuf {
+    settings.conf_dir.join(".nginx.conf.candidate")
+}
+
+/// Applies a model whose candidate passed `nginx -t` (its text is `text`):
+/// moves it into place, reloads or starts nginx, waits for the new workers,
+/// and only then removes certificate files the old configuration named.
+/// Returns the config hash.
+pub async fn apply_tested(
+    settings: &Settings,
+    shared: &Shared,
+    structure: &Structure,
+    model: &Model,
+    text: &str,
+) -> anyhow::Result<f64> {
+    // rename(2) is atomic: nginx never reads a half-written file.
+    std::fs::rename(candidate_path(settings), shared.nginx.conf_path()).context("moving nginx.conf into place")?;
+    let expected = match structure.global.worker_processes {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    };
+    if shared.nginx.master_pid().is_none() && shared.nginx.is_supervised() {
+        shared.nginx.start()?;
+        wait_for_workers(&shared.api, &HashSet::new(), expected, settings.reload_timeout).await?;
+    } else {
+        let old: HashSet<u32> = match shared.api.status().await {
+            Ok(s) => s.workers.iter().map(|w| w.pid).collect(),
+            Err(_) => HashSet::new(),
+        };
+        shared.nginx.reload()?;
+        wait_for_workers(&shared.api, &old, expected, settings.reload_timeout).await?;
+    }
+    // The old configuration is gone: its certificate files can go too.
+    prune_certificates(&settings.ssl_dir, &model.certificates);
+    let digest = Sha256::digest(text.as_bytes());
+    let mut first = [0u8; 8];
+    first[2..].copy_from_slice(&digest[..6]);
+    Ok(u64::from_be_bytes(first) as f64)
+}
+
+/// Keeps a rejected candidate for inspection.
+pub fn keep_rejected(settings: &Settings) -> std::path::PathBuf {
+    let rejected = settings.conf_dir.join("nginx.conf.rejected");
+    let _ = std::fs::rename(candidate_path(settings), &rejected);
+    rejected
+}
+
+/// Polls `/configuration/status` until `expected` workers that are not in
+/// `old` have registered: the new configuration is then serving.
+pub async fn wait_for_workers(
+    api: &ApiClient,
+    old: &HashSet<u32>,
+    expected: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(s) = api.status().await {
+            let fresh = s.workers.iter().filter(|w| !old.contains(&w.pid)).count();
+            if fresh >= expected {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("new nginx workers did not report through /configuration/status within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Writes each PEM once under its content-addressed name: the directory is
+/// the owner's alone (0700), and every file is created fresh
+/// (`O_EXCL|O_NOFOLLOW`, mode 0600) and renamed into place. Nothing is
+/// removed here: the running configuration may still name any file.
+pub fn write_certificates(dir: &Path, certs: &BTreeMap<String, Vec<u8>>) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    for (name, pem) in certs {
+        let path = dir.join(name);
+        if path.exists() {
+            continue;
+        }
+        write_private(&path, pem)?;
+    }
+    Ok(())
+}
+
+/// Removes the certificate files `keep` does not name (after a successful
+/// reload, when no running configuration names them any more).
+pub fn prune_certificates(dir: &Path, keep: &BTreeMap<String, Vec<u8>>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.ends_with(".pem") && !keep.contains_key(&name) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The Ingress whose rendered lines nginx's message points at
+/// (`... in /path/.nginx.conf.candidate:123`): the nearest `# ns/name`
+/// comment above that line, which the template writes before every
+/// location.
+pub fn blamed_ingress(message: &str, text: &str, known: &BTreeSet<String>) -> Option<String> {
+    let at = message.rfind(".candidate:")? + ".candidate:".len();
+    let line: usize = message[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    lines[..line.min(lines.len())]
+        .iter()
+        .rev()
+        .take_while(|l| !l.trim_start().starts_with("## start server"))
+        .filter_map(|l| l.trim().strip_prefix("# "))
+        .find(|k| known.contains(*k))
+        .map(str::to_string)
+}
+
+/// What a quarantine search concluded.
+pub struct Found {
+    /// The new quarantine (the old one plus the Ingresses found).
+    pub quarantine: Quarantine,
+    /// The Ingresses found, with nginx's message for each.
+    pub culprits: Vec<(String, String)>,
+}
+
+/// Finds the Ingresses to leave out so that `model` passes `nginx -t`.
+/// `applied` are the fingerprints of the last applied configuration; only
+/// Ingresses that differ from it are suspected. `None` when the failure
+/// cannot be pinned on them.
+#[allow(clippy::too_many_arguments)]
+pub async fn search(
+    settings: &Arc<Settings>,
+    renderer: &Renderer,
+    shared: &Shared,
+    snapshot: Arc<Snapshot>,
+    model: &Model,
+    quarantine: &Quarantine,
+    applied: &BTreeMap<String, String>,
+    error: &str,
+) -> Option<Found> {
+    let suspects: Vec<String> = model
+        .fingerprints
+        .iter()
+        .filter(|(k, v)| applied.get(*k) != Some(*v) && !quarantine.0.contains_key(*k))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if suspects.is_empty() {
+        return None;
+    }
+    let mut tester = Tester {
+        settings,
+        renderer,
+        shared,
+        snapshot,
+        model,
+        base: quarantine.clone(),
+        tests: 0,
+    };
+    let known: BTreeSet<String> = suspects.iter().cloned().collect();
+    let last_text = renderer
+        .render(model.structure.as_ref()?, &settings.render)
+        .unwrap_or_default();
+    let mut culprits: Vec<(String, String)> = Vec::new();
+    let mut error = error.to_string();
+    let mut text = last_text;
+    // Can the failure be pinned on the suspects at all?
+    let all: Vec<String> = suspects.clone();
+    if tester.passes(&[], &all).await.is_err() {
+        return None;
+    }
+    loop {
+        let found: Vec<String> = culprits.iter().map(|(k, _)| k.clone()).collect();
+        let left: Vec<String> = suspects.iter().filter(|s| !found.contains(s)).cloned().collect();
+        let hint = blamed_ingress(&error, &text, &known).filter(|h| left.contains(h));
+        let culprit = tester.find_one(&found, left, hint).await?;
+        culprits.push((culprit, error.clone()));
+        let found: Vec<String> = culprits.iter().map(|(k, _)| k.clone()).collect();
+        match tester.passes(&found, &[]).await {
+            Ok(()) => break,
+            Err((e, t)) => {
+                error = e;
+                text = t;
+            }
+        }
+        if tester.tests >= MAX_TESTS {
+            return None;
+        }
+    }
+    let mut q = quarantine.clone();
+    for (key, reason) in &culprits {
+        let fingerprint = model.fingerprints.get(key).cloned().unwrap_or_default();
+        q.0.insert(
+            key.clone(),
+            Quarantined {
+                fingerprint,
+                reason: reason.clone(),
+            },
+        );
+    }
+    Some(Found {
+        quarantine: q,
+        culprits,
+    })
+}
+
+struct Tester<'a> {
+    settings: &'a Arc<Settings>,
+    renderer: &'a Renderer,
+    shared: &'a Shared,
+    snapshot: Arc<Snapshot>,
+    model: &'a Model,
+    base: Quarantine,
+    tests: usize,
+}
+
+impl Tester<'_> {
+    /// Whether the configuration passes without `excluded` and `more`
+    /// (besides the base quarantine); the error and text when it does not.
+    async fn passes(&mut self, excluded: &[String], more: &[String]) -> Result<(), (String, String)> {
+        self.tests += 1;
+        let mut q = self.base.clone();
+        for key in excluded.iter().chain(more) {
+            let fingerprint = self.model.fingerprints.get(key).cloned().unwrap_or_default();
+            q.0.insert(
+                key.clone(),
+                Quarantined {
+                    fingerprint,
+                    reason: String::new(),
+                },
+            );
+        }
+        let (snap, opts) = (self.snapshot.clone(), self.settings.build.clone());
+        let built = tokio::task::spawn_blocking(move || model::build_with(&snap, &opts, &q))
+            .await
+            .map_err(|e| (e.to_string(), String::new()))?;
+        let Some(structure) = built.structure.as_ref() else {
+            return Err(("no structure".into(), String::new()));
+        };
+        let text = self
+            .renderer
+            .render(structure, &self.settings.render)
+            .unwrap_or_default();
+        match test_candidate(
+            self.settings,
+            self.renderer,
+            self.shared,
+            structure,
+            &built.certificates,
+        )
+        .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err((format!("{e:#}"), text)),
+        }
+    }
+
+    /// One Ingress of `set` whose removal (with `found`) makes the
+    /// configuration pass; `set` as a whole is known to. Tries `hint`
+    /// first, then halves the set, keeping a half out while searching the
+    /// other when both are needed.
+    async fn find_one(&mut self, found: &[String], mut set: Vec<String>, hint: Option<String>) -> Option<String> {
+        let mut base: Vec<String> = found.to_vec();
+        if let Some(h) = hint {
+            if self.passes(&base, std::slice::from_ref(&h)).await.is_ok() {
+                return Some(h);
+            }
+        }
+        while set.len() > 1 {
+            if self.tests >= MAX_TESTS {
+                return None;
+            }
+            let second = set.split_off(set.len() / 2);
+            if self.passes(&base, &set).await.is_ok() {
+                continue;
+            }
+            base.extend(set);
+            set = second;
+        }
+        set.pop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nginx_messages_point_at_the_ingress_above_the_line() {
+        let text = "http {\n## start server a.example\n        # team-a/web\n        location / {\n            limit_conn x 70000;\n        }\n        # team-b/api\n        location /api {\n        }\n";
+        let known: BTreeSet<String> = ["team-a/web".to_string(), "team-b/api".to_string()].into();
+        let msg =
+            "nginx -t failed: nginx: [emerg] connection limit must be less 65536 in /etc/nginx/.nginx.conf.candidate:5";
+        assert_eq!(blamed_ingress(msg, text, &known).as_deref(), Some("team-a/web"));
+        let msg = "nginx: [emerg] x in /etc/nginx/.nginx.conf.candidate:8";
+        assert_eq!(blamed_ingress(msg, text, &known).as_deref(), Some("team-b/api"));
+        // A line above every location (a server-level directive) blames nobody.
+        let msg = "nginx: [emerg] x in /etc/nginx/.nginx.conf.candidate:2";
+        assert_eq!(blamed_ingress(msg, text, &known), None);
+        assert_eq!(blamed_ingress("no line here", text, &known), None);
+    }
+}
