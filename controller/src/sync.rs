@@ -239,7 +239,7 @@ async fn structural_task(
             depth.set(0);
             continue;
         }
-        forget_deleted(&quarantine, &model, &shared);
+        lift_quarantine(&quarantine, &model, &shared);
         let structure = model.structure.clone().expect("pending implies a structure");
         let started = Instant::now();
         let tested = reload::test_candidate(&settings, &renderer, &shared, &structure, &model.certificates).await;
@@ -342,14 +342,15 @@ async fn structural_task(
     }
 }
 
-/// Drops quarantine entries of Ingresses that no longer exist.
-fn forget_deleted(quarantine: &watch::Sender<Quarantine>, model: &Model, shared: &Shared) {
+/// Lifts the quarantine of Ingresses that changed (they are in this model
+/// again) or no longer exist.
+fn lift_quarantine(quarantine: &watch::Sender<Quarantine>, model: &Model, shared: &Shared) {
     let stale: Vec<String> = quarantine
         .borrow()
         .0
-        .keys()
-        .filter(|k| !model.fingerprints.contains_key(*k))
-        .cloned()
+        .iter()
+        .filter(|(k, q)| model.fingerprints.get(*k) != Some(&q.fingerprint))
+        .map(|(k, _)| k.clone())
         .collect();
     if !stale.is_empty() {
         quarantine.send_modify(|q| {

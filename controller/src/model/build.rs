@@ -635,20 +635,21 @@ impl<'s> Builder<'s> {
             let aliases = std::mem::take(&mut self.servers.get_mut(&host).expect("listed above").aliases);
             let mut kept = Vec::new();
             for alias in aliases {
-                let why = if alias.as_str() == host {
+                if alias.as_str() == host {
                     continue;
-                } else if hosts.contains(alias.as_str()) {
+                }
+                let why = if hosts.contains(alias.as_str()) {
                     Some(format!(
                         "server-alias {} is a host of its own (served by an Ingress); alias dropped",
                         alias.as_str()
                     ))
-                } else if let Some(other) = taken.get(alias.as_str()) {
-                    Some(format!(
-                        "server-alias {} is already an alias of host {other}; alias dropped",
-                        alias.as_str()
-                    ))
                 } else {
-                    None
+                    taken.get(alias.as_str()).map(|other| {
+                        format!(
+                            "server-alias {} is already an alias of host {other}; alias dropped",
+                            alias.as_str()
+                        )
+                    })
                 };
                 match why {
                     Some(reason) => self.problems.push(Report {

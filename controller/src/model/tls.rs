@@ -4,6 +4,7 @@
 
 use openssl::asn1::Asn1Time;
 use openssl::pkey::PKey;
+use openssl::ssl::{SslContextBuilder, SslMethod};
 use openssl::x509::X509;
 
 /// A usable certificate: the PEM to write (chain, then key), normalised,
@@ -41,6 +42,14 @@ pub fn check(crt: &[u8], key: &[u8]) -> Result<Checked, String> {
     if !public.public_eq(&pkey) {
         return Err("tls.key does not match the certificate in tls.crt".into());
     }
+    // Load the pair as nginx does (`SSL_CTX_use_certificate`), under the
+    // system's OpenSSL policy: a key too small for its security level, or
+    // a signature algorithm it bans, fails here as it would fail `nginx -t`.
+    let mut ctx = SslContextBuilder::new(SslMethod::tls_server()).map_err(|e| e.to_string())?;
+    ctx.set_certificate(leaf)
+        .map_err(|e| format!("OpenSSL refuses the certificate as nginx would load it: {e}"))?;
+    ctx.set_private_key(&pkey)
+        .map_err(|e| format!("OpenSSL refuses the key as nginx would load it: {e}"))?;
     let mut warnings = Vec::new();
     let now = Asn1Time::days_from_now(0).map_err(|e| e.to_string())?;
     if leaf.not_after() < now {
@@ -127,6 +136,26 @@ pub mod tests {
                 .contains("tls.key")
         );
         assert!(check(&crt, &other_key).unwrap_err().contains("does not match"));
+    }
+
+    #[test]
+    fn a_key_too_small_for_the_openssl_policy_is_refused() {
+        use openssl::rsa::Rsa;
+        let key = PKey::from_rsa(Rsa::generate(512).unwrap()).unwrap();
+        let mut name = X509NameBuilder::new().unwrap();
+        name.append_entry_by_nid(Nid::COMMONNAME, "weak.example").unwrap();
+        let name = name.build();
+        let mut b = X509::builder().unwrap();
+        b.set_version(2).unwrap();
+        b.set_subject_name(&name).unwrap();
+        b.set_issuer_name(&name).unwrap();
+        b.set_pubkey(&key).unwrap();
+        b.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
+        b.set_not_after(&Asn1Time::days_from_now(30).unwrap()).unwrap();
+        b.sign(&key, MessageDigest::sha256()).unwrap();
+        let crt = b.build().to_pem().unwrap();
+        let e = check(&crt, &key.private_key_to_pem_pkcs8().unwrap()).unwrap_err();
+        assert!(e.contains("OpenSSL refuses"), "{e}");
     }
 
     #[test]

@@ -69,12 +69,10 @@ impl ManifestDir {
         for path in &files {
             match std::fs::read_to_string(path)
                 .map_err(|e| e.to_string())
-                .and_then(|text| {
-                    serde_saphyr::from_multiple_with_options::<Value>(&text, yaml_options()).map_err(|e| e.to_string())
-                }) {
+                .and_then(|text| parse_text(&text))
+            {
                 Ok(docs) => {
-                    self.last_good
-                        .insert(path.clone(), docs.into_iter().filter(|d| !d.is_null()).collect());
+                    self.last_good.insert(path.clone(), docs);
                 }
                 Err(e) => problems.push(format!("{}: {e}; keeping its last good contents", path.display())),
             }
@@ -84,71 +82,89 @@ impl ManifestDir {
         for (path, docs) in &self.last_good {
             for doc in docs {
                 order += 1;
-                if let Err(e) = self.add(&mut snap, doc.clone(), order) {
+                if let Err(e) = add_document(&mut snap, doc.clone(), order, &self.config_map) {
                     problems.push(format!("{}: {e}", path.display()));
                 }
             }
         }
         (snap, problems)
     }
+}
 
-    fn add(&self, snap: &mut Snapshot, mut doc: Value, order: i64) -> Result<(), String> {
-        // `kind: List` (kubectl's output) holds items.
-        if doc.get("kind").and_then(Value::as_str) == Some("List") {
-            for item in doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
-                self.add(snap, item, order)?;
+/// The documents of one manifest file (`---`-separated YAML, or JSON),
+/// without the empty ones.
+pub fn parse_text(text: &str) -> Result<Vec<Value>, String> {
+    let docs = serde_saphyr::from_multiple_with_options::<Value>(text, yaml_options()).map_err(|e| e.to_string())?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Adds one document to `snap`; `order` stands in for the creation time of
+/// an Ingress that has none. `config_map` is the controller's ConfigMap
+/// (`namespace/name`); other ConfigMaps are skipped.
+pub fn add_document(
+    snap: &mut Snapshot,
+    mut doc: Value,
+    order: i64,
+    config_map: &(String, String),
+) -> Result<(), String> {
+    // `kind: List` (kubectl's output) holds items, which are not Lists.
+    if doc.get("kind").and_then(Value::as_str) == Some("List") {
+        for item in doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
+            if item.get("kind").and_then(Value::as_str) == Some("List") {
+                return Err("a List inside a List is not supported".into());
             }
-            return Ok(());
+            add_document(snap, item, order, config_map)?;
         }
-        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-        let meta = doc
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
-            .ok_or_else(|| format!("a {kind:?} document has no metadata"))?;
-        meta.entry("namespace").or_insert_with(|| Value::from("default"));
-        let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-        let what = |e: serde_json::Error| format!("{kind} {name}: {e}");
-        match kind.as_str() {
-            "Ingress" => {
-                let mut ing: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(doc).map_err(what)?;
-                // Without a creationTimestamp, file order decides which
-                // Ingress is "oldest" in a conflict.
-                ing.metadata
-                    .creation_timestamp
-                    .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default()));
-                snap.ingresses.push(ing);
-            }
-            "IngressClass" => snap.classes.push(serde_json::from_value(doc).map_err(what)?),
-            "Service" => snap.services.push(serde_json::from_value(doc).map_err(what)?),
-            "EndpointSlice" => snap.slices.push(serde_json::from_value(doc).map_err(what)?),
-            "Secret" => {
-                let mut secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(doc).map_err(what)?;
-                // stringData is write-only in the API; fold it in as the
-                // apiserver would.
-                if let Some(strings) = secret.string_data.take() {
-                    let data = secret.data.get_or_insert_with(Default::default);
-                    for (k, v) in strings {
-                        data.insert(k, k8s_openapi::ByteString(v.into_bytes()));
-                    }
-                }
-                snap.secrets.push(secret);
-            }
-            "ConfigMap" => {
-                let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(doc).map_err(what)?;
-                let ours = cm.metadata.namespace.as_deref() == Some(&*self.config_map.0)
-                    && cm.metadata.name.as_deref() == Some(&*self.config_map.1);
-                if ours {
-                    snap.config_map = Some(cm);
-                }
-            }
-            other => {
-                return Err(format!(
-                    "kind {other:?} ({name}) is not one the controller reads; ignored"
-                ))
-            }
-        }
-        Ok(())
+        return Ok(());
     }
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+    let meta = doc
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| format!("a {kind:?} document has no metadata"))?;
+    meta.entry("namespace").or_insert_with(|| Value::from("default"));
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    let what = |e: serde_json::Error| format!("{kind} {name}: {e}");
+    match kind.as_str() {
+        "Ingress" => {
+            let mut ing: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(doc).map_err(what)?;
+            // Without a creationTimestamp, file order decides which
+            // Ingress is "oldest" in a conflict.
+            ing.metadata
+                .creation_timestamp
+                .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default()));
+            snap.ingresses.push(ing);
+        }
+        "IngressClass" => snap.classes.push(serde_json::from_value(doc).map_err(what)?),
+        "Service" => snap.services.push(serde_json::from_value(doc).map_err(what)?),
+        "EndpointSlice" => snap.slices.push(serde_json::from_value(doc).map_err(what)?),
+        "Secret" => {
+            let mut secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(doc).map_err(what)?;
+            // stringData is write-only in the API; fold it in as the
+            // apiserver would.
+            if let Some(strings) = secret.string_data.take() {
+                let data = secret.data.get_or_insert_with(Default::default);
+                for (k, v) in strings {
+                    data.insert(k, k8s_openapi::ByteString(v.into_bytes()));
+                }
+            }
+            snap.secrets.push(secret);
+        }
+        "ConfigMap" => {
+            let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(doc).map_err(what)?;
+            let ours = cm.metadata.namespace.as_deref() == Some(&*config_map.0)
+                && cm.metadata.name.as_deref() == Some(&*config_map.1);
+            if ours {
+                snap.config_map = Some(cm);
+            }
+        }
+        other => {
+            return Err(format!(
+                "kind {other:?} ({name}) is not one the controller reads; ignored"
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// Publishes a snapshot now and after every change in the directory. File
