@@ -358,4 +358,36 @@ mod tests {
         assert_eq!(blamed_ingress(msg, text, &known), None);
         assert_eq!(blamed_ingress("no line here", text, &known), None);
     }
+
+    #[test]
+    fn certificates_are_private_never_follow_links_and_outlive_a_failed_reload() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("certs-test-{}", std::process::id()));
+        let dir = root.join("ssl");
+        let _ = std::fs::remove_dir_all(&root);
+        let old: BTreeMap<String, Vec<u8>> = [("a.pem".to_string(), b"A".to_vec())].into();
+        write_certificates(&dir, &old).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(dir.join("a.pem")).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Someone plants a symlink where the next file goes: it is replaced,
+        // never written through.
+        let victim = root.join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("b.pem")).unwrap();
+        std::fs::remove_file(dir.join("b.pem")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(format!(".b.pem.{}.tmp", std::process::id()))).unwrap();
+        let new: BTreeMap<String, Vec<u8>> = [("b.pem".to_string(), b"B".to_vec())].into();
+        write_certificates(&dir, &new).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(std::fs::read(dir.join("b.pem")).unwrap(), b"B");
+        // A candidate that failed nginx -t removes nothing the running
+        // configuration names; the next successful reload prunes.
+        assert!(dir.join("a.pem").exists());
+        prune_certificates(&dir, &new);
+        assert!(!dir.join("a.pem").exists() && dir.join("b.pem").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

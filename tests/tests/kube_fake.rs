@@ -257,3 +257,43 @@ fn refused_values_and_reloads_are_recorded_as_events() {
         "ingress-controller-e2e"
     )));
 }
+
+/// In a cluster, what a tenant cannot do is said on the tenant's own
+/// objects: a Warning on the Service whose ExternalName is the local host,
+/// and on the Ingress whose access control fails closed.
+#[test]
+fn hostile_objects_get_warning_events_on_themselves() {
+    let api = FakeApiServer::start();
+    let a = Upstream::start();
+    setup(&api, &[a.port]);
+    api.apply_yaml(
+        "apiVersion: v1\nkind: Service\nmetadata: {namespace: demo, name: sneaky}\nspec:\n  type: ExternalName\n  externalName: localhost\n  ports: [{name: http, port: 80}]\n",
+    );
+    api.apply_yaml(&ingress("sneaky", "sneaky.test", "/", "sneaky", &[]));
+    api.apply_yaml(&ingress(
+        "admin",
+        "admin.test",
+        "/",
+        "web",
+        &[("auth-url", "https://auth.example/")],
+    ));
+    let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
+    assert_eq!(c.get("sneaky.test", "/").0, 503);
+    assert_eq!(c.get("admin.test", "/").0, 503);
+    assert_eq!(c.get("web.test", "/").1, a.identity);
+    let note = |kind: &str, name: &str| {
+        api.objects("Event")
+            .into_iter()
+            .find(|e| e["reason"] == "InvalidValue" && e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+            .map(|e| e["note"].as_str().unwrap_or("").to_string())
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || note("Service", "sneaky").is_some()
+            && note("Ingress", "admin").is_some()),
+        "events: {:?}\n{}",
+        api.objects("Event"),
+        c.log()
+    );
+    assert!(note("Service", "sneaky").unwrap().contains("a name of the local host"));
+    assert!(note("Ingress", "admin").unwrap().contains("fails closed"));
+}
