@@ -365,9 +365,10 @@ fn lift_quarantine(quarantine: &watch::Sender<Quarantine>, model: &Model, shared
     }
 }
 
-/// Restarts a supervised master that died, then asks for a full push. The
-/// first restart is immediate; a master that keeps dying is restarted with
-/// a growing delay, so a broken installation does not loop hot.
+/// Restarts a supervised master that died, then asks for a full push. A
+/// master that had been running is restarted at once (50 ms); one that dies
+/// right after it starts (a port taken, a broken binary) is restarted with
+/// a growing delay, up to 10 s, so a broken installation does not loop hot.
 async fn supervise(shared: Arc<Shared>, running: Arc<watch::Sender<Running>>) {
     let mut delay = Duration::from_millis(50);
     loop {
@@ -375,8 +376,7 @@ async fn supervise(shared: Arc<Shared>, running: Arc<watch::Sender<Running>>) {
         if shared.stopping.load(Ordering::Acquire) {
             return;
         }
-        let lived = shared.nginx.uptime();
-        if lived > Duration::from_secs(30) {
+        if shared.nginx.uptime() > Duration::from_secs(2) {
             delay = Duration::from_millis(50);
         }
         tracing::error!(%status, delay_ms = delay.as_millis() as u64, "nginx master exited unexpectedly; restarting");

@@ -20,6 +20,21 @@ const DEBIAN_PACKAGES: &[&str] = &[
 
 pub const MODULE_FILE: &str = "ngx_http_dynamic_balancer_module.so";
 
+/// Which nginx + module to build.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// The product: `build/nginx`.
+    Release,
+    /// nginx with AddressSanitizer (GCC's, `-DNGX_DEBUG_PALLOC` so every
+    /// pool allocation is its own, checked, block) and the module with
+    /// rustc's `-Zsanitizer=address`: `build/nginx-asan`.
+    Asan,
+}
+
+/// Host triple; sanitizer builds need an explicit `--target`, so that build
+/// scripts and proc-macros are not instrumented.
+const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
 /// Where the build puts things.
 pub struct Artifacts {
     pub prefix: PathBuf,
@@ -29,7 +44,15 @@ pub struct Artifacts {
 
 impl Artifacts {
     pub fn locate() -> Artifacts {
-        let prefix = workspace_root().join("build/nginx");
+        Self::locate_variant(Variant::Release)
+    }
+
+    pub fn locate_variant(variant: Variant) -> Artifacts {
+        let dir = match variant {
+            Variant::Release => "build/nginx",
+            Variant::Asan => "build/nginx-asan",
+        };
+        let prefix = workspace_root().join(dir);
         Artifacts {
             nginx: prefix.join("sbin/nginx"),
             module: prefix.join("modules").join(MODULE_FILE),
@@ -52,29 +75,59 @@ pub fn workspace_root() -> PathBuf {
 }
 
 pub fn build() -> Result<Artifacts, String> {
+    build_variant(Variant::Release)
+}
+
+pub fn build_variant(variant: Variant) -> Result<Artifacts, String> {
     let started = Instant::now();
     install_debian_packages()?;
     let root = workspace_root();
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("nginx-build: cargo build --release -p ngx-module (builds nginx 1.28.3 from the nginx-src crate)");
-    let status = Command::new(&cargo)
-        .args(["build", "--release", "-p", "ngx-module"])
-        .current_dir(&root)
-        .status()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["build", "--release", "-p", "ngx-module"]).current_dir(&root);
+    let (build_dir, module) = match variant {
+        Variant::Release => {
+            eprintln!(
+                "nginx-build: cargo build --release -p ngx-module (builds nginx 1.28.3 from the nginx-src crate)"
+            );
+            (
+                root.join("target/release/build"),
+                root.join("target/release/libngx_http_dynamic_balancer_module.so"),
+            )
+        }
+        Variant::Asan => {
+            eprintln!("nginx-build: AddressSanitizer build of nginx and the module in target/asan");
+            let target = root.join("target/asan");
+            cmd.args(["--target", TRIPLE])
+                .env("CARGO_TARGET_DIR", &target)
+                // The stable toolchain takes -Z flags with this; the
+                // sanitizer runtime is nginx's (GCC's libasan).
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("RUSTFLAGS", "-Zsanitizer=address -Cforce-frame-pointers=yes")
+                .env(
+                    "NGX_CFLAGS",
+                    "-fsanitize=address -fno-omit-frame-pointer -g -O1 -DNGX_DEBUG_PALLOC=1",
+                )
+                .env("NGX_LDFLAGS", "-fsanitize=address");
+            (
+                target.join(TRIPLE).join("release/build"),
+                target
+                    .join(TRIPLE)
+                    .join("release/libngx_http_dynamic_balancer_module.so"),
+            )
+        }
+    };
+    let status = cmd.status().map_err(|e| format!("cannot run {cargo}: {e}"))?;
     if !status.success() {
         return Err(format!("cargo build failed ({status})"));
     }
-    let objs = newest_nginx_objs(&root.join("target/release/build"))?;
-    let out = Artifacts::locate();
+    let objs = newest_nginx_objs(&build_dir)?;
+    let out = Artifacts::locate_variant(variant);
     for dir in ["sbin", "modules", "conf", "logs"] {
         fs::create_dir_all(out.prefix.join(dir)).map_err(|e| format!("mkdir {dir}: {e}"))?;
     }
     copy(&objs.join("nginx"), &out.nginx)?;
-    copy(
-        &root.join("target/release/libngx_http_dynamic_balancer_module.so"),
-        &out.module,
-    )?;
+    copy(&module, &out.module)?;
     if let Some(mime) = nginx_source_conf(&objs)
         .map(|c| c.join("mime.types"))
         .filter(|p| p.exists())

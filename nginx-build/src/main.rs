@@ -10,7 +10,11 @@
 //!   directory (`controller/manifests/demo`), which runs nginx with the
 //!   module, with three demo upstreams, until Ctrl-C.
 //! - `paths` prints where the artifacts are.
+//! - `asan` builds nginx and the module with AddressSanitizer into
+//!   `build/nginx-asan`; `asan-test [TESTS...]` also runs the end-to-end
+//!   suites against them and fails on any sanitizer report.
 
+mod asan;
 mod build;
 mod demo;
 
@@ -25,8 +29,12 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some("demo") => build::build().and_then(|a| demo::run(&a, &args[1..])),
+        Some("asan") => build::build_variant(build::Variant::Asan).map(|a| a.print()),
+        Some("asan-test") => build::build_variant(build::Variant::Asan).and_then(|a| asan::test(&a, &args[1..])),
         Some("-h" | "--help") => {
-            println!("usage: cargo run -p nginx-build [-- build | demo [--port N] | paths]");
+            println!(
+                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | asan | asan-test [TESTS...]]"
+            );
             Ok(())
         }
         Some(other) => Err(format!("unknown command {other:?}; try --help")),

@@ -79,6 +79,8 @@ pub struct WrkRun {
     pub rps: f64,
     pub max_latency_ms: f64,
     pub non_2xx: u64,
+    /// connect, read, write and timeout errors together.
+    pub socket_errors: u64,
 }
 
 /// Runs `wrk` for `seconds` against `url` with `headers`.
@@ -107,11 +109,27 @@ pub fn wrk(url: &str, seconds: u32, connections: u32, headers: &[&str]) -> WrkRu
     let rps = number("Requests/sec:", 1).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let max_latency_ms = number("Latency", 3).map(|v| parse_duration_ms(&v)).unwrap_or(f64::NAN);
     let non_2xx = number("Non-2xx", 4).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // "Socket errors: connect 0, read 3, write 0, timeout 0"
+    let socket_errors = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Socket errors:"))
+        .map(|l| {
+            l.split(',')
+                .filter_map(|part| part.split_whitespace().last()?.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    if socket_errors > 0 {
+        if let Some(l) = text.lines().find(|l| l.trim_start().starts_with("Socket errors:")) {
+            eprintln!("wrk: {}", l.trim());
+        }
+    }
     WrkRun {
         requests,
         rps,
         max_latency_ms,
         non_2xx,
+        socket_errors,
     }
 }
 

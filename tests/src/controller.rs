@@ -290,7 +290,7 @@ pub trait Cluster {
 /// Replaces Service `name`'s EndpointSlices (as [`service`] writes them)
 /// with one per port in `ports`.
 pub fn set_endpoints(api: &impl Cluster, name: &str, ports: &[u16]) {
-    for i in 0..3 {
+    for i in 0..8 {
         api.delete("EndpointSlice", "demo", &format!("{name}-{i}"));
     }
     api.apply_yaml(&service(name, ports));

@@ -20,12 +20,17 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-/// The nginx binary and module that `cargo run -p nginx-build` produced.
+/// The nginx binary and module that `cargo run -p nginx-build` produced
+/// (`build/nginx`), or those under `$DYNBAL_NGINX_PREFIX` (the
+/// AddressSanitizer build, `cargo run -p nginx-build -- asan-test`).
 pub fn artifacts() -> (PathBuf, PathBuf) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("build/nginx");
+    let root = match std::env::var_os("DYNBAL_NGINX_PREFIX") {
+        Some(prefix) => PathBuf::from(prefix),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .join("build/nginx"),
+    };
     let nginx = root.join("sbin/nginx");
     let module = root.join("modules/ngx_http_dynamic_balancer_module.so");
     assert!(

@@ -204,6 +204,10 @@ impl Size {
         }
         Ok(Size(lower))
     }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// An HTTP status that `error_page` accepts as an error: 400-599, except

@@ -52,6 +52,10 @@ impl ApiClient {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(2))
+            // A connection per call: a reload's old workers close their idle
+            // connections, and a pooled one would fail the next push. On
+            // loopback a connect costs microseconds.
+            .pool_max_idle_per_host(0)
             .default_headers(headers)
             .build()
             .expect("a plain HTTP client builds");

@@ -1,0 +1,94 @@
+//! The end-to-end suites against the AddressSanitizer build.
+//!
+//! The test harness takes nginx and the module from `DYNBAL_NGINX_PREFIX`
+//! (here `build/nginx-asan`). Every process writes its sanitizer reports to
+//! `build/asan-logs/asan.<pid>`; the run fails if any report appears, even
+//! when the tests themselves passed (a worker that dies after answering
+//! does not fail a test).
+
+use std::fs;
+use std::process::Command;
+
+use crate::build::{workspace_root, Artifacts};
+
+/// The suites that drive the module: its API, balancing, hostile inputs,
+/// and the controller end to end.
+const DEFAULT_TESTS: &[&str] = &[
+    "api",
+    "balancing",
+    "hostile",
+    "lifecycle",
+    "upstreams",
+    "sticky",
+    "canary",
+    "algorithms",
+    "health",
+    "controller",
+    "tenants",
+];
+
+pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
+    let root = workspace_root();
+    let logs = root.join("build/asan-logs");
+    let _ = fs::remove_dir_all(&logs);
+    fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+    let tests: Vec<String> = if args.is_empty() {
+        DEFAULT_TESTS.iter().map(|t| t.to_string()).collect()
+    } else {
+        args.to_vec()
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // The controller suites run its binary.
+    let built = Command::new(&cargo)
+        .args(["build", "--release", "-p", "controller"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if !built.success() {
+        return Err(format!("building the controller failed ({built})"));
+    }
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["test", "--release", "-p", "tests", "--no-fail-fast"]);
+    for t in &tests {
+        cmd.args(["--test", t]);
+    }
+    eprintln!("nginx-build: running {} under AddressSanitizer", tests.join(", "));
+    let status = cmd
+        .current_dir(&root)
+        .env("DYNBAL_NGINX_PREFIX", &artifacts.prefix)
+        // nginx frees its cycle only partly at exit, by design: leaks are
+        // not what this run looks for.
+        .env(
+            "ASAN_OPTIONS",
+            format!("detect_leaks=0:abort_on_error=1:log_path={}/asan", logs.display()),
+        )
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let reports: Vec<String> = fs::read_dir(&logs)
+        .map_err(|e| e.to_string())?
+        .filter_map(Result::ok)
+        .map(|e| e.path().display().to_string())
+        .collect();
+    for r in &reports {
+        eprintln!(
+            "nginx-build: sanitizer report {r}:\n{}",
+            fs::read_to_string(r).unwrap_or_default()
+        );
+    }
+    eprintln!(
+        "nginx-build: AddressSanitizer: {} report(s); tests {}",
+        reports.len(),
+        if status.success() { "passed" } else { "failed" }
+    );
+    if !reports.is_empty() {
+        return Err(format!(
+            "{} AddressSanitizer report(s) in {}",
+            reports.len(),
+            logs.display()
+        ));
+    }
+    if !status.success() {
+        return Err(format!("the tests failed under AddressSanitizer ({status})"));
+    }
+    Ok(())
+}
