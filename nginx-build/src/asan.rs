@@ -32,6 +32,12 @@ pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
     let logs = root.join("build/asan-logs");
     let _ = fs::remove_dir_all(&logs);
     fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+    // nginx's workers drop root for `nobody`: they must be able to write
+    // their reports here.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&logs, fs::Permissions::from_mode(0o1777)).map_err(|e| e.to_string())?;
+    }
     let tests: Vec<String> = if args.is_empty() {
         DEFAULT_TESTS.iter().map(|t| t.to_string()).collect()
     } else {
@@ -55,7 +61,10 @@ pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
     eprintln!("nginx-build: running {} under AddressSanitizer", tests.join(", "));
     let status = cmd
         .current_dir(&root)
-        .env("DYNBAL_NGINX_PREFIX", &artifacts.prefix)
+        .env(
+            "DYNBAL_NGINX_PREFIX",
+            std::path::absolute(&artifacts.prefix).map_err(|e| e.to_string())?,
+        )
         // nginx frees its cycle only partly at exit, by design: leaks are
         // not what this run looks for.
         .env(
