@@ -52,6 +52,42 @@ impl Events {
             "ConfigMap" | "Service" | "Secret" => "v1",
             _ => return,
         };
+        let note = format!("{}: {}", report.what, report.reason);
+        self.warn(api_version, kind, namespace, name, "InvalidValue", "Validate", note)
+            .await;
+    }
+
+    /// A Warning `Quarantined` on an Ingress left out of nginx.conf because
+    /// nginx refused what it renders, with nginx's message.
+    pub async fn quarantined(&self, ingress: &str, message: &str) {
+        let (namespace, name) = ingress.split_once('/').unwrap_or(("default", ingress));
+        let note = format!(
+            "nginx refused the configuration this Ingress produces; it is left out until it changes, and every other Ingress is applied. nginx said: {message}"
+        );
+        self.warn(
+            "networking.k8s.io/v1",
+            "Ingress",
+            namespace,
+            name,
+            "Quarantined",
+            "Reload",
+            note,
+        )
+        .await;
+    }
+
+    /// Publishes a Warning Event about one object.
+    #[allow(clippy::too_many_arguments)]
+    async fn warn(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let reference = ObjectReference {
             api_version: Some(api_version.into()),
             kind: Some(kind.into()),
@@ -61,34 +97,9 @@ impl Events {
         };
         let event = Event {
             type_: EventType::Warning,
-            reason: "InvalidValue".into(),
-            note: Some(truncate(format!("{}: {}", report.what, report.reason))),
-            action: "Validate".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::debug!(error = %e, "could not record an event");
-        }
-    }
-
-    /// A Warning `Quarantined` on an Ingress left out of nginx.conf because
-    /// nginx refused what it renders, with nginx's message.
-    pub async fn quarantined(&self, ingress: &str, message: &str) {
-        let (namespace, name) = ingress.split_once('/').unwrap_or(("default", ingress));
-        let reference = ObjectReference {
-            api_version: Some("networking.k8s.io/v1".into()),
-            kind: Some("Ingress".into()),
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            ..Default::default()
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "Quarantined".into(),
-            note: Some(truncate(format!(
-                "nginx refused the configuration this Ingress produces; it is left out until it changes, and every other Ingress is applied. nginx said: {message}"
-            ))),
-            action: "Reload".into(),
+            reason: reason.into(),
+            note: Some(truncate(note)),
+            action: action.into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {

@@ -5,28 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-use controller::model::class::ClassFilter;
-use controller::model::{build, BuildOptions, Listen};
+use controller::model::{build, BuildOptions};
 use controller::render::{RenderContext, Renderer};
 use controller::source::manifests::ManifestDir;
 
 fn options(case: &str) -> BuildOptions {
     BuildOptions {
-        class: ClassFilter {
-            class: "nginx".into(),
-            controller: "k8s.io/ingress-nginx".into(),
-            without_class: false,
-        },
         allow_snippets: case == "snippets-allowed",
         default_backend_service: (case == "default-backend").then(|| ("infra".into(), "fallback".into())),
-        namespace: None,
-        listen: Listen {
-            address: "0.0.0.0".into(),
-            http_port: 80,
-            https_port: 443,
-            api_port: 10246,
-        },
-        endpoints: Default::default(),
+        ..BuildOptions::default()
     }
 }
 

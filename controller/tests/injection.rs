@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use controller::model::annotations::PREFIX;
-use controller::model::class::ClassFilter;
-use controller::model::{build, BuildOptions, Listen};
+use controller::model::{build, BuildOptions};
 use controller::render::{RenderContext, Renderer};
 use controller::snapshot::Snapshot;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -81,23 +80,10 @@ const PAYLOADS: &[&str] = &[
 ];
 
 fn options() -> BuildOptions {
-    BuildOptions {
-        class: ClassFilter {
-            class: "nginx".into(),
-            controller: "k8s.io/ingress-nginx".into(),
-            without_class: true,
-        },
-        allow_snippets: false,
-        default_backend_service: None,
-        namespace: None,
-        listen: Listen {
-            address: "127.0.0.1".into(),
-            http_port: 80,
-            https_port: 443,
-            api_port: 10246,
-        },
-        endpoints: Default::default(),
-    }
+    let mut o = BuildOptions::default();
+    o.class.without_class = true;
+    o.listen.address = "127.0.0.1".into();
+    o
 }
 
 fn ingress(annotations: BTreeMap<String, String>, host: &str, path: &str) -> Ingress {

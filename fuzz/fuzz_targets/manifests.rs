@@ -3,8 +3,7 @@
 //! by the injection tests; it is too slow here for millions of runs.)
 #![no_main]
 
-use controller::model::class::ClassFilter;
-use controller::model::{build, BuildOptions, Listen};
+use controller::model::{build, BuildOptions};
 use controller::snapshot::Snapshot;
 use controller::source::manifests::{add_document, parse_text};
 use libfuzzer_sys::fuzz_target;
@@ -16,23 +15,8 @@ fuzz_target!(|text: &str| {
     for (i, doc) in docs.into_iter().enumerate().take(64) {
         let _ = add_document(&mut snap, doc, i as i64, &config_map);
     }
-    let opts = BuildOptions {
-        class: ClassFilter {
-            class: "nginx".into(),
-            controller: "k8s.io/ingress-nginx".into(),
-            without_class: true,
-        },
-        allow_snippets: false,
-        default_backend_service: None,
-        namespace: None,
-        listen: Listen {
-            address: "127.0.0.1".into(),
-            http_port: 80,
-            https_port: 443,
-            api_port: 10246,
-        },
-        endpoints: Default::default(),
-    };
+    let mut opts = BuildOptions::default();
+    opts.class.without_class = true;
     let model = build(&snap, &opts);
     if let Some(structure) = &model.structure {
         for server in &structure.servers {

@@ -376,8 +376,23 @@ pub fn service(name: &str, ports: &[u16]) -> String {
 }
 
 /// An Ingress routing `host` + `path` (Prefix) to `service` port 80, with
-/// optional annotations (`key: value` lines without the prefix).
+/// optional annotations (`key: value` lines without the prefix), in
+/// namespace `demo`.
 pub fn ingress(name: &str, host: &str, path: &str, service: &str, annotations: &[(&str, &str)]) -> String {
+    ingress_in("demo", name, host, path, "Prefix", service, annotations)
+}
+
+/// An Ingress in `ns` routing `host` + `path` (of `path_type`) to `service`
+/// port 80, with optional annotations.
+pub fn ingress_in(
+    ns: &str,
+    name: &str,
+    host: &str,
+    path: &str,
+    path_type: &str,
+    service: &str,
+    annotations: &[(&str, &str)],
+) -> String {
     let mut ann = String::new();
     for (k, v) in annotations {
         ann.push_str(&format!("    nginx.ingress.kubernetes.io/{k}: {v:?}\n"));
@@ -388,6 +403,21 @@ pub fn ingress(name: &str, host: &str, path: &str, service: &str, annotations: &
         format!("  annotations:\n{ann}")
     };
     format!(
-        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  namespace: demo\n  name: {name}\n{ann}spec:\n  ingressClassName: nginx\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - path: {path}\n            pathType: Prefix\n            backend: {{service: {{name: {service}, port: {{number: 80}}}}}}\n"
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  namespace: {ns}\n  name: {name}\n{ann}spec:\n  ingressClassName: nginx\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - path: {path}\n            pathType: {path_type}\n            backend: {{service: {{name: {service}, port: {{number: 80}}}}}}\n"
     )
+}
+
+/// The built-in template with `edit` applied, written to a file in `dir`
+/// for `--template`; panics if `edit` changed nothing.
+pub fn custom_template(dir: &std::path::Path, edit: impl FnOnce(&str) -> String) -> PathBuf {
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../controller/templates/nginx.conf.j2"
+    ))
+    .unwrap();
+    let edited = edit(&base);
+    assert_ne!(edited, base, "the template edit changed nothing");
+    let path = dir.join("nginx.conf.j2");
+    std::fs::write(&path, edited).unwrap();
+    path
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
+use tests::controller::{custom_template, ingress, service, wait_until, Controller, INGRESS_CLASS};
 use tests::upstream::Upstream;
 
 #[test]
@@ -138,18 +138,13 @@ fn bad_annotations_and_a_failing_nginx_test_leave_traffic_alone() {
     let a = Upstream::start();
     // A template that renders invalid nginx once a third server appears.
     let dir = tempfile::tempdir().unwrap();
-    let template = dir.path().join("nginx.conf.j2");
-    let base = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../controller/templates/nginx.conf.j2"
-    ))
-    .unwrap();
-    let broken = base.replacen(
-        "http {",
-        "http {\n{% if s.servers|length > 2 %}\n    no_such_directive on;\n{% endif %}",
-        1,
-    );
-    std::fs::write(&template, broken).unwrap();
+    let template = custom_template(dir.path(), |base| {
+        base.replacen(
+            "http {",
+            "http {\n{% if s.servers|length > 2 %}\n    no_such_directive on;\n{% endif %}",
+            1,
+        )
+    });
     let c = Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),

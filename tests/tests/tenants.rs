@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
+use tests::controller::{custom_template, ingress, ingress_in, service, wait_until, Controller, INGRESS_CLASS};
 use tests::upstream::Upstream;
 
 /// A Service `name` in `ns` whose EndpointSlice lists `endpoints`.
@@ -25,30 +25,6 @@ fn service_in(ns: &str, name: &str, endpoints: &[(&str, u16)]) -> String {
 fn external_name(ns: &str, name: &str, target: &str, port: u16) -> String {
     format!(
         "apiVersion: v1\nkind: Service\nmetadata: {{namespace: {ns}, name: {name}}}\nspec:\n  type: ExternalName\n  externalName: {target:?}\n  ports: [{{name: http, port: 80, targetPort: {port}}}]\n"
-    )
-}
-
-/// An Ingress in `ns` routing `host` + `path` to `service` port 80.
-fn ingress_in(
-    ns: &str,
-    name: &str,
-    host: &str,
-    path: &str,
-    path_type: &str,
-    svc: &str,
-    ann: &[(&str, &str)],
-) -> String {
-    let mut a = String::new();
-    for (k, v) in ann {
-        a.push_str(&format!("    nginx.ingress.kubernetes.io/{k}: {v:?}\n"));
-    }
-    let a = if a.is_empty() {
-        String::new()
-    } else {
-        format!("  annotations:\n{a}")
-    };
-    format!(
-        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  namespace: {ns}\n  name: {name}\n{a}spec:\n  ingressClassName: nginx\n  rules:\n    - host: {host}\n      http:\n        paths:\n          - path: {path}\n            pathType: {path_type}\n            backend: {{service: {{name: {svc}, port: {{number: 80}}}}}}\n"
     )
 }
 
@@ -481,19 +457,13 @@ fn values_nginx_would_refuse_hold_back_no_reload() {
 fn ingresses_nginx_refuses_are_quarantined_and_the_rest_applied() {
     let a = Upstream::start();
     let dir = tempfile::tempdir().unwrap();
-    let template = dir.path().join("nginx.conf.j2");
-    let base = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../controller/templates/nginx.conf.j2"
-    ))
-    .unwrap();
-    let poisoned = base.replacen(
-        "            client_max_body_size {{ l.proxy_body_size }};",
-        "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            client_max_body_size {{ l.proxy_body_size }};",
-        1,
-    );
-    assert_ne!(poisoned, base);
-    std::fs::write(&template, poisoned).unwrap();
+    let template = custom_template(dir.path(), |base| {
+        base.replacen(
+            "            client_max_body_size {{ l.proxy_body_size }};",
+            "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            client_max_body_size {{ l.proxy_body_size }};",
+            1,
+        )
+    });
     let c = Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),

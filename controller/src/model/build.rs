@@ -36,6 +36,31 @@ pub struct BuildOptions {
     pub endpoints: AddressPolicy,
 }
 
+impl Default for BuildOptions {
+    /// ingress-nginx's defaults: class `nginx` of `k8s.io/ingress-nginx`,
+    /// every namespace, ports 80, 443 and 10246 on all addresses, no
+    /// snippets, no default backend, local endpoints refused.
+    fn default() -> Self {
+        BuildOptions {
+            class: ClassFilter {
+                class: "nginx".into(),
+                controller: "k8s.io/ingress-nginx".into(),
+                without_class: false,
+            },
+            allow_snippets: false,
+            default_backend_service: None,
+            namespace: None,
+            listen: Listen {
+                address: "0.0.0.0".into(),
+                http_port: 80,
+                https_port: 443,
+                api_port: 10246,
+            },
+            endpoints: AddressPolicy::default(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct ServerAcc {
     aliases: Vec<Host>,
