@@ -59,14 +59,19 @@ fn chash_picks_what_resty_chash_picks_and_remaps_little() {
         201
     );
     let mut remapped = 0;
+    let mut ring_remapped = 0;
     for key in &keys {
         let r = ng.get_with(&[("X-Backend", "web"), ("X-User", key)]);
         assert_eq!(r.body, expected(&refs2, key));
         remapped += usize::from(r.body != before[key]);
+        ring_remapped += usize::from(expected(&refs2, key) != expected(&refs, key));
     }
+    // Exactly the keys the ring moves, which depends on where the ports'
+    // points fall: about 1/10 on average, but one node's arc can be wide.
+    assert_eq!(remapped, ring_remapped);
     let share = remapped as f64 / keys.len() as f64;
     assert!(
-        (0.02..=0.25).contains(&share),
+        share > 0.0 && share <= 0.5,
         "moving 1 of 10 endpoints remapped {share:.2} of keys"
     );
 }
