@@ -8,14 +8,18 @@
 //! - [`sync`]: the two paths, structural (render, test, reload) and dynamic
 //!   (per-backend pushes), which never wait on each other.
 
+pub mod diff;
 pub mod events;
 pub mod metrics;
 pub mod model;
 pub mod nginx;
 pub mod push;
+pub mod rebuild;
 pub mod reload;
 pub mod render;
 pub mod snapshot;
 pub mod source;
+pub mod state;
+pub mod supervise;
 pub mod sync;
 pub mod token;

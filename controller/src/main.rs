@@ -1,7 +1,7 @@
 //! `ingress-controller`: see the crate docs and README.md.
 
 mod cli;
-mod http;
+mod status_server;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,7 +17,8 @@ use controller::nginx::{ApiClient, Mode, Nginx};
 use controller::render::{RenderContext, Renderer};
 use controller::snapshot::Snapshot;
 use controller::source::{cluster, manifests};
-use controller::sync::{self, Settings, Shared};
+use controller::state::{Settings, Shared};
+use controller::sync;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -171,7 +172,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.metrics_address))?;
     tracing::info!("metrics, /healthz and /readyz on http://{}", args.metrics_address);
-    let router = http::router(shared.clone());
+    let router = status_server::router(shared.clone());
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router).await {
             tracing::error!("metrics server: {e}");

@@ -15,46 +15,19 @@
 //! a 5xx) are retried, with backoff.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use lua_compat::wire::Backend;
 
+use crate::diff::plan;
 use crate::metrics::QueueLabels;
 use crate::model::{Model, Report};
 use crate::nginx::PushError;
-use crate::sync::Shared;
-
-/// What a round of pushing must do to bring the module from `have` to
-/// `desired`.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// New or changed backends, by name.
-    pub puts: Vec<String>,
-    /// Backends to remove.
-    pub deletes: Vec<String>,
-}
-
-/// The pure diff: changed or new backends are put; backends that are gone
-/// are deleted, except those the running nginx.conf still routes to (they
-/// go after the reload that drops them).
-pub fn plan(
-    have: &BTreeMap<String, Backend>,
-    desired: &BTreeMap<String, Backend>,
-    still_routed: &BTreeSet<String>,
-) -> Plan {
-    Plan {
-        puts: desired
-            .iter()
-            .filter(|(k, b)| have.get(*k) != Some(b))
-            .map(|(k, _)| k.clone())
-            .collect(),
-        deletes: have
-            .keys()
-            .filter(|k| !desired.contains_key(*k) && !still_routed.contains(*k))
-            .cloned()
-            .collect(),
-    }
-}
+use crate::state::{Running, Shared};
 
 /// The pusher's memory between rounds.
 #[derive(Default)]
@@ -268,28 +241,50 @@ impl Pusher {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn b(name: &str, port: u16) -> (String, Backend) {
-        let json = serde_json::json!({"name": name, "endpoints": [{"address": "10.0.0.1", "port": port}]});
-        (name.to_string(), serde_json::from_value(json).unwrap())
-    }
-
-    #[test]
-    fn plans_puts_for_changes_and_holds_deletes_still_routed() {
-        let have: BTreeMap<_, _> = [b("a", 80), b("b", 80), b("c", 80)].into();
-        let desired: BTreeMap<_, _> = [b("a", 80), b("b", 81), b("d", 80)].into();
-        let routed: BTreeSet<String> = ["c".to_string()].into();
-        assert_eq!(
-            plan(&have, &desired, &routed),
-            Plan {
-                puts: vec!["b".into(), "d".into()],
-                deletes: vec![],
+/// Pushes backend changes as they come (see [`crate::push`]). A push that
+/// failed is retried in full with backoff; a refused backend is not.
+pub async fn task(shared: Arc<Shared>, mut models: watch::Receiver<Arc<Model>>, mut running: watch::Receiver<Running>) {
+    let mut pusher = Pusher::default();
+    let mut epoch = 0;
+    let mut backoff = Duration::from_millis(200);
+    let mut retry = false;
+    loop {
+        if retry {
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = running.changed() => {}
             }
-        );
-        assert_eq!(plan(&have, &desired, &BTreeSet::new()).deletes, ["c"]);
-        assert_eq!(plan(&desired, &desired, &routed), Plan::default());
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        } else {
+            tokio::select! {
+                r = models.changed() => if r.is_err() { return },
+                r = running.changed() => if r.is_err() { return },
+            }
+        }
+        let model = models.borrow_and_update().clone();
+        let run = running.borrow_and_update().clone();
+        if run.epoch == 0 || model.structure.is_none() {
+            retry = false;
+            continue;
+        }
+        if run.epoch != epoch {
+            // A reload or restart: resend everything once (the zone
+            // survives reloads, not restarts).
+            pusher.forget();
+            epoch = run.epoch;
+        }
+        match pusher.round(&shared, &model, &run.referenced).await {
+            Ok(()) => {
+                retry = false;
+                backoff = Duration::from_millis(200);
+                if !shared.ready.swap(true, Ordering::AcqRel) {
+                    tracing::info!(backends = model.backends.len(), "first configuration applied; ready");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "pushing backends failed; will retry with a full push");
+                retry = true;
+            }
+        }
     }
 }

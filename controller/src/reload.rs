@@ -19,14 +19,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
+use crate::metrics::{unix_now, QueueLabels};
 use crate::model::{self, Model, Quarantine, Quarantined, Structure};
 use crate::nginx::ApiClient;
 use crate::render::Renderer;
 use crate::snapshot::Snapshot;
-use crate::sync::{Settings, Shared};
+use crate::state::{Running, Settings, Shared};
 use crate::token::write_private;
 
 /// Most `nginx -t` runs one quarantine search may take.
@@ -337,6 +340,170 @@ impl Tester<'_> {
             set = second;
         }
         set.pop()
+    }
+}
+
+pub async fn task(
+    settings: Arc<Settings>,
+    renderer: Renderer,
+    shared: Arc<Shared>,
+    mut models: watch::Receiver<Arc<Model>>,
+    running: Arc<watch::Sender<Running>>,
+    quarantine: watch::Sender<Quarantine>,
+) {
+    let mut applied: Option<Structure> = None;
+    let mut applied_prints: BTreeMap<String, String> = BTreeMap::new();
+    let mut failed: Option<Structure> = None;
+    let depth = shared
+        .metrics
+        .queue_depth
+        .get_or_create(&QueueLabels { path: "structural" })
+        .clone();
+    let mut retry = false;
+    loop {
+        if retry {
+            retry = false;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } else if models.changed().await.is_err() {
+            return;
+        }
+        let pending = |m: &Model| m.structure.is_some() && m.structure != applied && m.structure != failed;
+        if !pending(&models.borrow()) {
+            continue;
+        }
+        depth.set(1);
+        // Coalesce: whatever else arrives while we settle joins this reload.
+        if applied.is_some() {
+            tokio::time::sleep(settings.settle).await;
+        }
+        let model = models.borrow_and_update().clone();
+        if !pending(&model) {
+            depth.set(0);
+            continue;
+        }
+        lift_quarantine(&quarantine, &model, &shared);
+        let structure = model.structure.clone().expect("pending implies a structure");
+        let started = Instant::now();
+        let tested = test_candidate(&settings, &renderer, &shared, &structure, &model.certificates).await;
+        let result = match tested {
+            Ok(text) => apply_tested(&settings, &shared, &structure, &model, &text).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(hash) => {
+                let elapsed = started.elapsed();
+                let m = &shared.metrics;
+                m.reload_success.inc();
+                m.last_reload_successful.set(1);
+                m.last_reload_successful_timestamp.set(unix_now());
+                m.config_hash.set(hash);
+                m.reload_duration.observe(elapsed.as_secs_f64());
+                tracing::info!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    servers = structure.servers.len(),
+                    "nginx configuration applied"
+                );
+                let referenced = structure
+                    .servers
+                    .iter()
+                    .flat_map(|s| {
+                        s.locations
+                            .iter()
+                            .map(|l| l.backend.clone())
+                            .chain(s.error_pages.iter().map(|e| e.backend.clone()))
+                    })
+                    .collect();
+                running.send_modify(|r| {
+                    r.epoch += 1;
+                    r.referenced = referenced;
+                });
+                applied = Some(structure);
+                applied_prints = model.fingerprints.clone();
+                failed = None;
+                if let Some(events) = shared.events.clone() {
+                    tokio::spawn(async move { events.reload(None).await });
+                }
+            }
+            Err(e) if !shared.nginx.is_supervised() && shared.nginx.master_pid().is_none() => {
+                // An external nginx that is not up yet: the file is in
+                // place; signal it once it runs.
+                tracing::warn!(error = %format!("{e:#}"), "waiting for the external nginx (--nginx-pid-file) to start");
+                retry = true;
+            }
+            Err(e) => {
+                let rejected = keep_rejected(&settings);
+                let message = format!("{e:#}");
+                shared.metrics.reload_errors.inc();
+                shared.metrics.last_reload_successful.set(0);
+                // Not retried until the structure changes: no hot loop.
+                failed = Some(structure);
+                let found = match model.snapshot.clone() {
+                    Some(snap) => {
+                        let q = quarantine.borrow().clone();
+                        search(
+                            &settings,
+                            &renderer,
+                            &shared,
+                            snap,
+                            &model,
+                            &q,
+                            &applied_prints,
+                            &message,
+                        )
+                        .await
+                    }
+                    None => None,
+                };
+                match found {
+                    Some(found) => {
+                        for (ingress, reason) in &found.culprits {
+                            tracing::error!(%ingress, error = %reason, "nginx refused the configuration of this Ingress; it is quarantined (left out) until it changes, and the rest is applied");
+                            if let Some(events) = shared.events.clone() {
+                                let (ingress, reason) = (ingress.clone(), reason.clone());
+                                tokio::spawn(async move { events.quarantined(&ingress, &reason).await });
+                            }
+                        }
+                        shared
+                            .metrics
+                            .quarantined_ingresses
+                            .set(found.quarantine.0.len() as i64);
+                        // The model task rebuilds without them; that model
+                        // is applied as any other.
+                        quarantine.send_replace(found.quarantine);
+                    }
+                    None => {
+                        tracing::error!(error = %message, kept = %rejected.display(), "nginx configuration rejected and no Ingress explains it; the running configuration is unchanged");
+                        if let Some(events) = shared.events.clone() {
+                            tokio::spawn(async move { events.reload(Some(&message)).await });
+                        }
+                    }
+                }
+            }
+        }
+        depth.set(0);
+    }
+}
+
+/// Lifts the quarantine of Ingresses that changed (they are in this model
+/// again) or no longer exist.
+fn lift_quarantine(quarantine: &watch::Sender<Quarantine>, model: &Model, shared: &Shared) {
+    let stale: Vec<String> = quarantine
+        .borrow()
+        .0
+        .iter()
+        .filter(|(k, q)| model.fingerprints.get(*k) != Some(&q.fingerprint))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if !stale.is_empty() {
+        quarantine.send_modify(|q| {
+            for k in &stale {
+                q.0.remove(k);
+            }
+        });
+        shared
+            .metrics
+            .quarantined_ingresses
+            .set(quarantine.borrow().0.len() as i64);
     }
 }
 

@@ -1,7 +1,7 @@
 //! nginx itself: the master process and the module's HTTP API.
 
-mod api;
+mod api_client;
 mod process;
 
-pub use api::{ApiClient, PushError, Status, WorkerStatus};
+pub use api_client::{ApiClient, PushError, Status, WorkerStatus};
 pub use process::{Mode, Nginx};

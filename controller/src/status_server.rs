@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use crate::sync::Shared;
+use controller::state::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
