@@ -15,8 +15,12 @@
 //! - [`algorithm`]: which algorithm balances a backend, as `balancer.lua` decides;
 //! - [`round_robin`], [`least_conn`], [`ewma`], [`chash`] and [`sticky`]: the
 //!   pickers, compatible with the Lua ones where Lua has them;
+//! - [`selection`]: one selection mechanism over those pickers: a selector
+//!   per backend and algorithm, and the retry and health tiers applied once;
 //! - [`canary`]: canary routing rules, in Lua's order;
 //! - [`hash_key`]: `upstream-hash-by` templates;
+//! - [`endpoint_state`]: the table of per-endpoint state every worker shares
+//!   (passive health, connections, EWMA), laid out for shared memory;
 //! - [`dns`]: `ExternalName` resolution with a cache and a deadline;
 //! - [`tried`]: the per-request set of endpoints already tried;
 //! - [`shm_rwlock`]: the zone's reader-writer lock, which survives a
@@ -29,12 +33,14 @@ pub mod api;
 pub mod canary;
 pub mod chash;
 pub mod dns;
+pub mod endpoint_state;
 pub mod ewma;
 pub mod hash_key;
 pub mod least_conn;
 pub mod round_robin;
 pub mod runtime;
 pub mod sample;
+pub mod selection;
 pub mod shm_rwlock;
 pub mod sticky;
 pub mod tried;

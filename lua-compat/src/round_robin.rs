@@ -104,11 +104,21 @@ impl RoundRobin {
     /// Picks the next endpoint for which `usable` holds and that is not in
     /// `tried`; `None` once none is left.
     pub fn pick_where(&mut self, tried: &TriedSet, usable: impl Fn(usize) -> bool) -> Option<usize> {
-        let n = self.weights.len();
-        if n == 0 || tried.len() >= n {
+        if tried.len() >= self.weights.len() {
             return None;
         }
-        let eligible = |i: usize| !tried.contains(i) && usable(i);
+        self.pick_accepted(|i| !tried.contains(i) && usable(i))
+    }
+
+    /// Picks the next endpoint `eligible` takes; `None` if it takes none.
+    /// Only eligible endpoints are credited their weight, as nginx's
+    /// `ngx_http_upstream_get_peer` skips tried and down peers.
+    #[inline]
+    pub fn pick_accepted(&mut self, eligible: impl Fn(usize) -> bool) -> Option<usize> {
+        let n = self.weights.len();
+        if n == 0 {
+            return None;
+        }
         match &mut self.mode {
             Mode::Uniform { cursor } => {
                 let i = (0..n).map(|step| (*cursor + step) % n).find(|i| eligible(*i))?;

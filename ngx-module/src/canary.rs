@@ -20,7 +20,7 @@ use crate::zone::Zone;
 /// # Safety
 /// `r` is a live request.
 pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<WorkerBackend>, bool) {
-    if primary.alternatives.is_empty() || primary.is_affinitized(r) {
+    if primary.alternatives.is_empty() || is_affinitized(r, &primary) {
         return (primary, false);
     }
     let canaries: Vec<Rc<WorkerBackend>> = primary
@@ -29,7 +29,7 @@ pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerB
         .filter_map(|name| lookup(zone, name.as_bytes()))
         .filter(|b| !b.endpoints.is_empty())
         .collect();
-    if let Some(c) = canaries.iter().find(|c| c.is_affinitized(r)) {
+    if let Some(c) = canaries.iter().find(|c| is_affinitized(r, c)) {
         return (Rc::clone(c), true);
     }
     for canary in &canaries {
@@ -49,4 +49,20 @@ pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerB
         }
     }
     (primary, false)
+}
+
+/// Whether the request carries `backend`'s sticky cookie: a session stays
+/// with the backend (primary or canary) that issued it.
+///
+/// # Safety
+/// `r` is a live request.
+unsafe fn is_affinitized(r: *mut ngx_http_request_t, backend: &WorkerBackend) -> bool {
+    let Some(sticky) = backend.selector.sticky() else {
+        return false;
+    };
+    // SAFETY: `r` is live (the caller's contract).
+    let Some(value) = (unsafe { variables::get(r, &sticky.cookie_variable) }) else {
+        return false;
+    };
+    sticky.is_affinitized(&String::from_utf8_lossy(value))
 }

@@ -13,7 +13,6 @@ mod api;
 mod body_limit;
 mod canary;
 mod config;
-mod endpoint_state;
 mod external_names;
 mod guard;
 mod http;

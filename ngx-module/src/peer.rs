@@ -12,12 +12,9 @@ use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use lua_compat::sample::sample_two;
-use lua_compat::sticky::{
-    parse_cookie_value, persistent_key, set_cookie_value, should_set_cookie, CookieContext, StickyMode,
-};
+use lua_compat::selection::{select, Attempt, Endpoints, StickySelector};
+use lua_compat::sticky::{set_cookie_value, should_set_cookie, CookieContext};
 use lua_compat::tried::TriedSet;
-use lua_compat::{ewma, least_conn};
 use ngx::ffi::{
     ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_peer_connection_t, ngx_uint_t, NGX_BUSY,
     NGX_ERROR, NGX_LOG_WARN, NGX_OK, NGX_PEER_FAILED,
@@ -30,14 +27,10 @@ use crate::config::{backend_name, upstream_conf, zone_of, UpstreamConf};
 use crate::guard::ffi_guard;
 use crate::http::pool_box;
 use crate::variables::{self, Own};
-use crate::worker_cache::{lookup, Balancing, Sticky, WorkerBackend};
+use crate::worker_cache::{lookup, WorkerBackend};
 use crate::zone::Zone;
 use crate::Module;
 use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
-
-/// Sticky balanced mode's attempts at a new key avoiding failed endpoints,
-/// as Lua's `MAX_UPSTREAM_CHECKS_COUNT`.
-const STICKY_NEW_KEY_TRIES: u32 = 20;
 
 /// Per-request balancer state, in the request pool.
 pub struct PeerData {
@@ -230,15 +223,10 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
     ffi_guard("get peer", NGX_ERROR as ngx_int_t, || unsafe {
         let pd = &mut *data.cast::<PeerData>();
         let pc = &mut *pc;
-        let picked = pick(pd).or_else(|| {
-            // Every endpoint was tried, yet nginx grants one more try: it does
-            // so when a cached keepalive connection turned out to be closed.
-            // Stock round-robin then reconnects too, so pick again.
-            (pc.tries > 0)
-                .then(|| pd.backend.rr.borrow_mut().pick(&TriedSet::new()))
-                .flatten()
-        });
-        let Some(i) = picked else {
+        // When every endpoint was tried yet nginx grants one more try (a
+        // cached keepalive connection turned out closed), the selection's
+        // last tier takes any endpoint, as stock round-robin reconnects.
+        let Some(i) = pick(pd) else {
             return NGX_BUSY as ngx_int_t;
         };
         pd.tried.insert(i);
@@ -256,147 +244,78 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
     })
 }
 
-/// The endpoint for the next attempt, by the backend's algorithm; endpoints
-/// already tried by the request are avoided, and endpoints passive health
-/// took out of rotation too, unless nothing else is left (then, as nginx
-/// does, all of them are used).
+/// The shared endpoint state of a backend, as the selectors read it.
+struct Live<'a> {
+    backend: &'a WorkerBackend,
+    now_ms: u64,
+}
+
+impl Live<'_> {
+    fn slot(&self, i: usize) -> Option<&'static lua_compat::endpoint_state::Slot> {
+        self.backend.endpoints[i].state.and_then(|s| s.get())
+    }
+}
+
+impl Endpoints for Live<'_> {
+    fn len(&self) -> usize {
+        self.backend.endpoints.len()
+    }
+
+    #[inline]
+    fn healthy(&self, i: usize) -> bool {
+        let b = self.backend;
+        self.slot(i)
+            .is_none_or(|s| s.usable(b.max_fails, b.fail_timeout_ms, self.now_ms))
+    }
+
+    fn connections(&self, i: usize) -> u64 {
+        self.slot(i).map_or(0, |s| u64::from(s.conns.load(Ordering::Relaxed)))
+    }
+
+    fn ewma_score(&self, i: usize) -> f64 {
+        self.slot(i).map_or(0.0, |s| s.score(self.now_ms as f64 / 1000.0))
+    }
+}
+
+/// The endpoint for the next attempt, by the backend's selector (which
+/// applies the retry and health tiers); a new sticky session gets its cookie.
 unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
     let backend = Rc::clone(&pd.backend);
-    let n = backend.endpoints.len();
-    let now_ms = now_ms();
-    let healthy = |i: usize| {
-        backend.endpoints[i]
-            .state
-            .and_then(|s| s.get())
-            .is_none_or(|s| s.usable(backend.max_fails, backend.fail_timeout_ms, now_ms))
-    };
-    let tried = &pd.tried;
-    let fresh = |i: usize| !tried.contains(i);
-    match &backend.algorithm {
-        Balancing::RoundRobin => {
-            let mut rr = backend.rr.borrow_mut();
-            rr.pick_where(tried, healthy).or_else(|| rr.pick(tried))
-        }
-        Balancing::LeastConn => {
-            let conns = |i: usize| {
-                backend.endpoints[i]
-                    .state
-                    .and_then(|s| s.get())
-                    .map_or(0, |s| u64::from(s.conns.load(Ordering::Relaxed)))
-            };
-            let rr = backend.rr.borrow();
-            let weight = |i: usize| u64::from(rr.weight(i));
-            let random = |k: usize| fastrand::usize(..k);
-            least_conn::pick(n, |i| fresh(i) && healthy(i), conns, weight, random)
-                .or_else(|| least_conn::pick(n, fresh, conns, weight, random))
-        }
-        Balancing::Ewma => {
-            let secs = now_ms as f64 / 1000.0;
-            let score = |i: usize| {
-                backend.endpoints[i]
-                    .state
-                    .and_then(|s| s.get())
-                    .map_or(0.0, |s| s.score(secs))
-            };
-            let random = |k: usize| fastrand::usize(..k);
-            // Untried and healthy; else untried; else all (Lua resets its
-            // tried list when everything was tried).
-            let (i, score) = ewma::pick_two(n, |i| fresh(i) && healthy(i), score, random)
-                .or_else(|| ewma::pick_two(n, fresh, score, random))
-                .or_else(|| ewma::pick_two(n, |_| true, score, random))?;
-            pd.ewma_score = Some(score);
-            Some(i)
-        }
-        Balancing::Chash { key, ring } => {
-            let r = pd.request;
-            let key = pd.key.get_or_insert_with(|| key.render(|name| variables::get(r, name)));
-            ring.find_usable(key, n, |i| fresh(i) && healthy(i))
-                .or_else(|| ring.find_usable(key, n, fresh))
-        }
-        Balancing::ChashSubset { key, ring, subsets } => {
-            let r = pd.request;
-            let key = pd.key.get_or_insert_with(|| key.render(|name| variables::get(r, name)));
-            let (set, _) = ring.find(key)?;
-            let members = subsets.get(set)?;
-            let in_set: Vec<usize> = members.iter().copied().filter(|i| fresh(*i) && healthy(*i)).collect();
-            let in_set = if in_set.is_empty() {
-                members.iter().copied().filter(|i| fresh(*i)).collect()
-            } else {
-                in_set
-            };
-            if in_set.is_empty() {
-                return random_where(n, fresh);
-            }
-            Some(in_set[fastrand::usize(..in_set.len())])
-        }
-        Balancing::Sticky(sticky) => pick_sticky(pd, &backend, sticky, &healthy),
-    }
-}
-
-/// One random endpoint among `0..n` for which `eligible` holds, without
-/// scanning large backends.
-fn random_where(n: usize, eligible: impl Fn(usize) -> bool) -> Option<usize> {
-    sample_two(n, eligible, |k| fastrand::usize(..k)).map(|(a, _)| a)
-}
-
-/// Sticky sessions, as `balancer/sticky.lua`: follow the cookie, unless there
-/// is none (or it is unknown), or this is a retry and `change_on_failure` is
-/// set; then pick anew and (re)issue the cookie where `locations` allows.
-/// Beyond Lua, an endpoint passive health took out of rotation is not
-/// followed, and a retry never goes back to the endpoint that just failed
-/// for this request: without `change_on_failure` the retry goes elsewhere
-/// but the session keeps its cookie.
-unsafe fn pick_sticky(
-    pd: &mut PeerData,
-    backend: &WorkerBackend,
-    sticky: &Sticky,
-    healthy: &dyn Fn(usize) -> bool,
-) -> Option<usize> {
+    let selector = &backend.selector;
     let r = pd.request;
-    let retry = !pd.tried.is_empty();
-    let cookie = variables::get(r, &sticky.cookie_variable).map(|v| String::from_utf8_lossy(v).into_owned());
-    let from_cookie = cookie
-        .as_deref()
-        .and_then(|c| parse_cookie_value(c).0)
-        .and_then(|key| match sticky.mode {
-            StickyMode::Balanced => sticky.ring.find(key.as_bytes()).map(|(i, _)| i),
-            StickyMode::Persistent => sticky.persistent.get(key).copied(),
-        })
-        .filter(|i| *i < backend.endpoints.len());
-    let reissue = (retry && sticky.cookie.change_on_failure) || from_cookie.is_none_or(|i| !healthy(i));
-    if let Some(i) = from_cookie.filter(|i| !reissue && !pd.tried.contains(*i)) {
-        return Some(i);
+    if let Some(template) = selector.hash_key() {
+        // SAFETY: `r` is the live request this state belongs to.
+        pd.key
+            .get_or_insert_with(|| template.render(|name| unsafe { variables::get(r, name) }));
     }
-    let usable = |i: usize| !pd.tried.contains(i) && healthy(i);
-    let (i, key) = match sticky.mode {
-        StickyMode::Balanced => {
-            let now = now_ms() as f64 / 1000.0;
-            let pid = ngx::ffi::ngx_pid;
-            (1..=STICKY_NEW_KEY_TRIES).find_map(|k| {
-                let key = format!("{:.3}.{pid}.{}", now + f64::from(k), fastrand::u32(1..=999_999));
-                let (i, _) = sticky.ring.find(key.as_bytes())?;
-                usable(i).then_some((i, key))
-            })?
-        }
-        StickyMode::Persistent => {
-            let i = random_where(backend.endpoints.len(), usable)?;
-            (
-                i,
-                persistent_key(
-                    std::str::from_utf8(&backend.name).unwrap_or(""),
-                    backend.endpoints[i].name_str(),
-                ),
-            )
-        }
+    let cookie = selector
+        .cookie_variable()
+        // SAFETY: as above.
+        .and_then(|name| unsafe { variables::get(r, name) })
+        .map(String::from_utf8_lossy);
+    let attempt = Attempt {
+        hash_key: pd.key.as_deref().unwrap_or_default(),
+        cookie: cookie.as_deref(),
+        retry: !pd.tried.is_empty(),
+        now_ms: now_ms(),
     };
-    if reissue {
-        issue_cookie(r, sticky, &key);
+    let live = Live {
+        backend: &backend,
+        now_ms: attempt.now_ms,
+    };
+    let pick = select(selector, &attempt, &live, &pd.tried)?;
+    if pick.ewma_score.is_some() {
+        pd.ewma_score = pick.ewma_score;
     }
-    Some(i)
+    if let (Some(key), Some(sticky)) = (&pick.new_cookie, selector.sticky()) {
+        // SAFETY: as above.
+        unsafe { issue_cookie(r, sticky, key) };
+    }
+    Some(pick.endpoint)
 }
 
 /// Adds the sticky `Set-Cookie` if the request's location is listed.
-unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &Sticky, key: &str) {
+unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &StickySelector, key: &str) {
     let text = |name: &str| {
         variables::get(r, name)
             .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -458,7 +377,7 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
             return;
         }
         slot.record_success();
-        if matches!(backend.algorithm, Balancing::Ewma) {
+        if backend.selector.learns_round_trips() {
             if let Some(rtt) = last_round_trip(pd.request) {
                 slot.record_rtt(rtt, now_ms() as f64 / 1000.0);
             }

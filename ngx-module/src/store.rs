@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use lua_compat::algorithm::Algorithm;
 use lua_compat::runtime::{Prepared, RuntimeBackend};
 
-use crate::endpoint_state::EndpointTable;
+use lua_compat::endpoint_state::EndpointTable;
 
 use crate::zone::{SlabGuard, Zone};
 

@@ -19,20 +19,16 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use lua_compat::algorithm::{subsets, Algorithm};
 use lua_compat::canary::TrafficPolicy;
-use lua_compat::chash::ChashRing;
-use lua_compat::hash_key::HashKey;
-use lua_compat::round_robin::RoundRobin;
+use lua_compat::endpoint_state::{EndpointTable, SlotRef};
 use lua_compat::runtime::RuntimeBackend;
-use lua_compat::sticky::{backend_key, persistent_key, CookieSpec, StickyMode};
+use lua_compat::selection::{Selection, Selector, Worker};
 use ngx::ffi::{ngx_str_t, NGX_LOG_ERR, NGX_LOG_INFO};
 use ngx::ngx_log_error;
 use regex::bytes::Regex;
 use rustc_hash::FxHashMap;
 use socket2::SockAddr;
 
-use crate::endpoint_state::{EndpointTable, SlotRef};
 use crate::store::Index;
 use crate::zone::Zone;
 
@@ -60,11 +56,6 @@ impl PeerAddr {
             name,
         }
     }
-
-    /// `address:port` (`[v6]:port`), as Lua names peers.
-    pub fn name_str(&self) -> &str {
-        std::str::from_utf8(&self._name_buf).unwrap_or("")
-    }
 }
 
 /// A backend as this worker routes it. Requests hold an `Rc` to it, so
@@ -74,9 +65,8 @@ pub struct WorkerBackend {
     /// The generation that wrote its blob.
     pub version: u64,
     pub endpoints: Box<[PeerAddr]>,
-    /// Round-robin state; also the endpoints' weights for least_conn.
-    pub rr: RefCell<RoundRobin>,
-    pub algorithm: Balancing,
+    /// The algorithm, built for this backend (see `lua_compat::selection`).
+    pub selector: Selector,
     /// Canary backends, in order.
     pub alternatives: Box<[String]>,
     /// This backend's rules as a canary.
@@ -85,53 +75,6 @@ pub struct WorkerBackend {
     pub header_pattern: Option<Result<Regex, ()>>,
     pub max_fails: u32,
     pub fail_timeout_ms: u64,
-}
-
-/// The algorithm, with what it precomputes per backend.
-pub enum Balancing {
-    RoundRobin,
-    Ewma,
-    LeastConn,
-    Chash {
-        key: HashKey,
-        ring: ChashRing,
-    },
-    ChashSubset {
-        key: HashKey,
-        ring: ChashRing,
-        subsets: Vec<Vec<usize>>,
-    },
-    Sticky(Sticky),
-}
-
-pub struct Sticky {
-    pub mode: StickyMode,
-    pub cookie: CookieSpec,
-    /// `cookie_<name>`, the variable holding the cookie.
-    pub cookie_variable: String,
-    /// `md5(md5(name) .. name)`.
-    pub backend_key: String,
-    /// Balanced mode: the ring over endpoints.
-    pub ring: ChashRing,
-    /// Persistent mode: `md5(name .. "addr:port")` -> endpoint.
-    pub persistent: FxHashMap<String, usize>,
-}
-
-impl WorkerBackend {
-    /// Whether the request carries this backend's sticky cookie.
-    ///
-    /// # Safety
-    /// `r` is a live request.
-    pub unsafe fn is_affinitized(&self, r: *mut ngx::ffi::ngx_http_request_t) -> bool {
-        let Balancing::Sticky(sticky) = &self.algorithm else {
-            return false;
-        };
-        let Some(value) = crate::variables::get(r, &sticky.cookie_variable) else {
-            return false;
-        };
-        let value = String::from_utf8_lossy(value);
-        lua_compat::sticky::parse_cookie_value(&value).1 == Some(sticky.backend_key.as_str())
-    }
 }
 
 struct Entry {
@@ -249,55 +192,16 @@ fn decode(name: &[u8], version: u64, runtime: &[u8], table: &EndpointTable) -> O
         }
     };
     let endpoints: Box<[PeerAddr]> = rt.endpoints.iter().map(|e| PeerAddr::new(e.addr, table)).collect();
-    let node_ids: Vec<String> = endpoints.iter().map(|e| e.name_str().to_string()).collect();
-    let ring = || {
-        ChashRing::new(
-            node_ids
-                .iter()
-                .zip(&rt.endpoints)
-                .map(|(id, e)| (id.as_str(), e.weight)),
-        )
-    };
-    let algorithm = match rt.algorithm {
-        Algorithm::RoundRobin => Balancing::RoundRobin,
-        Algorithm::Ewma => Balancing::Ewma,
-        Algorithm::LeastConn => Balancing::LeastConn,
-        Algorithm::Chash { key } => Balancing::Chash { key, ring: ring() },
-        Algorithm::ChashSubset { key, subset_size } => {
-            let subsets = subsets(endpoints.len(), subset_size);
-            let ids: Vec<String> = (1..=subsets.len()).map(|i| format!("set{i}")).collect();
-            let ring = ChashRing::new(ids.iter().map(|id| (id.as_str(), 1)));
-            Balancing::ChashSubset { key, ring, subsets }
-        }
-        Algorithm::Sticky { mode, cookie } => Balancing::Sticky(Sticky {
-            mode,
-            cookie_variable: format!("cookie_{}", cookie.name),
-            backend_key: backend_key(&rt.name),
-            ring: if mode == StickyMode::Balanced {
-                ring()
-            } else {
-                ChashRing::new(std::iter::empty())
-            },
-            persistent: if mode == StickyMode::Persistent {
-                node_ids
-                    .iter()
-                    .enumerate()
-                    .map(|(i, id)| (persistent_key(&rt.name, id), i))
-                    .collect()
-            } else {
-                FxHashMap::default()
-            },
-            cookie,
-        }),
-    };
+    // SAFETY: plain read of a global nginx sets before a worker runs modules.
+    let pid = i64::from(unsafe { ngx::ffi::ngx_pid });
+    let selector = Selector::build(&rt, Worker { pid });
     let header_pattern = (!rt.traffic.header_pattern.is_empty())
         .then(|| lua_compat::canary::compile_pattern(&rt.traffic.header_pattern).map_err(|_| ()));
     Some(WorkerBackend {
         name: name.into(),
         version,
-        rr: RefCell::new(RoundRobin::new(rt.endpoints.iter().map(|e| e.weight), worker_seed())),
         endpoints,
-        algorithm,
+        selector,
         alternatives: rt.alternatives.into(),
         traffic: rt.traffic,
         header_pattern,
@@ -364,12 +268,6 @@ pub fn report(zone: &Zone, generation: u64) {
     if process == ngx::ffi::NGX_PROCESS_WORKER as usize && !leaving {
         zone.header().report(worker, pid as i64, generation);
     }
-}
-
-/// Spreads the round-robin start across workers, as Lua's random start does.
-fn worker_seed() -> usize {
-    // SAFETY: plain read of a global set before modules run.
-    (unsafe { ngx::ffi::ngx_pid } as usize).wrapping_mul(0x9e37_79b9)
 }
 
 fn cycle_log() -> *mut ngx::ffi::ngx_log_t {

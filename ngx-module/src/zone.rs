@@ -16,9 +16,9 @@ use ngx::ngx_log_error;
 
 use lua_compat::shm_rwlock::ShmRwLock;
 
-use crate::endpoint_state::EndpointTable;
 use crate::guard::ffi_guard;
 use crate::store::Index;
+use lua_compat::endpoint_state::EndpointTable;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.

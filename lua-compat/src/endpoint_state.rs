@@ -127,9 +127,12 @@ impl EndpointTable {
     /// Initialises a zeroed table of `cap` slots in place.
     ///
     /// # Safety
-    /// `table` points to `size_for(cap)` zeroed bytes.
+    /// `table` points to `size_for(cap)` zeroed bytes, aligned for `u64`,
+    /// that stay mapped for the rest of the process (a shared zone), since
+    /// [`SlotRef`]s into it are `'static`; `cap` is a power of two.
     pub unsafe fn init(table: *mut EndpointTable, cap: usize) {
-        (*table).cap = cap;
+        // SAFETY: the caller hands over writable memory for the header.
+        unsafe { (*table).cap = cap };
     }
 
     fn slots(&self) -> &[Slot] {
@@ -250,7 +253,7 @@ impl Slot {
             return;
         }
         let (ewma, touched) = self.ewma_value();
-        let next = lua_compat::ewma::decay(ewma, touched, rtt, now);
+        let next = crate::ewma::decay(ewma, touched, rtt, now);
         self.ewma.store(next.to_bits(), Ordering::Relaxed);
         self.touched.store(now.to_bits(), Ordering::Relaxed);
         self.ewma_lock.store(0, Ordering::Release);
@@ -259,7 +262,7 @@ impl Slot {
     /// The score used to pick: the stored EWMA decayed to now.
     pub fn score(&self, now: f64) -> f64 {
         let (ewma, touched) = self.ewma_value();
-        lua_compat::ewma::decay(ewma, touched, 0.0, now)
+        crate::ewma::decay(ewma, touched, 0.0, now)
     }
 
     /// nginx's passive health rule: out of rotation once `max_fails` attempts
@@ -299,5 +302,70 @@ impl Slot {
         max_fails != 0
             && self.fails.load(Ordering::Relaxed) >= max_fails
             && now_ms.saturating_sub(self.checked_ms.load(Ordering::Relaxed)) <= fail_timeout_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table on leaked heap memory, which lives as long as the process,
+    /// as the zone does.
+    fn table(cap: usize) -> &'static EndpointTable {
+        let words = EndpointTable::size_for(cap).div_ceil(8);
+        let memory: &'static mut [u64] = Box::leak(vec![0u64; words].into_boxed_slice());
+        let table = memory.as_mut_ptr().cast::<EndpointTable>();
+        // SAFETY: zeroed, u64-aligned, `size_for(cap)` bytes, never freed.
+        unsafe {
+            EndpointTable::init(table, cap);
+            &*table
+        }
+    }
+
+    fn addr(i: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 80))
+    }
+
+    #[test]
+    fn finds_what_it_holds_and_forgets_what_it_drops() {
+        let t = table(16);
+        let v6: SocketAddr = "[2001:db8::1]:8080".parse().unwrap();
+        for a in [addr(1), addr(2), v6] {
+            assert!(t.insert(&a, Some(0.5), 100.0));
+        }
+        assert_eq!(t.live(), 3);
+        let one = t.find(&addr(1)).unwrap();
+        assert_eq!(one.get().unwrap().ewma_value(), (0.5, 100.0));
+        assert!(t.find(&addr(3)).is_none());
+        t.retain(|a| *a != addr(1));
+        assert!(one.get().is_none(), "a dropped endpoint's reference goes stale");
+        assert!(t.find(&addr(1)).is_none());
+        // The tombstone is reused, under a new incarnation.
+        assert!(t.insert(&addr(4), None, 0.0));
+        assert!(one.get().is_none());
+        let mut held: Vec<SocketAddr> = t.entries().map(|(a, _)| a).collect();
+        held.sort();
+        assert_eq!(held, [addr(2), addr(4), v6]);
+    }
+
+    #[test]
+    fn stops_taking_endpoints_at_its_load_limit() {
+        let t = table(8);
+        let taken = (0..8).filter(|i| t.insert(&addr(*i), None, 0.0)).count();
+        assert_eq!(taken, 8 * MAX_LOAD_PERCENT / 100);
+        assert!(t.insert(&addr(0), None, 0.0), "a held endpoint is still found");
+    }
+
+    #[test]
+    fn passive_health_ejects_after_max_fails_for_fail_timeout() {
+        let t = table(8);
+        t.insert(&addr(1), None, 0.0);
+        let slot = t.find(&addr(1)).unwrap().get().unwrap();
+        assert!(slot.usable(2, 10_000, 0));
+        slot.record_failure(10_000, 1_000);
+        assert!(slot.usable(2, 10_000, 1_000));
+        slot.record_failure(10_000, 1_001);
+        assert!(!slot.usable(2, 10_000, 2_000));
+        assert!(slot.usable(2, 10_000, 11_002), "fail_timeout later it is tried again");
     }
 }
