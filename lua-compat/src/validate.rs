@@ -337,19 +337,22 @@ fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// One RFC 1123 label: 1-63 letters, digits and inner hyphens. The rule
+/// every host name here is built from (the controller's Ingress hosts too).
+pub fn is_dns_label(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= 63
+        && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !l.starts_with('-')
+        && !l.ends_with('-')
+}
+
 /// RFC 1123 host name, as Kubernetes requires of `spec.externalName`.
-fn is_dns_name(s: &str) -> bool {
+pub fn is_dns_name(s: &str) -> bool {
     let s = s.strip_suffix('.').unwrap_or(s);
-    let valid_label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
     !s.is_empty()
         && s.len() <= 253
-        && s.split('.').all(valid_label)
+        && s.split('.').all(is_dns_label)
         // A numeric last label would make "10.0.0.300" a host name.
         && !s.rsplit('.').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
 }

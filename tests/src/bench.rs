@@ -8,56 +8,22 @@
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::artifacts;
 
-/// An nginx started from a literal nginx.conf (the module is loaded first).
-pub struct Proc {
-    child: Child,
-    dir: tempfile::TempDir,
-}
+/// An nginx started from a literal nginx.conf (after the common prelude).
+pub use crate::process::NginxProcess as Proc;
 
-impl Proc {
-    pub fn start(conf: &str) -> Proc {
-        let (_, module) = artifacts();
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir_all(dir.path().join("logs")).unwrap();
-        let text = format!(
-            "load_module {};\nerror_log logs/error.log info;\npid logs/nginx.pid;\ndaemon off;\n{conf}",
-            module.display()
-        );
-        fs::write(dir.path().join("nginx.conf"), text).unwrap();
-        let child = crate::nginx_command(dir.path()).spawn().unwrap();
-        let p = Proc { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while p.worker_pids().is_empty() {
-            assert!(Instant::now() < deadline, "nginx did not start: {}", p.error_log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        p
-    }
-
-    pub fn error_log(&self) -> String {
-        fs::read_to_string(self.dir.path().join("logs/error.log")).unwrap_or_default()
-    }
-
-    /// Worker PIDs: the master's children.
-    pub fn worker_pids(&self) -> Vec<u32> {
-        let path = format!("/proc/{}/task/{}/children", self.child.id(), self.child.id());
-        fs::read_to_string(path)
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        crate::stop_child(&mut self.child);
-    }
+/// A benchmark nginx.conf for callgrind: the module, one process without a
+/// master (so callgrind sees the worker), then `http_block`.
+pub fn single_process_conf(http_block: &str) -> String {
+    let (_, module) = artifacts();
+    format!(
+        "load_module {};\nmaster_process off; daemon off; worker_processes 1; error_log logs/error.log warn; pid logs/nginx.pid;\nevents {{ worker_connections 1024; }}\n{http_block}",
+        module.display()
+    )
 }
 
 /// utime + stime of a process, in seconds.

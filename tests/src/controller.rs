@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use crate::agent;
 use crate::{artifacts, free_port};
 
 /// The controller binary. `cargo test --workspace` builds it (the
@@ -332,15 +333,6 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     f()
-}
-
-/// A client that returns every status (no error for 4xx/5xx).
-pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into()
 }
 
 pub fn get_url(url: &str) -> Option<Answer> {

@@ -10,10 +10,23 @@ pub mod bench;
 pub mod controller;
 pub mod kube_apiserver;
 pub mod nginx;
+pub mod process;
 pub mod upstream;
 
 pub use nginx::{Nginx, NginxBuilder, Response};
 pub use upstream::Upstream;
+
+/// The harness's HTTP client: every status is an answer (no error for
+/// 4xx/5xx), and each request opens a fresh connection so that reuseport
+/// spreads requests over every worker.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_idle_connections(0)
+        .timeout_global(Some(std::time::Duration::from_secs(10)))
+        .build()
+        .into()
+}
 
 use std::collections::HashSet;
 use std::net::TcpListener;

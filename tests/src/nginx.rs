@@ -1,14 +1,14 @@
 //! A real nginx master process with the module, under a temporary prefix.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Output};
+use std::path::PathBuf;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{artifacts, free_port};
+use crate::process::{prefix_with, NginxProcess};
+use crate::{agent, free_port};
 
 /// How long any wait in the harness may take.
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -125,18 +125,14 @@ impl NginxBuilder {
         self
     }
 
-    fn render(&self, module: &Path, port: u16, api_port: u16) -> String {
+    fn render(&self, port: u16, api_port: u16) -> String {
         let zone = self
             .zone
             .as_ref()
             .map(|z| format!("dynamic_balancer_zone {z};"))
             .unwrap_or_default();
         format!(
-            r#"load_module {module};
-worker_processes {workers};
-error_log logs/error.log info;
-pid logs/nginx.pid;
-daemon off;
+            r#"worker_processes {workers};
 {main_extra}
 events {{ worker_connections 512; }}
 http {{
@@ -173,7 +169,6 @@ http {{
     }}
 }}
 "#,
-            module = module.display(),
             workers = self.workers,
             http_extra = self.http_extra,
             main_extra = self.main_extra,
@@ -189,28 +184,15 @@ http {{
 
     /// Writes the configuration without starting nginx, for `nginx -t` tests.
     pub fn test_config(self) -> Output {
-        let (_, module) = artifacts();
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir_all(dir.path().join("logs")).unwrap();
-        fs::write(
-            dir.path().join("nginx.conf"),
-            self.render(&module, free_port(), free_port()),
-        )
-        .unwrap();
+        let dir = prefix_with(&self.render(free_port(), free_port()));
         crate::nginx_command(dir.path()).arg("-t").output().unwrap()
     }
 
     /// Starts nginx and waits until every worker reports in `/configuration/status`.
     pub fn start(self) -> Nginx {
-        let (_, module) = artifacts();
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir_all(dir.path().join("logs")).unwrap();
         let (port, api_port) = (free_port(), free_port());
-        fs::write(dir.path().join("nginx.conf"), self.render(&module, port, api_port)).unwrap();
-        let child = crate::nginx_command(dir.path()).spawn().unwrap();
         let nginx = Nginx {
-            child,
-            dir,
+            process: NginxProcess::spawn(&self.render(port, api_port)),
             port,
             api_port,
             workers: self.workers,
@@ -223,24 +205,12 @@ http {{
 
 /// A running nginx; stopped with SIGQUIT, then SIGKILL, when dropped.
 pub struct Nginx {
-    child: Child,
-    dir: tempfile::TempDir,
+    process: NginxProcess,
     pub port: u16,
     pub api_port: u16,
     workers: usize,
     /// The API token the harness sends, if the API has one.
     token: Option<String>,
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        // A fresh connection per request lets reuseport spread requests over
-        // every worker.
-        .max_idle_connections(0)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
 }
 
 fn read(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Response {
@@ -264,15 +234,15 @@ impl Nginx {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     pub fn prefix(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
+        self.process.prefix().to_path_buf()
     }
 
     pub fn error_log(&self) -> String {
-        fs::read_to_string(self.dir.path().join("logs/error.log")).unwrap_or_default()
+        self.process.error_log()
     }
 
     /// A proxied request for backend `backend` (sent as `X-Backend`).
@@ -413,20 +383,7 @@ impl Nginx {
     /// exits within `timeout`.
     pub fn quit_and_wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         signal(self.pid() as i64, libc::SIGQUIT);
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        crate::stop_child(&mut self.child);
+        self.process.wait_exit(timeout)
     }
 }
 

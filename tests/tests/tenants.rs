@@ -579,7 +579,7 @@ fn cookie_affinity_issues_its_cookie_through_the_controller() {
         ],
         &[],
     );
-    let agent = tests::controller::agent();
+    let agent = tests::agent();
     let mut r = agent
         .get(&format!("http://127.0.0.1:{}/app/x", c.http_port))
         .header("Host", "web.test")

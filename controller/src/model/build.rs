@@ -529,48 +529,23 @@ impl<'s> Builder<'s> {
         }
     }
 
-    /// Writes nothing: returns the file name a TLS Secret will have and
-    /// records its PEM. The Secret is checked with OpenSSL first (see
-    /// [`tls::check`]). The name carries a content hash, so a renewed
-    /// certificate is a new file and the reload that loads it is explicit.
+    /// The file name the Ingress's TLS Secret will have (see
+    /// [`tls::from_secret`]); its PEM is recorded, problems are reported.
     fn certificate(&mut self, ing: &Ingress, secret: &str) -> Option<String> {
         let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
-        let found = self.snap.secrets.iter().find(|s| {
-            s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(secret)
-        });
-        let data = found.and_then(|s| s.data.as_ref());
-        let (Some(crt), Some(key_pem)) = (data.and_then(|d| d.get("tls.crt")), data.and_then(|d| d.get("tls.key")))
-        else {
-            self.report(
-                ing,
-                "spec.tls.secretName",
-                format!("Secret {ns}/{secret} is missing or has no tls.crt/tls.key"),
-            );
-            return None;
-        };
-        if !is_object_name(secret) {
-            self.report(ing, "spec.tls.secretName", format!("{secret:?} is not a Secret name"));
-            return None;
-        }
-        let checked = match tls::check(&crt.0, &key_pem.0) {
-            Ok(c) => c,
-            Err(e) => {
-                self.report(
-                    ing,
-                    "spec.tls.secretName",
-                    format!("Secret {ns}/{secret}: {e}; TLS not served"),
-                );
-                return None;
+        match tls::from_secret(&self.snap.secrets, ns, secret) {
+            Ok(cert) => {
+                for w in &cert.warnings {
+                    self.report(ing, "spec.tls.secretName", format!("Secret {ns}/{secret}: {w}"));
+                }
+                self.certificates.insert(cert.file.clone(), cert.pem);
+                Some(cert.file)
             }
-        };
-        for w in &checked.warnings {
-            self.report(ing, "spec.tls.secretName", format!("Secret {ns}/{secret}: {w}"));
+            Err(e) => {
+                self.report(ing, "spec.tls.secretName", e);
+                None
+            }
         }
-        let digest = Sha256::digest(&checked.pem);
-        let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-        let file = format!("{ns}-{secret}-{hex}.pem");
-        self.certificates.insert(file.clone(), checked.pem);
-        Some(file)
     }
 
     /// Attaches a canary Ingress to the primary location it names. Only a

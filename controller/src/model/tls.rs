@@ -6,6 +6,44 @@ use openssl::asn1::Asn1Time;
 use openssl::pkey::PKey;
 use openssl::ssl::{SslContextBuilder, SslMethod};
 use openssl::x509::X509;
+use sha2::{Digest, Sha256};
+
+use k8s_openapi::api::core::v1::Secret;
+
+use super::values::is_object_name;
+
+/// A TLS Secret ready to be written: its file name and contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certificate {
+    /// `<ns>-<secret>-<hash>.pem`: the content hash makes a renewed
+    /// certificate a new file, so the reload that loads it is explicit.
+    pub file: String,
+    pub pem: Vec<u8>,
+    pub warnings: Vec<String>,
+}
+
+/// Finds Secret `ns/name` among `secrets` and checks it (see [`check`]).
+/// Writes nothing; the error says what is wrong, for an Event.
+pub fn from_secret(secrets: &[Secret], ns: &str, name: &str) -> Result<Certificate, String> {
+    let found = secrets.iter().find(|s| {
+        s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(name)
+    });
+    let data = found.and_then(|s| s.data.as_ref());
+    let (Some(crt), Some(key)) = (data.and_then(|d| d.get("tls.crt")), data.and_then(|d| d.get("tls.key"))) else {
+        return Err(format!("Secret {ns}/{name} is missing or has no tls.crt/tls.key"));
+    };
+    if !is_object_name(name) {
+        return Err(format!("{name:?} is not a Secret name"));
+    }
+    let checked = check(&crt.0, &key.0).map_err(|e| format!("Secret {ns}/{name}: {e}; TLS not served"))?;
+    let digest = Sha256::digest(&checked.pem);
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    Ok(Certificate {
+        file: format!("{ns}-{name}-{hex}.pem"),
+        pem: checked.pem,
+        warnings: checked.warnings,
+    })
+}
 
 /// A usable certificate: the PEM to write (chain, then key), normalised,
 /// and what is worth a warning.

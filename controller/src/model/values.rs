@@ -34,14 +34,7 @@ impl Host {
     pub fn parse(s: &str) -> Result<Self, Invalid> {
         let lower = s.to_ascii_lowercase();
         let body = lower.strip_prefix("*.").unwrap_or(&lower);
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        if lower.len() > 253 || !body.split('.').all(label_ok) {
+        if lower.len() > 253 || !body.split('.').all(lua_compat::validate::is_dns_label) {
             return invalid("not a DNS host name", s);
         }
         Ok(Host(lower))

@@ -179,7 +179,7 @@ fn load(seconds: u64) {
             let (mut ok, mut stale) = (0u32, 0u32);
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(2500));
-                let body = tests::controller::agent()
+                let body = tests::agent()
                     .get(&format!(
                         "http://127.0.0.1:{c_ports}/configuration/backends/demo-web-80"
                     ))

@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use tests::apiserver::FakeApiServer;
-use tests::bench::{callgrind_total, cpu_seconds, median, upstream_pair, wrk, Proc};
+use tests::bench::{callgrind_total, cpu_seconds, median, single_process_conf, upstream_pair, wrk, Proc};
 use tests::controller::{ingress, request, service, set_endpoints, wait_until, Cluster, Controller, INGRESS_CLASS};
 use tests::free_port;
 
@@ -152,12 +152,7 @@ fn instructions(n: usize) {
         .replacen("worker_processes 1;", "master_process off;\nworker_processes 1;", 1)
         .replacen("http {", "http {\n    keepalive_requests 1000000;", 1);
     let (plain_port, plain_api) = (free_port(), free_port());
-    let (_, module) = tests::artifacts();
-    let plain_conf = format!(
-        "load_module {};\nmaster_process off; daemon off; worker_processes 1; error_log logs/error.log warn; pid logs/nginx.pid;\nevents {{ worker_connections 1024; }}\n{}",
-        module.display(),
-        plain_http_block(plain_port, plain_api)
-    );
+    let plain_conf = single_process_conf(&plain_http_block(plain_port, plain_api));
     let per_request = |conf: &str, body: &str, port: u16, api: u16, headers: &str| {
         let small = callgrind_total(conf, body, port, api, headers, true, n);
         let large = callgrind_total(conf, body, port, api, headers, true, 11 * n);

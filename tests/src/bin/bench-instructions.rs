@@ -10,19 +10,15 @@
 //! `cargo run --release -p tests --bin bench-instructions [-- N [ALGORITHM]]` (needs valgrind)
 
 use serde_json::Value;
-use tests::bench::{algorithm_variants, alternating_backend, callgrind_total, upstream_pair};
-use tests::{artifacts, free_port};
+use tests::bench::{algorithm_variants, alternating_backend, callgrind_total, single_process_conf, upstream_pair};
+use tests::free_port;
 
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
     let (_upstreams, a, b) = upstream_pair();
     let (port, stock_port, api) = (free_port(), free_port(), free_port());
-    let (_, module) = artifacts();
-    let conf = format!(
-        r#"load_module {module};
-master_process off; daemon off; worker_processes 1; error_log logs/error.log warn; pid logs/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
+    let conf = single_process_conf(&format!(
+        r#"http {{
     access_log off; keepalive_requests 1000000;
     upstream stock {{ server 127.0.0.1:{a}; server 127.0.0.1:{b}; keepalive 32; }}
     upstream dynamic {{ server 0.0.0.1; dynamic_balancer $http_x_backend; keepalive 32; }}
@@ -30,9 +26,8 @@ http {{
     server {{ listen 127.0.0.1:{port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
     server {{ listen 127.0.0.1:{api}; location /configuration {{ client_max_body_size 64m; client_body_buffer_size 64m; dynamic_balancer_api; }} }}
 }}
-"#,
-        module = module.display()
-    );
+"#
+    ));
     let algorithms = algorithm_variants();
     let mut list = Vec::new();
     for (name, extra) in &algorithms {

@@ -1,0 +1,171 @@
+//! The layering of the crates' modules, checked from their sources: no
+//! module imports one that (directly or through others) imports it back.
+//!
+//! An edge is any `crate::name` (or, inside a directory module,
+//! `super::name`) in a file; the check finds strongly connected components
+//! of that graph (Tarjan), so every cycle is named with its members.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Module name → the modules it names, for one crate's `src/`.
+fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    collect(src, &mut files);
+    let mut modules: BTreeMap<String, String> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(src).unwrap().with_extension("");
+        let parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .filter(|p| p != "mod")
+            .collect();
+        let name = parts.join("::");
+        if name == "lib" || name == "main" {
+            continue;
+        }
+        modules.insert(name, std::fs::read_to_string(file).unwrap());
+    }
+    let names: BTreeSet<String> = modules.keys().cloned().collect();
+    let mut edges = BTreeMap::new();
+    for (name, text) in &modules {
+        let parent = name.rsplit_once("::").map(|(p, _)| p.to_string());
+        let mut to = BTreeSet::new();
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("//") {
+                continue;
+            }
+            for (prefix, base) in [("crate::", None), ("super::", parent.as_deref())] {
+                for (at, _) in line.match_indices(prefix) {
+                    let path: String = line[at + prefix.len()..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                        .collect();
+                    let full = match base {
+                        Some(b) => format!("{b}::{path}"),
+                        None => path,
+                    };
+                    // The longest module name the path starts with.
+                    let segs: Vec<&str> = full.split("::").filter(|s| !s.is_empty()).collect();
+                    if let Some(target) = (1..=segs.len())
+                        .rev()
+                        .map(|k| segs[..k].join("::"))
+                        .find(|m| names.contains(m))
+                    {
+                        if target != *name && !name.starts_with(&format!("{target}::")) {
+                            to.insert(target);
+                        }
+                    }
+                }
+            }
+        }
+        edges.insert(name.clone(), to);
+    }
+    edges
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            collect(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Strongly connected components with more than one member.
+fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        g: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a str) {
+        let i = t.index.len();
+        t.index.insert(v, i);
+        t.low.insert(v, i);
+        t.stack.push(v);
+        t.on.insert(v);
+        for w in t.g.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !t.index.contains_key(w) {
+                visit(t, w);
+                let lw = t.low[w];
+                let lv = t.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if t.on.contains(w) {
+                let iw = t.index[w];
+                let lv = t.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if t.low[v] == t.index[v] {
+            let mut scc = Vec::new();
+            loop {
+                let w = t.stack.pop().unwrap();
+                t.on.remove(w);
+                scc.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if scc.len() > 1 {
+                scc.sort();
+                t.out.push(scc);
+            }
+        }
+    }
+    let mut t = T {
+        g,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in g.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+}
+
+fn crate_src(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(name)
+        .join("src")
+}
+
+#[test]
+fn no_crate_has_an_import_cycle() {
+    let mut found = Vec::new();
+    for krate in ["lua-compat", "ngx-module", "controller", "nginx-build", "tests"] {
+        let g = graph(&crate_src(krate));
+        for c in cycles(&g) {
+            found.push(format!("{krate}: {}", c.join(" <-> ")));
+        }
+    }
+    assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_checker_finds_a_cycle() {
+    let g: BTreeMap<String, BTreeSet<String>> = [
+        ("a".to_string(), ["b".to_string()].into()),
+        ("b".to_string(), ["c".to_string()].into()),
+        ("c".to_string(), ["a".to_string()].into()),
+        ("d".to_string(), ["a".to_string()].into()),
+    ]
+    .into();
+    assert_eq!(
+        cycles(&g),
+        vec![vec!["a".to_string(), "b".to_string(), "c".to_string()]]
+    );
+}
