@@ -10,6 +10,9 @@
 //! afterwards. Workers only look entries up, once per decoded backend, and
 //! keep the slot with its incarnation; a slot reused for another endpoint has
 //! a new incarnation, so a stale reference is ignored.
+//!
+//! The per-request methods are `#[inline]`: the module calls them from
+//! another crate on every pick, and without LTO they would not inline.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -56,6 +59,7 @@ pub struct SlotRef {
 
 impl SlotRef {
     /// The slot, unless it now belongs to another endpoint.
+    #[inline]
     pub fn get(&self) -> Option<&'static Slot> {
         (self.slot.incarnation.load(Ordering::Acquire) == self.incarnation
             && self.slot.tag.load(Ordering::Acquire) == LIVE)
@@ -235,6 +239,7 @@ impl EndpointTable {
 }
 
 impl Slot {
+    #[inline]
     pub fn ewma_value(&self) -> (f64, f64) {
         (
             f64::from_bits(self.ewma.load(Ordering::Relaxed)),
@@ -244,6 +249,7 @@ impl Slot {
 
     /// Blends a round trip into the score; skipped if another worker is
     /// updating it right now.
+    #[inline]
     pub fn record_rtt(&self, rtt: f64, now: f64) {
         if self
             .ewma_lock
@@ -260,6 +266,7 @@ impl Slot {
     }
 
     /// The score used to pick: the stored EWMA decayed to now.
+    #[inline]
     pub fn score(&self, now: f64) -> f64 {
         let (ewma, touched) = self.ewma_value();
         crate::ewma::decay(ewma, touched, 0.0, now)
@@ -268,6 +275,7 @@ impl Slot {
     /// nginx's passive health rule: out of rotation once `max_fails` attempts
     /// failed, until `fail_timeout` after the last failure; then requests may
     /// probe it again, and a success clears it.
+    #[inline]
     pub fn usable(&self, max_fails: u32, fail_timeout_ms: u64, now_ms: u64) -> bool {
         !self.is_down(max_fails, fail_timeout_ms, now_ms)
     }
@@ -275,6 +283,7 @@ impl Slot {
     /// Called for the endpoint a request picked: if it was ejected, this
     /// request is its probe, and the ejection window restarts so that other
     /// requests keep away until the probe has answered (nginx does the same).
+    #[inline]
     pub fn note_picked(&self, max_fails: u32, now_ms: u64) {
         if max_fails != 0 && self.fails.load(Ordering::Relaxed) >= max_fails {
             self.checked_ms.store(now_ms, Ordering::Relaxed);
@@ -283,6 +292,7 @@ impl Slot {
 
     /// Failures older than `fail_timeout` no longer count, so `max_fails`
     /// applies within that window.
+    #[inline]
     pub fn record_failure(&self, fail_timeout_ms: u64, now_ms: u64) {
         let last = self.checked_ms.swap(now_ms, Ordering::AcqRel);
         if now_ms.saturating_sub(last) > fail_timeout_ms {
@@ -292,12 +302,14 @@ impl Slot {
         }
     }
 
+    #[inline]
     pub fn record_success(&self) {
         if self.fails.load(Ordering::Relaxed) != 0 {
             self.fails.store(0, Ordering::Relaxed);
         }
     }
 
+    #[inline]
     pub fn is_down(&self, max_fails: u32, fail_timeout_ms: u64, now_ms: u64) -> bool {
         max_fails != 0
             && self.fails.load(Ordering::Relaxed) >= max_fails

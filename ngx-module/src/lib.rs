@@ -12,10 +12,12 @@
 mod api;
 mod body_limit;
 mod canary;
-mod config;
+mod conf;
+mod directives;
 mod external_names;
 mod guard;
 mod http;
+mod index;
 mod offload;
 mod peer;
 mod preaccess;
@@ -63,8 +65,8 @@ impl HttpModule for Module {
 
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         ffi_guard("postconfiguration", NGX_ERROR as ngx_int_t, || unsafe {
-            if config::check_upstreams(cf) != NGX_OK as ngx_int_t
-                || config::check_api_listeners(cf) != NGX_OK as ngx_int_t
+            if directives::check_upstreams(cf) != NGX_OK as ngx_int_t
+                || directives::check_api_listeners(cf) != NGX_OK as ngx_int_t
             {
                 return NGX_ERROR as ngx_int_t;
             }
@@ -96,18 +98,18 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     preconfiguration: Some(Module::preconfiguration),
     postconfiguration: Some(Module::postconfiguration),
     create_main_conf: Some(Module::create_main_conf),
-    init_main_conf: Some(config::init_main_conf),
+    init_main_conf: Some(directives::init_main_conf),
     create_srv_conf: Some(Module::create_srv_conf),
     merge_srv_conf: None,
     create_loc_conf: Some(Module::create_loc_conf),
-    merge_loc_conf: Some(config::merge_loc_conf),
+    merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
 static mut COMMANDS: [ngx_command_t; 7] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(config::set_zone),
+        set: Some(directives::set_zone),
         conf: NGX_HTTP_MAIN_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
@@ -115,7 +117,7 @@ static mut COMMANDS: [ngx_command_t; 7] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer"),
         type_: (NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(config::set_balancer),
+        set: Some(directives::set_balancer),
         conf: NGX_HTTP_SRV_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
@@ -123,7 +125,7 @@ static mut COMMANDS: [ngx_command_t; 7] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_api"),
         type_: (NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS) as ngx_uint_t,
-        set: Some(config::set_api),
+        set: Some(directives::set_api),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
@@ -131,7 +133,7 @@ static mut COMMANDS: [ngx_command_t; 7] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_api_token"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(config::set_token),
+        set: Some(directives::set_token),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
@@ -139,7 +141,7 @@ static mut COMMANDS: [ngx_command_t; 7] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_api_token_file"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(config::set_token_file),
+        set: Some(directives::set_token_file),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
@@ -147,7 +149,7 @@ static mut COMMANDS: [ngx_command_t; 7] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_backend"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(config::set_backend),
+        set: Some(directives::set_backend),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),

@@ -23,7 +23,7 @@ use ngx::http::Request;
 use ngx::ngx_log_error;
 
 use crate::canary;
-use crate::config::{backend_name, upstream_conf, zone_of, UpstreamConf};
+use crate::conf::{backend_name, upstream_conf, zone_of, UpstreamConf};
 use crate::guard::ffi_guard;
 use crate::http::pool_box;
 use crate::variables::{self, Own};

@@ -15,7 +15,7 @@ use ngx::ffi::{
 };
 use ngx::ngx_log_error;
 
-use crate::config::{backend_name, upstream_conf, zone_of};
+use crate::conf::{backend_name, upstream_conf, zone_of};
 use crate::guard::ffi_guard;
 use crate::peer;
 

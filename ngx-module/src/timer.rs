@@ -14,7 +14,7 @@ use ngx::http::HttpModuleConfExt;
 
 use ngx::ngx_log_error;
 
-use crate::config::MainConf;
+use crate::conf::MainConf;
 use crate::external_names;
 use crate::guard::ffi_guard;
 use crate::worker_cache;

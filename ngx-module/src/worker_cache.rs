@@ -29,7 +29,7 @@ use regex::bytes::Regex;
 use rustc_hash::FxHashMap;
 use socket2::SockAddr;
 
-use crate::store::Index;
+use crate::index::Index;
 use crate::zone::Zone;
 
 /// One endpoint in the form `ngx_peer_connection_t` wants.

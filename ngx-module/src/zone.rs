@@ -17,7 +17,7 @@ use ngx::ngx_log_error;
 use lua_compat::shm_rwlock::ShmRwLock;
 
 use crate::guard::ffi_guard;
-use crate::store::Index;
+use crate::index::Index;
 use lua_compat::endpoint_state::EndpointTable;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new

@@ -95,6 +95,7 @@ pub struct Pick {
 }
 
 impl Pick {
+    #[inline]
     pub fn of(endpoint: usize) -> Pick {
         Pick {
             endpoint,
@@ -137,13 +138,15 @@ pub trait Selection {
 
 /// The endpoint for the next attempt: the algorithm's choice among the
 /// untried healthy endpoints, else among the untried ones, else among all.
+#[inline]
 pub fn select<S: Selection + ?Sized, E: Endpoints + ?Sized>(
     selector: &S,
     attempt: &Attempt<'_>,
     endpoints: &E,
     tried: &TriedSet,
 ) -> Option<Pick> {
-    if tried.len() < endpoints.len() {
+    // `is_empty` first: the first attempt skips the population count.
+    if tried.is_empty() || tried.len() < endpoints.len() {
         let untried = |i: usize| !tried.contains(i);
         if let Some(p) = selector.pick(attempt, endpoints, |i| untried(i) && endpoints.healthy(i)) {
             return Some(p);
@@ -171,6 +174,7 @@ pub enum Selector {
 impl Selector {
     /// The `upstream-hash-by` template to render into
     /// [`Attempt::hash_key`], for the algorithms that hash a request key.
+    #[inline]
     pub fn hash_key(&self) -> Option<&HashKey> {
         match self {
             Selector::Chash(c) => Some(&c.key),
@@ -181,10 +185,12 @@ impl Selector {
 
     /// The nginx variable (`cookie_<name>`) holding the sticky cookie, to
     /// read into [`Attempt::cookie`].
+    #[inline]
     pub fn cookie_variable(&self) -> Option<&str> {
         self.sticky().map(|s| s.cookie_variable.as_str())
     }
 
+    #[inline]
     pub fn sticky(&self) -> Option<&StickySelector> {
         match self {
             Selector::Sticky(s) => Some(s),
@@ -193,6 +199,7 @@ impl Selector {
     }
 
     /// Whether finished attempts feed the EWMA of their endpoint.
+    #[inline]
     pub fn learns_round_trips(&self) -> bool {
         matches!(self, Selector::Ewma(_))
     }

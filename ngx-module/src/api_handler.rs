@@ -23,7 +23,7 @@ use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::ngx_log_error;
 
 use crate::body_limit::BodyBudget;
-use crate::config::zone_of;
+use crate::conf::zone_of;
 use crate::guard::ffi_guard;
 use crate::http::{body_parts, pool_box, read_body_parts, send_json, send_json_with, BodyPart};
 use crate::offload::offload;
