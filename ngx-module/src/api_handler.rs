@@ -22,11 +22,11 @@ use ngx::ffi::{
 use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::ngx_log_error;
 
-use crate::body_limit::BodyBudget;
 use crate::conf::zone_of;
 use crate::guard::ffi_guard;
-use crate::http::{body_parts, pool_box, read_body_parts, send_json, send_json_with, BodyPart};
 use crate::offload::offload;
+use crate::request::{body_parts, read_body_parts, send_json, send_json_with, BodyPart};
+use crate::request_ctx::{self, BodyBudget, PendingWrite};
 use crate::store::{apply, now_ms, Change, StoreError};
 use crate::zone::Zone;
 use crate::Module;
@@ -46,14 +46,6 @@ const INSUFFICIENT_STORAGE: ngx_uint_t = 507;
 const WHAT_REPLACE: &str = "replaced all backends";
 const WHAT_PUT: &str = "stored backend";
 const WHAT_DELETE: &str = "deleted backend";
-
-/// A write waiting for its body, in the request ctx.
-pub struct PendingWrite {
-    /// The name for PUT, `None` for POST.
-    put_name: Option<String>,
-    /// Maintained by [`crate::body_limit`].
-    pub budget: BodyBudget,
-}
 
 /// One write, as the parser thread receives it.
 enum Write {
@@ -232,16 +224,13 @@ unsafe fn start_write(r: *mut ngx_http_request_t, put_name: Option<String>) -> n
         }
         return too_large(r, max);
     }
-    let Some(ctx) = pool_box(
-        req.pool,
-        PendingWrite {
-            put_name,
-            budget: BodyBudget::default(),
-        },
-    ) else {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    let pending = PendingWrite {
+        put_name,
+        budget: BodyBudget::default(),
     };
-    *req.ctx.add(crate::module_ctx_index()) = ctx.as_ptr().cast();
+    if request_ctx::attach_write(r, pending).is_none() {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    }
     let rc = ngx_http_read_client_request_body(r, Some(body_ready));
     if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
         req.set_keepalive(0);
@@ -260,7 +249,10 @@ unsafe fn too_large(r: *mut ngx_http_request_t, max: i64) -> ngx_int_t {
 unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
     let panicked = ffi_guard("request body handler", true, || unsafe {
         let req = &mut *r;
-        let pending = &mut *(*req.ctx.add(crate::module_ctx_index())).cast::<PendingWrite>();
+        let Some(pending) = request_ctx::pending_write(r) else {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+            return false;
+        };
         let max = Module::location_conf(req).map_or(0, |c| c.max_body);
         if pending.budget.too_large {
             ngx_http_finalize_request(r, too_large(r, max));

@@ -15,14 +15,8 @@ use ngx::ffi::{
 use ngx::http::HttpModuleLocationConf;
 
 use crate::guard::ffi_guard;
+use crate::request_ctx::{self, BodyBudget};
 use crate::Module;
-
-/// What the filter tracks for one API write; lives in the request ctx.
-#[derive(Default)]
-pub struct BodyBudget {
-    pub received: i64,
-    pub too_large: bool,
-}
 
 static mut NEXT: ngx_http_request_body_filter_pt = None;
 
@@ -38,8 +32,8 @@ pub unsafe fn install() {
 /// The budget of a request that is an API write (set by the handler before it
 /// reads the body), if `r` is one.
 unsafe fn budget<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut BodyBudget> {
-    let pending = (*(*r).ctx.add(crate::module_ctx_index())).cast::<crate::api::PendingWrite>();
-    pending.as_mut().map(|p| &mut p.budget)
+    // SAFETY: `r` is live (the filter's caller).
+    unsafe { request_ctx::pending_write(r) }.map(|p| &mut p.budget)
 }
 
 fn buf_size(b: &ngx_buf_t) -> i64 {
@@ -60,8 +54,7 @@ unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t)
         let max = Module::location_conf(&*r)
             .filter(|c| c.enabled)
             .map_or(0, |c| c.max_body);
-        // Only API locations keep a PendingWrite in the ctx (proxied
-        // locations keep the balancer's state there): check the location first.
+        // Only API locations have a limit to enforce.
         if max == 0 {
             return next(r, input);
         }

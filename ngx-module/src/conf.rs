@@ -80,7 +80,7 @@ pub fn zone_of(r: &ngx_http_request_t) -> Option<Zone> {
 pub unsafe fn backend_name<'r>(r: *mut ngx_http_request_t, conf: &UpstreamConf) -> Option<&'r [u8]> {
     match Module::location_conf(&*r).and_then(|l| l.backend) {
         Some(name) => Some(std::slice::from_raw_parts(name.data, name.len)),
-        None => crate::http::variable(r, conf.variable),
+        None => crate::request::variable(r, conf.variable),
     }
 }
 

@@ -7,13 +7,15 @@
 
 use std::ffi::{c_char, c_void};
 use std::ptr;
+use std::sync::atomic::Ordering;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_array_push, ngx_command_t, ngx_conf_full_name, ngx_conf_t, ngx_http_conf_addr_t, ngx_http_conf_ctx_t,
-    ngx_http_conf_port_t, ngx_http_core_loc_conf_t, ngx_http_core_srv_conf_t, ngx_http_get_variable_index,
-    ngx_http_request_t, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_parse_size,
-    ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t, sockaddr, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+    ngx_array_push, ngx_command_t, ngx_conf_full_name, ngx_conf_t, ngx_http_add_variable, ngx_http_conf_addr_t,
+    ngx_http_conf_ctx_t, ngx_http_conf_port_t, ngx_http_core_loc_conf_t, ngx_http_core_srv_conf_t,
+    ngx_http_get_variable_index, ngx_http_request_t, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t,
+    ngx_http_variable_value_t, ngx_int_t, ngx_parse_size, ngx_shared_memory_add, ngx_str_t, ngx_uint_t, sockaddr,
+    NGX_ERROR, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_LOG_EMERG, NGX_OK,
 };
 use ngx::http::{
     HttpModule, HttpModuleConfExt, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, NgxHttpCoreModule,
@@ -21,8 +23,9 @@ use ngx::http::{
 };
 use ngx::ngx_conf_log_error;
 
-use crate::guard::ffi_guard;
 use crate::conf::{srv_conf_mut, LocConf, MainConf, UpstreamConf};
+use crate::guard::ffi_guard;
+use crate::variables;
 use crate::zone::init_zone;
 use crate::Module;
 
@@ -206,7 +209,7 @@ pub unsafe extern "C" fn set_api(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, 
         }
         acf.enabled = true;
         let clcf = NgxHttpCoreModule::location_conf_mut(&*cf).expect("core location conf");
-        clcf.handler = Some(crate::api::api_handler);
+        clcf.handler = Some(crate::api_handler::api_handler);
         mark_used(&*cf);
         NGX_CONF_OK
     })
@@ -377,5 +380,58 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
             }
         }
         NGX_CONF_OK
+    })
+}
+
+/// `preconfiguration`: declares our variables (changeable, so that an
+/// ingress-nginx template's `set $proxy_alternative_upstream_name "";` works).
+///
+/// # Safety
+/// `cf` is the configuration being parsed.
+pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
+    for name in variables::OWN_NAMES {
+        let mut name = ngx_str_t::from_str((*cf).pool, name);
+        let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_CHANGEABLE as ngx_uint_t);
+        if v.is_null() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        (*v).get_handler = Some(empty_value);
+    }
+    // Computed when read, from the request's balancer state.
+    let mut name = ngx_str_t::from_str((*cf).pool, "balancer_ewma_score");
+    let flags = NGX_HTTP_VAR_CHANGEABLE | NGX_HTTP_VAR_NOCACHEABLE;
+    let v = ngx_http_add_variable(cf, &mut name, flags as ngx_uint_t);
+    if v.is_null() {
+        return NGX_ERROR as ngx_int_t;
+    }
+    (*v).get_handler = Some(crate::peer::ewma_score_variable);
+    NGX_OK as ngx_int_t
+}
+
+/// `postconfiguration`: indexes our variables so requests can set them.
+///
+/// # Safety
+/// As [`declare_variables`].
+pub unsafe fn index_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
+    for (name, slot) in variables::OWN_NAMES.iter().zip(&variables::OWN_INDEX) {
+        let mut name = ngx_str_t::from_str((*cf).pool, name);
+        let i = ngx_http_get_variable_index(cf, &mut name);
+        if i == NGX_ERROR as ngx_int_t {
+            return NGX_ERROR as ngx_int_t;
+        }
+        slot.store(i as usize, Ordering::Relaxed);
+    }
+    NGX_OK as ngx_int_t
+}
+
+unsafe extern "C" fn empty_value(
+    _r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("variable", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx hands a get handler the variable's value slot.
+        variables::fill_empty(unsafe { &mut *v });
+        NGX_OK as ngx_int_t
     })
 }

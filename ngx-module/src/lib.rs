@@ -9,21 +9,23 @@
 //! [`offload`] wrap the nginx request and thread-pool APIs once. Parsing,
 //! validation and picking are in the pure `lua-compat` crate.
 
-mod api;
+mod api_handler;
 mod body_limit;
 mod canary;
 mod conf;
 mod directives;
 mod external_names;
 mod guard;
-mod http;
 mod index;
 mod offload;
 mod peer;
 mod preaccess;
+mod request;
+mod request_ctx;
 mod store;
 mod timer;
 mod variables;
+mod worker;
 mod worker_cache;
 mod zone;
 
@@ -53,7 +55,7 @@ impl Module {
 impl HttpModule for Module {
     unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         ffi_guard("preconfiguration", NGX_ERROR as ngx_int_t, || unsafe {
-            variables::declare(cf)
+            directives::declare_variables(cf)
         })
     }
 
@@ -72,7 +74,7 @@ impl HttpModule for Module {
             }
             preaccess::discover_upstream_users((*cf).cycle);
             body_limit::install();
-            if variables::index(cf) != NGX_OK as ngx_int_t {
+            if directives::index_variables(cf) != NGX_OK as ngx_int_t {
                 return NGX_ERROR as ngx_int_t;
             }
             let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(&*cf) else {

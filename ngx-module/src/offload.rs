@@ -24,10 +24,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::mpsc::{self, Receiver, Sender};
 
-use ngx::ffi::{ngx_add_timer, ngx_event_t, ngx_http_request_t, ngx_http_run_posted_requests, NGX_LOG_WARN};
+use ngx::ffi::{ngx_event_t, ngx_http_request_t, ngx_http_run_posted_requests, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 
 use crate::guard::ffi_guard;
+use crate::worker::WorkerTimer;
 
 /// How often the event loop collects finished jobs while any are pending, ms.
 const POLL_MS: usize = 2;
@@ -55,7 +56,7 @@ struct Offloader {
 thread_local! {
     static OFFLOADER: RefCell<Option<Offloader>> = const { RefCell::new(None) };
     static PENDING: Cell<usize> = const { Cell::new(0) };
-    static POLL_EVENT: Cell<*mut ngx_event_t> = const { Cell::new(ptr::null_mut()) };
+    static POLL_TIMER: Cell<Option<WorkerTimer>> = const { Cell::new(None) };
 }
 
 /// Runs `work(job)` on the background thread, then `done(r, result)` on the
@@ -158,24 +159,13 @@ fn start_thread() -> Option<Offloader> {
 }
 
 fn arm_poll() {
-    let mut ev = POLL_EVENT.get();
-    if ev.is_null() {
-        // SAFETY: a zeroed ngx_event_t is its valid initial state; it is
-        // leaked on purpose and lives as long as the worker.
-        ev = Box::into_raw(Box::new(unsafe { std::mem::zeroed::<ngx_event_t>() }));
-        unsafe {
-            (*ev).handler = Some(on_poll);
-            (*ev).log = (*ngx::ffi::ngx_cycle).log;
-        }
-        POLL_EVENT.set(ev);
-    }
-    // SAFETY: ev is our event; not cancelable, so a graceful shutdown waits
-    // for pending jobs.
-    unsafe {
-        if (*ev).timer_set() == 0 {
-            ngx_add_timer(ev, POLL_MS);
-        }
-    }
+    let timer = POLL_TIMER.get().unwrap_or_else(|| {
+        // Not cancelable, so a graceful shutdown waits for pending jobs.
+        let timer = WorkerTimer::new(Some(on_poll), false);
+        POLL_TIMER.set(Some(timer));
+        timer
+    });
+    timer.arm(POLL_MS);
 }
 
 unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {

@@ -25,33 +25,11 @@ use ngx::ngx_log_error;
 use crate::canary;
 use crate::conf::{backend_name, upstream_conf, zone_of, UpstreamConf};
 use crate::guard::ffi_guard;
-use crate::http::pool_box;
+use crate::request_ctx::{self, PeerData};
 use crate::variables::{self, Own};
 use crate::worker_cache::{lookup, WorkerBackend};
 use crate::zone::Zone;
-use crate::Module;
 use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
-
-/// Per-request balancer state, in the request pool.
-pub struct PeerData {
-    /// Keeps the endpoints (and so `pc->name`, which `$upstream_addr` reads
-    /// in the log phase) alive even if a sync replaces the backend.
-    backend: Rc<WorkerBackend>,
-    /// The name the request asked for (the primary, also for a canary).
-    /// Points into the request's variables or the location's configuration,
-    /// both of which outlive this state (a copy would cost a malloc per request).
-    requested: (*const u8, usize),
-    tried: TriedSet,
-    request: *mut ngx_http_request_t,
-    /// The chash key, rendered once per request.
-    key: Option<Vec<u8>>,
-    /// The endpoint of the attempt in progress.
-    current: Option<usize>,
-    /// The EWMA score of the last pick, for `$balancer_ewma_score`.
-    ewma_score: Option<f64>,
-    /// `init_peer` took this state over from the preaccess phase.
-    taken: bool,
-}
 
 /// Finds the backend for the request (following canary rules) and allocates
 /// its per-request state; `None` when nothing can serve it (503).
@@ -78,60 +56,9 @@ pub unsafe fn prepare(r: *mut ngx_http_request_t, conf: &UpstreamConf, zone: &Zo
         ewma_score: None,
         taken: false,
     };
-    let data = recycled_box((*r).pool, data)?;
     // The request ctx keeps it for the whole request: init_peer takes it
     // over, and $balancer_ewma_score reads it.
-    *(*r).ctx.add(crate::module_ctx_index()) = data.as_ptr().cast();
-    Some(data)
-}
-
-/// Per-request state lives in heap boxes recycled per worker, not in the
-/// request pool: the pool keeps only a pointer (and its cleanup), so a
-/// proxied request allocates no more pool memory than under stock
-/// round-robin, and the steady state calls no malloc.
-struct Recycled(Option<Box<Option<PeerData>>>);
-
-/// Boxes kept for reuse, at most: about one per concurrent request.
-const MAX_RECYCLED: usize = 4096;
-
-thread_local! {
-    // Boxed on purpose: nginx holds pointers into them, so they must not
-    // move when the Vec grows.
-    #[allow(clippy::vec_box)]
-    static RECYCLED: std::cell::RefCell<Vec<Box<Option<PeerData>>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl Drop for Recycled {
-    fn drop(&mut self) {
-        if let Some(mut b) = self.0.take() {
-            // Drops the state (and its hold on the backend) now.
-            *b = None;
-            RECYCLED.with_borrow_mut(|free| {
-                if free.len() < MAX_RECYCLED {
-                    free.push(b);
-                }
-            });
-        }
-    }
-}
-
-/// Places `data` in a recycled box released with the pool.
-unsafe fn recycled_box(pool: *mut ngx::ffi::ngx_pool_t, data: PeerData) -> Option<NonNull<PeerData>> {
-    let mut b = RECYCLED
-        .with_borrow_mut(|free| free.pop())
-        .unwrap_or_else(|| Box::new(None));
-    let ptr = NonNull::from(b.insert(data));
-    pool_box(pool, Recycled(Some(b)))?;
-    Some(ptr)
-}
-
-/// The state `prepare` left in the ctx, unless this is an API location
-/// (whose ctx holds its pending write).
-unsafe fn request_data<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PeerData> {
-    if Module::location_conf(&*r).is_some_and(|c| c.enabled) {
-        return None;
-    }
-    (*(*r).ctx.add(crate::module_ctx_index())).cast::<PeerData>().as_mut()
+    request_ctx::attach_peer(r, data)
 }
 
 /// `$balancer_ewma_score`: the score of the request's last EWMA pick,
@@ -142,7 +69,7 @@ pub unsafe extern "C" fn ewma_score_variable(
     _data: usize,
 ) -> ngx_int_t {
     ffi_guard("$balancer_ewma_score", NGX_ERROR as ngx_int_t, || unsafe {
-        let text = request_data(r)
+        let text = request_ctx::peer_data(r)
             .and_then(|pd| pd.ewma_score)
             .map(|s| s.to_string())
             .unwrap_or_default();
@@ -153,7 +80,7 @@ pub unsafe extern "C" fn ewma_score_variable(
 /// Takes over the state `prepare` made in the preaccess phase, if it is for
 /// backend `name`: the backend is chosen once per request.
 unsafe fn take_prepared(r: *mut ngx_http_request_t, name: &[u8]) -> Option<NonNull<PeerData>> {
-    let pd = request_data(r)?;
+    let pd = request_ctx::peer_data(r)?;
     // A later phase (auth_request_set, say) may have renamed the backend.
     if pd.taken || std::slice::from_raw_parts(pd.requested.0, pd.requested.1) != name {
         return None;

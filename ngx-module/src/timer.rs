@@ -7,9 +7,7 @@
 //! DNS refresher of `ExternalName` backends, whose log lines the timer
 //! writes.
 
-use std::ptr;
-
-use ngx::ffi::{ngx_add_timer, ngx_cycle_t, ngx_event_t, ngx_int_t, NGX_OK};
+use ngx::ffi::{ngx_cycle_t, ngx_event_t, ngx_int_t, ngx_msec_t, NGX_OK};
 use ngx::http::HttpModuleConfExt;
 
 use ngx::ngx_log_error;
@@ -17,13 +15,14 @@ use ngx::ngx_log_error;
 use crate::conf::MainConf;
 use crate::external_names;
 use crate::guard::ffi_guard;
+use crate::worker::{self, WorkerTimer};
 use crate::worker_cache;
 
 /// How often a worker reports and sweeps, in ms.
-const SYNC_INTERVAL_MS: usize = 100;
+const SYNC_INTERVAL_MS: ngx_msec_t = 100;
 
 thread_local! {
-    static SYNC_EVENT: std::cell::Cell<*mut ngx_event_t> = const { std::cell::Cell::new(ptr::null_mut()) };
+    static SYNC_TIMER: std::cell::Cell<Option<WorkerTimer>> = const { std::cell::Cell::new(None) };
 }
 
 unsafe fn main_conf(cycle: *const ngx_cycle_t) -> Option<&'static MainConf> {
@@ -42,12 +41,9 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         if ngx::ffi::ngx_worker == 0 {
             external_names::start_refresher(zone.clone());
         }
-        let ev: *mut ngx_event_t = Box::into_raw(Box::new(std::mem::zeroed()));
-        (*ev).handler = Some(on_timer);
-        (*ev).log = (*cycle).log;
-        (*ev).set_cancelable(1);
-        SYNC_EVENT.set(ev);
-        ngx_add_timer(ev, SYNC_INTERVAL_MS);
+        let timer = WorkerTimer::new(Some(on_timer), true);
+        SYNC_TIMER.set(Some(timer));
+        timer.arm(SYNC_INTERVAL_MS);
         NGX_OK as ngx_int_t
     })
 }
@@ -57,7 +53,7 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
         external_names::drain_log(|level, line| {
             ngx_log_error!(level, (*ev).log, "{line}");
         });
-        if ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_quit != 0 || ngx::ffi::ngx_terminate != 0 {
+        if worker::is_leaving() {
             external_names::stop();
             return;
         }
@@ -66,7 +62,9 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
             let generation = worker_cache::observe(&zone);
             worker_cache::report(&zone, generation);
         }
-        ngx_add_timer(ev, SYNC_INTERVAL_MS);
+        if let Some(timer) = SYNC_TIMER.get() {
+            timer.arm(SYNC_INTERVAL_MS);
+        }
     })
 }
 

@@ -1,16 +1,14 @@
-//! Request variables: read any variable by name (as Lua's `ngx.var` does),
-//! and the two variables this module sets, `$proxy_alternative_upstream_name`
-//! and `$balancer_ewma_score`, as ingress-nginx does.
+//! Request variables at request time: read any variable by name (as Lua's
+//! `ngx.var` does), and set the ones this module owns
+//! (`$proxy_alternative_upstream_name`; `$balancer_ewma_score` is computed
+//! by the peer hook). They are declared in [`crate::directives`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ngx::ffi::{
-    ngx_conf_t, ngx_http_add_variable, ngx_http_get_variable, ngx_http_get_variable_index, ngx_http_request_t,
-    ngx_http_variable_value_t, ngx_int_t, ngx_pnalloc, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_VAR_CHANGEABLE,
-    NGX_HTTP_VAR_NOCACHEABLE, NGX_OK,
+    ngx_http_get_variable, ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, ngx_pnalloc, ngx_str_t,
+    ngx_uint_t, NGX_ERROR, NGX_OK,
 };
-
-use crate::guard::ffi_guard;
 
 /// Variables this module sets per request.
 #[derive(Clone, Copy)]
@@ -18,81 +16,55 @@ pub enum Own {
     AlternativeUpstream = 0,
 }
 
-const OWN_NAMES: [&str; 1] = ["proxy_alternative_upstream_name"];
-static OWN_INDEX: [AtomicUsize; 1] = [AtomicUsize::new(usize::MAX)];
+pub const OWN_NAMES: [&str; 1] = ["proxy_alternative_upstream_name"];
+/// Filled by `directives::index_variables` at postconfiguration.
+pub static OWN_INDEX: [AtomicUsize; 1] = [AtomicUsize::new(usize::MAX)];
 
-/// `preconfiguration`: declares our variables (changeable, so that an
-/// ingress-nginx template's `set $proxy_alternative_upstream_name "";` works).
-///
-/// # Safety
-/// `cf` is the configuration being parsed.
-pub unsafe fn declare(cf: *mut ngx_conf_t) -> ngx_int_t {
-    for name in OWN_NAMES {
-        let mut name = ngx_str_t::from_str((*cf).pool, name);
-        let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_CHANGEABLE as ngx_uint_t);
-        if v.is_null() {
-            return NGX_ERROR as ngx_int_t;
-        }
-        (*v).get_handler = Some(empty_value);
-    }
-    // Computed when read, from the request's balancer state.
-    let mut name = ngx_str_t::from_str((*cf).pool, "balancer_ewma_score");
-    let flags = NGX_HTTP_VAR_CHANGEABLE | NGX_HTTP_VAR_NOCACHEABLE;
-    let v = ngx_http_add_variable(cf, &mut name, flags as ngx_uint_t);
-    if v.is_null() {
-        return NGX_ERROR as ngx_int_t;
-    }
-    (*v).get_handler = Some(crate::peer::ewma_score_variable);
-    NGX_OK as ngx_int_t
+/// Points `v` at `len` bytes at `data`, found and cacheable: the one place
+/// this module writes a variable value.
+fn assign(v: &mut ngx_http_variable_value_t, data: *mut u8, len: usize) {
+    v.set_len(len as u32);
+    v.set_valid(1);
+    v.set_no_cacheable(0);
+    v.set_not_found(0);
+    v.data = data;
 }
 
-/// Fills `v` with a copy of `value` in the request pool.
+/// A copy of `value` in the request pool.
+///
+/// # Safety
+/// `r` is a live request.
+unsafe fn pool_copy(r: *mut ngx_http_request_t, value: &[u8]) -> Option<*mut u8> {
+    // SAFETY: the request and its pool are live (the caller's contract); the
+    // allocation is at least `value.len()` bytes and cannot overlap `value`.
+    unsafe {
+        let data = ngx_pnalloc((*r).pool, value.len().max(1)).cast::<u8>();
+        if data.is_null() {
+            return None;
+        }
+        std::ptr::copy_nonoverlapping(value.as_ptr(), data, value.len());
+        Some(data)
+    }
+}
+
+/// Fills `v` with a copy of `value` in the request pool (a get handler's
+/// answer).
 ///
 /// # Safety
 /// `r` is a live request; `v` its variable slot.
 pub unsafe fn fill(r: *mut ngx_http_request_t, v: *mut ngx_http_variable_value_t, value: &[u8]) -> ngx_int_t {
-    let data = ngx_pnalloc((*r).pool, value.len().max(1)).cast::<u8>();
-    if data.is_null() {
+    // SAFETY: the caller's contract.
+    let Some(data) = (unsafe { pool_copy(r, value) }) else {
         return NGX_ERROR as ngx_int_t;
-    }
-    std::ptr::copy_nonoverlapping(value.as_ptr(), data, value.len());
-    (*v).set_len(value.len() as u32);
-    (*v).set_valid(1);
-    (*v).set_no_cacheable(0);
-    (*v).set_not_found(0);
-    (*v).data = data;
+    };
+    // SAFETY: `v` is the slot nginx handed the get handler.
+    assign(unsafe { &mut *v }, data, value.len());
     NGX_OK as ngx_int_t
 }
 
-/// `postconfiguration`: indexes our variables so requests can set them.
-///
-/// # Safety
-/// As [`declare`].
-pub unsafe fn index(cf: *mut ngx_conf_t) -> ngx_int_t {
-    for (name, slot) in OWN_NAMES.iter().zip(&OWN_INDEX) {
-        let mut name = ngx_str_t::from_str((*cf).pool, name);
-        let i = ngx_http_get_variable_index(cf, &mut name);
-        if i == NGX_ERROR as ngx_int_t {
-            return NGX_ERROR as ngx_int_t;
-        }
-        slot.store(i as usize, Ordering::Relaxed);
-    }
-    NGX_OK as ngx_int_t
-}
-
-unsafe extern "C" fn empty_value(
-    _r: *mut ngx_http_request_t,
-    v: *mut ngx_http_variable_value_t,
-    _data: usize,
-) -> ngx_int_t {
-    ffi_guard("variable", NGX_ERROR as ngx_int_t, || unsafe {
-        (*v).set_len(0);
-        (*v).set_valid(1);
-        (*v).set_no_cacheable(0);
-        (*v).set_not_found(0);
-        (*v).data = c"".as_ptr().cast_mut().cast();
-        NGX_OK as ngx_int_t
-    })
+/// Fills `v` with the empty string (our variables' value until set).
+pub fn fill_empty(v: &mut ngx_http_variable_value_t) {
+    assign(v, c"".as_ptr().cast_mut().cast(), 0);
 }
 
 /// Sets one of our variables for this request.
@@ -101,20 +73,15 @@ unsafe extern "C" fn empty_value(
 /// `r` is a live request.
 pub unsafe fn set(r: *mut ngx_http_request_t, which: Own, value: &[u8]) {
     let index = OWN_INDEX[which as usize].load(Ordering::Relaxed);
-    if index == usize::MAX || (*r).variables.is_null() {
-        return;
+    // SAFETY: `r` is live; `variables` has an entry per indexed variable,
+    // and `index` was given by ngx_http_get_variable_index.
+    unsafe {
+        if index == usize::MAX || (*r).variables.is_null() {
+            return;
+        }
+        let Some(data) = pool_copy(r, value) else { return };
+        assign(&mut *(*r).variables.add(index), data, value.len());
     }
-    let data = ngx_pnalloc((*r).pool, value.len().max(1)).cast::<u8>();
-    if data.is_null() {
-        return;
-    }
-    std::ptr::copy_nonoverlapping(value.as_ptr(), data, value.len());
-    let v = &mut *(*r).variables.add(index);
-    v.set_len(value.len() as u32);
-    v.set_valid(1);
-    v.set_no_cacheable(0);
-    v.set_not_found(0);
-    v.data = data;
 }
 
 /// nginx's `ngx_hash_key` (`key * 31 + c`), for variable lookups by name.

@@ -264,8 +264,7 @@ pub fn report(zone: &Zone, generation: u64) {
     let (process, worker, pid) = unsafe { (ngx::ffi::ngx_process, ngx::ffi::ngx_worker, ngx::ffi::ngx_pid) };
     // A worker of the previous cycle shares its slot index with its
     // successor; once shutting down it must not take the slot back.
-    let leaving = unsafe { ngx::ffi::ngx_exiting != 0 || ngx::ffi::ngx_quit != 0 || ngx::ffi::ngx_terminate != 0 };
-    if process == ngx::ffi::NGX_PROCESS_WORKER as usize && !leaving {
+    if process == ngx::ffi::NGX_PROCESS_WORKER as usize && !crate::worker::is_leaving() {
         zone.header().report(worker, pid as i64, generation);
     }
 }

@@ -1,0 +1,176 @@
+//! The module's per-request state and the request's ctx slot that holds it.
+//!
+//! A request is either proxied through a `dynamic_balancer` upstream (its
+//! state is [`PeerData`]) or an API write waiting for its body
+//! ([`PendingWrite`]). The slot holds a tagged [`RequestCtx`], so reading it
+//! never depends on which kind of location the request is in, and every
+//! access goes through the typed accessors below.
+
+use std::cell::RefCell;
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+use lua_compat::tried::TriedSet;
+use ngx::ffi::ngx_http_request_t;
+
+use crate::request::pool_box;
+use crate::worker_cache::WorkerBackend;
+
+/// What the ctx slot points at.
+pub enum RequestCtx {
+    Peer(PeerData),
+    Write(PendingWrite),
+}
+
+/// Per-request balancer state: the backend chosen for the request and its
+/// attempts so far.
+pub struct PeerData {
+    /// Keeps the endpoints (and so `pc->name`, which `$upstream_addr` reads
+    /// in the log phase) alive even if a sync replaces the backend.
+    pub backend: Rc<WorkerBackend>,
+    /// The name the request asked for (the primary, also for a canary).
+    /// Points into the request's variables or the location's configuration,
+    /// both of which outlive this state (a copy would cost a malloc per request).
+    pub requested: (*const u8, usize),
+    pub tried: TriedSet,
+    pub request: *mut ngx_http_request_t,
+    /// The chash key, rendered once per request.
+    pub key: Option<Vec<u8>>,
+    /// The endpoint of the attempt in progress.
+    pub current: Option<usize>,
+    /// The EWMA score of the last pick, for `$balancer_ewma_score`.
+    pub ewma_score: Option<f64>,
+    /// `init_peer` took this state over from the preaccess phase.
+    pub taken: bool,
+}
+
+/// An API write waiting for its body.
+pub struct PendingWrite {
+    /// The name for PUT, `None` for POST.
+    pub put_name: Option<String>,
+    /// Maintained by [`crate::body_limit`].
+    pub budget: BodyBudget,
+}
+
+/// What the body filter tracks for one API write.
+#[derive(Default)]
+pub struct BodyBudget {
+    pub received: i64,
+    pub too_large: bool,
+}
+
+/// The slot's current contents.
+///
+/// # Safety
+/// `r` is a live request whose `ctx` array nginx allocated.
+unsafe fn slot<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut RequestCtx> {
+    // SAFETY: `ctx` has one entry per HTTP module; ours is null or a
+    // `RequestCtx` placed by `attach`, which lives as long as the request.
+    unsafe { (*(*r).ctx.add(crate::module_ctx_index())).cast::<RequestCtx>().as_mut() }
+}
+
+/// # Safety
+/// `r` is a live request; `ctx` lives as long as it.
+unsafe fn attach(r: *mut ngx_http_request_t, ctx: NonNull<RequestCtx>) {
+    // SAFETY: as in `slot`.
+    unsafe { *(*r).ctx.add(crate::module_ctx_index()) = ctx.as_ptr().cast() };
+}
+
+/// The balancer state of a proxied request, if it has one.
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn peer_data<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PeerData> {
+    // SAFETY: the caller's contract.
+    match unsafe { slot(r) }? {
+        RequestCtx::Peer(p) => Some(p),
+        RequestCtx::Write(_) => None,
+    }
+}
+
+/// The pending write of an API request, if it is one.
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn pending_write<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PendingWrite> {
+    // SAFETY: the caller's contract.
+    match unsafe { slot(r) }? {
+        RequestCtx::Write(w) => Some(w),
+        RequestCtx::Peer(_) => None,
+    }
+}
+
+/// Stores an API write's state in the request pool and the slot.
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn attach_write(r: *mut ngx_http_request_t, pending: PendingWrite) -> Option<NonNull<PendingWrite>> {
+    // SAFETY: the pool lives as long as the request; the box is dropped by
+    // the pool's cleanup, after the last access through the slot.
+    unsafe {
+        let mut ctx = pool_box((*r).pool, RequestCtx::Write(pending))?;
+        attach(r, ctx);
+        match ctx.as_mut() {
+            RequestCtx::Write(w) => Some(NonNull::from(w)),
+            RequestCtx::Peer(_) => unreachable!("just stored a write"),
+        }
+    }
+}
+
+/// Stores a proxied request's balancer state in the slot, in a box recycled
+/// per worker (see [`Recycled`]); the peer hook keeps the returned pointer
+/// as `u->peer.data`.
+///
+/// # Safety
+/// `r` is a live request.
+pub unsafe fn attach_peer(r: *mut ngx_http_request_t, data: PeerData) -> Option<NonNull<PeerData>> {
+    let mut b = RECYCLED
+        .with_borrow_mut(|free| free.pop())
+        .unwrap_or_else(|| Box::new(None));
+    let ctx = NonNull::from(b.insert(RequestCtx::Peer(data)));
+    // SAFETY: `r` and its pool are live; the box outlives every access
+    // through the slot, since the pool's cleanup releases it.
+    unsafe {
+        pool_box((*r).pool, Recycled(Some(b)))?;
+        attach(r, ctx);
+    }
+    peer_in(ctx)
+}
+
+fn peer_in(mut ctx: NonNull<RequestCtx>) -> Option<NonNull<PeerData>> {
+    // SAFETY: `ctx` points at the live, just-stored value.
+    match unsafe { ctx.as_mut() } {
+        RequestCtx::Peer(p) => Some(NonNull::from(p)),
+        RequestCtx::Write(_) => None,
+    }
+}
+
+/// Proxied requests' state lives in heap boxes recycled per worker, not in
+/// the request pool: the pool keeps only a pointer (and its cleanup), so a
+/// proxied request allocates no more pool memory than under stock
+/// round-robin, and the steady state calls no malloc.
+struct Recycled(Option<Box<Option<RequestCtx>>>);
+
+/// Boxes kept for reuse, at most: about one per concurrent request.
+const MAX_RECYCLED: usize = 4096;
+
+thread_local! {
+    // Boxed on purpose: nginx holds pointers into them, so they must not
+    // move when the Vec grows.
+    #[allow(clippy::vec_box)]
+    static RECYCLED: RefCell<Vec<Box<Option<RequestCtx>>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        if let Some(mut b) = self.0.take() {
+            // Drops the state (and its hold on the backend) now.
+            *b = None;
+            RECYCLED.with_borrow_mut(|free| {
+                if free.len() < MAX_RECYCLED {
+                    free.push(b);
+                }
+            });
+        }
+    }
+}
