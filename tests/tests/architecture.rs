@@ -30,17 +30,15 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut edges = BTreeMap::new();
     for (name, text) in &modules {
         let parent = name.rsplit_once("::").map(|(p, _)| p.to_string());
+        let code: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
         let mut to = BTreeSet::new();
-        for line in text.lines().map(str::trim) {
-            if line.starts_with("//") {
-                continue;
-            }
-            for (prefix, base) in [("crate::", None), ("super::", parent.as_deref())] {
-                for (at, _) in line.match_indices(prefix) {
-                    let path: String = line[at + prefix.len()..]
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                        .collect();
+        for (prefix, base) in [("crate::", None), ("super::", parent.as_deref())] {
+            for (at, _) in code.match_indices(prefix) {
+                for path in paths_after(&code[at + prefix.len()..]) {
                     let full = match base {
                         Some(b) => format!("{b}::{path}"),
                         None => path,
@@ -62,6 +60,61 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         edges.insert(name.clone(), to);
     }
     edges
+}
+
+/// The paths a `crate::`/`super::` prefix leads to: one (`a::b`), or each
+/// member of a group (`{a, b::{c, d}}`, across lines), as `a`, `b::c`...
+fn paths_after(rest: &str) -> Vec<String> {
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    let after = &rest[word.len()..];
+    if !after.starts_with('{') {
+        return vec![word];
+    }
+    // The group's text up to its matching brace.
+    let mut depth = 0;
+    let mut end = after.len();
+    for (i, c) in after.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let inner = &after[1..end];
+    // Split at top-level commas.
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && *p != "self")
+        .flat_map(|p| {
+            paths_after(p)
+                .into_iter()
+                .map(|q| format!("{word}{q}"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -156,6 +209,15 @@ fn no_crate_has_an_import_cycle() {
 }
 
 #[test]
+fn grouped_imports_are_edges() {
+    assert_eq!(paths_after("zone::Zone;"), ["zone::Zone"]);
+    assert_eq!(
+        paths_after("{push, reload::{self, task}, state::Shared};"),
+        ["push", "reload::task", "state::Shared"]
+    );
+}
+
+#[test]
 fn the_checker_finds_a_cycle() {
     let g: BTreeMap<String, BTreeSet<String>> = [
         ("a".to_string(), ["b".to_string()].into()),
@@ -168,4 +230,57 @@ fn the_checker_finds_a_cycle() {
         cycles(&g),
         vec![vec!["a".to_string(), "b".to_string(), "c".to_string()]]
     );
+}
+
+/// Each module's floor: 0 for a module that imports none of its crate's
+/// modules, else one above the highest module it imports. Defined because
+/// the graph has no cycle.
+fn floors(g: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, usize> {
+    fn floor(g: &BTreeMap<String, BTreeSet<String>>, m: &str, memo: &mut BTreeMap<String, usize>) -> usize {
+        if let Some(f) = memo.get(m) {
+            return *f;
+        }
+        let f = g
+            .get(m)
+            .into_iter()
+            .flatten()
+            .map(|t| floor(g, t, memo) + 1)
+            .max()
+            .unwrap_or(0);
+        memo.insert(m.to_string(), f);
+        f
+    }
+    let mut memo = BTreeMap::new();
+    for m in g.keys() {
+        floor(g, m, &mut memo);
+    }
+    memo
+}
+
+/// Prints each crate's floors (`cargo test --test architecture -- --nocapture`)
+/// and checks the module's rule: directive setters run at configuration
+/// time only, so no request-time module may import them (only `lib.rs`'s
+/// command table does).
+#[test]
+fn floors_and_the_configuration_layer() {
+    let module = graph(&crate_src("ngx-module"));
+    for (m, to) in &module {
+        assert!(!to.contains("directives"), "{m} imports directives");
+    }
+    for krate in ["ngx-module", "controller", "lua-compat"] {
+        let g = graph(&crate_src(krate));
+        let f = floors(&g);
+        let mut by: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for (m, n) in &f {
+            by.entry(*n).or_default().push(m);
+        }
+        println!(
+            "{krate}: {} modules, {} imports",
+            g.len(),
+            g.values().map(BTreeSet::len).sum::<usize>()
+        );
+        for (n, ms) in by {
+            println!("  {n}: {}", ms.join(" "));
+        }
+    }
 }
