@@ -2,7 +2,7 @@
 //! An endpoint the request cannot use is skipped by walking on along the
 //! ring, so the other keys keep their endpoints.
 
-use super::{node_ids, Attempt, Endpoints, Pick, Selection, Worker};
+use super::{node_ids, Accept, Attempt, Endpoints, Pick, Selection, Worker};
 use crate::algorithm::Algorithm;
 use crate::chash::ChashRing;
 use crate::hash_key::HashKey;
@@ -31,12 +31,7 @@ impl Selection for ChashSelector {
         }
     }
 
-    fn pick<E: Endpoints + ?Sized>(
-        &self,
-        attempt: &Attempt<'_>,
-        _: &E,
-        accept: impl Fn(usize) -> bool,
-    ) -> Option<Pick> {
+    fn pick(&self, attempt: &Attempt<'_>, _: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
         self.ring
             .find_usable(attempt.hash_key, self.endpoints, accept)
             .map(Pick::of)
@@ -46,9 +41,7 @@ impl Selection for ChashSelector {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{select, Selector};
     use super::*;
-    use crate::tried::TriedSet;
 
     #[test]
     fn a_key_keeps_its_endpoint_and_walks_on_when_it_is_down() {

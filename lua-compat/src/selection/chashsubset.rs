@@ -2,7 +2,7 @@
 //! endpoints on a ring of subsets (`set1`, `set2`, ... as Lua names them),
 //! then a random member of it serves; see [`crate::algorithm::subsets`].
 
-use super::{random_where, Attempt, Endpoints, Pick, Selection, Worker};
+use super::{random_where, Accept, Attempt, Endpoints, Pick, Selection, Worker};
 use crate::algorithm::{subsets, Algorithm};
 use crate::chash::ChashRing;
 use crate::hash_key::HashKey;
@@ -33,12 +33,7 @@ impl Selection for ChashSubsetSelector {
 
     /// A random accepted member of the key's subset; when the subset has
     /// none, a random accepted endpoint of the whole backend.
-    fn pick<E: Endpoints + ?Sized>(
-        &self,
-        attempt: &Attempt<'_>,
-        _: &E,
-        accept: impl Fn(usize) -> bool,
-    ) -> Option<Pick> {
+    fn pick(&self, attempt: &Attempt<'_>, _: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
         let (set, _) = self.ring.find(attempt.hash_key)?;
         let members = self.subsets.get(set)?;
         // Subsets are small (the default is 3): counting twice beats
@@ -57,9 +52,7 @@ impl Selection for ChashSubsetSelector {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{select, Selector};
     use super::*;
-    use crate::tried::TriedSet;
 
     #[test]
     fn a_key_stays_in_its_subset_until_the_subset_is_used_up() {

@@ -1,7 +1,7 @@
 //! ewma: the lower decayed round-trip score of two random endpoints (see
 //! [`crate::ewma`]); the scores are shared by all workers.
 
-use super::{Attempt, Endpoints, Pick, Selection, Worker};
+use super::{Accept, Attempt, Endpoints, Pick, Selection, Worker};
 use crate::runtime::RuntimeBackend;
 
 pub struct EwmaSelector {
@@ -15,12 +15,7 @@ impl Selection for EwmaSelector {
         }
     }
 
-    fn pick<E: Endpoints + ?Sized>(
-        &self,
-        _: &Attempt<'_>,
-        endpoints: &E,
-        accept: impl Fn(usize) -> bool,
-    ) -> Option<Pick> {
+    fn pick(&self, _: &Attempt<'_>, endpoints: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
         let score = |i: usize| endpoints.ewma_score(i);
         let (endpoint, score) = crate::ewma::pick_two(self.endpoints, accept, score, |k| fastrand::usize(..k))?;
         Some(Pick {
@@ -34,10 +29,7 @@ impl Selection for EwmaSelector {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{select, Selector};
     use super::*;
-    use crate::algorithm::Algorithm;
-    use crate::tried::TriedSet;
 
     #[test]
     fn the_faster_of_two_wins_and_its_score_is_reported() {

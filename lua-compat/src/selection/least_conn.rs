@@ -1,7 +1,7 @@
 //! least_conn: the fewest open connections relative to weight (see
 //! [`crate::least_conn`]); the counts are shared by all workers.
 
-use super::{Attempt, Endpoints, Pick, Selection, Worker};
+use super::{Accept, Attempt, Endpoints, Pick, Selection, Worker};
 use crate::runtime::RuntimeBackend;
 
 pub struct LeastConnSelector {
@@ -15,12 +15,7 @@ impl Selection for LeastConnSelector {
         }
     }
 
-    fn pick<E: Endpoints + ?Sized>(
-        &self,
-        _: &Attempt<'_>,
-        endpoints: &E,
-        accept: impl Fn(usize) -> bool,
-    ) -> Option<Pick> {
+    fn pick(&self, _: &Attempt<'_>, endpoints: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
         crate::least_conn::pick(
             self.weights.len(),
             accept,
@@ -35,10 +30,7 @@ impl Selection for LeastConnSelector {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{select, Selector};
     use super::*;
-    use crate::algorithm::Algorithm;
-    use crate::tried::TriedSet;
 
     #[test]
     fn fewest_connections_per_weight_win() {
@@ -46,13 +38,11 @@ mod tests {
         let mut table = Table::healthy(3);
         table.conns = vec![2, 4, 3];
         // 4 connections at weight 4 is the least load.
-        let pick =
-            |table: &Table, tried: &TriedSet| select(&selector, &Attempt::default(), table, tried).unwrap().endpoint;
-        assert_eq!(pick(&table, &TriedSet::new()), 1);
+        assert_eq!(first(&selector, &table, &TriedSet::new()), 1);
         let mut tried = TriedSet::new();
         tried.insert(1);
-        assert_eq!(pick(&table, &tried), 0);
+        assert_eq!(first(&selector, &table, &tried), 0);
         table.down[0] = true;
-        assert_eq!(pick(&table, &tried), 2);
+        assert_eq!(first(&selector, &table, &tried), 2);
     }
 }

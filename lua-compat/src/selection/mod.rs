@@ -119,6 +119,10 @@ impl Worker {
     }
 }
 
+/// Which endpoints a pick may return: the tier's predicate.
+pub trait Accept: Fn(usize) -> bool {}
+impl<F: Fn(usize) -> bool> Accept for F {}
+
 /// A balancing algorithm: what it precomputes per backend, and how it picks.
 pub trait Selection {
     /// Precomputes the algorithm's state for `backend`.
@@ -128,21 +132,16 @@ pub trait Selection {
 
     /// The endpoint this algorithm prefers among those `accept` takes;
     /// `None` when it takes none. Only [`select`] calls it.
-    fn pick<E: Endpoints + ?Sized>(
-        &self,
-        attempt: &Attempt<'_>,
-        endpoints: &E,
-        accept: impl Fn(usize) -> bool,
-    ) -> Option<Pick>;
+    fn pick(&self, attempt: &Attempt<'_>, endpoints: &impl Endpoints, accept: impl Accept) -> Option<Pick>;
 }
 
 /// The endpoint for the next attempt: the algorithm's choice among the
 /// untried healthy endpoints, else among the untried ones, else among all.
 #[inline]
-pub fn select<S: Selection + ?Sized, E: Endpoints + ?Sized>(
-    selector: &S,
+pub fn select(
+    selector: &(impl Selection + ?Sized),
     attempt: &Attempt<'_>,
-    endpoints: &E,
+    endpoints: &impl Endpoints,
     tried: &TriedSet,
 ) -> Option<Pick> {
     // `is_empty` first: the first attempt skips the population count.
@@ -218,12 +217,7 @@ impl Selection for Selector {
     }
 
     #[inline]
-    fn pick<E: Endpoints + ?Sized>(
-        &self,
-        attempt: &Attempt<'_>,
-        endpoints: &E,
-        accept: impl Fn(usize) -> bool,
-    ) -> Option<Pick> {
+    fn pick(&self, attempt: &Attempt<'_>, endpoints: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
         match self {
             Selector::RoundRobin(s) => s.pick(attempt, endpoints, accept),
             Selector::LeastConn(s) => s.pick(attempt, endpoints, accept),
@@ -251,9 +245,25 @@ fn random_where(n: usize, accept: impl Fn(usize) -> bool) -> Option<usize> {
 pub(crate) mod testing {
     //! Backends and endpoint views for the selectors' tests.
 
-    use super::*;
+    pub use super::*;
+    pub use crate::algorithm::Algorithm;
     use crate::runtime::RuntimeEndpoint;
     use crate::sticky::{CookieSpec, StickyMode};
+    pub use crate::tried::TriedSet;
+
+    /// The endpoint `selector` picks for a plain request.
+    pub fn first(selector: &Selector, table: &Table, tried: &TriedSet) -> usize {
+        select(selector, &Attempt::default(), table, tried).unwrap().endpoint
+    }
+
+    /// How often each endpoint is picked over `rounds` plain requests.
+    pub fn tally(selector: &Selector, table: &Table, rounds: usize) -> Vec<usize> {
+        let mut counts = vec![0; table.len()];
+        for _ in 0..rounds {
+            counts[first(selector, table, &TriedSet::new())] += 1;
+        }
+        counts
+    }
 
     /// Endpoint facts held in plain vectors.
     #[derive(Clone, Debug, Default)]

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use super::{Attempt, Endpoints, Pick, Selection, Worker};
+use super::{Accept, Attempt, Endpoints, Pick, Selection, Worker};
 use crate::round_robin::RoundRobin;
 use crate::runtime::RuntimeBackend;
 
@@ -23,7 +23,7 @@ impl Selection for RoundRobinSelector {
     }
 
     #[inline]
-    fn pick<E: Endpoints + ?Sized>(&self, _: &Attempt<'_>, _: &E, accept: impl Fn(usize) -> bool) -> Option<Pick> {
+    fn pick(&self, _: &Attempt<'_>, _: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
         self.wheel.borrow_mut().pick_accepted(accept).map(Pick::of)
     }
 }
@@ -31,29 +31,14 @@ impl Selection for RoundRobinSelector {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{select, Selector};
     use super::*;
-    use crate::algorithm::Algorithm;
-    use crate::tried::TriedSet;
 
     #[test]
     fn weights_hold_and_down_endpoints_are_skipped() {
         let selector = Selector::build(&backend(Algorithm::RoundRobin, &[3, 1, 1]), WORKER);
         let mut table = Table::healthy(3);
-        let mut counts = [0; 3];
-        for _ in 0..50 {
-            counts[select(&selector, &Attempt::default(), &table, &TriedSet::new())
-                .unwrap()
-                .endpoint] += 1;
-        }
-        assert_eq!(counts, [30, 10, 10]);
+        assert_eq!(tally(&selector, &table, 50), [30, 10, 10]);
         table.down[0] = true;
-        let mut counts = [0; 3];
-        for _ in 0..20 {
-            counts[select(&selector, &Attempt::default(), &table, &TriedSet::new())
-                .unwrap()
-                .endpoint] += 1;
-        }
-        assert_eq!(counts, [0, 10, 10]);
+        assert_eq!(tally(&selector, &table, 20), [0, 10, 10]);
     }
 }

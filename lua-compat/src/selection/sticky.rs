@@ -11,7 +11,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::{node_ids, random_where, Attempt, Endpoints, Pick, Selection, Worker};
+use super::{node_ids, random_where, Accept, Attempt, Endpoints, Pick, Selection, Worker};
 use crate::algorithm::Algorithm;
 use crate::chash::ChashRing;
 use crate::runtime::RuntimeBackend;
@@ -96,12 +96,7 @@ impl Selection for StickySelector {
         }
     }
 
-    fn pick<E: Endpoints + ?Sized>(
-        &self,
-        attempt: &Attempt<'_>,
-        endpoints: &E,
-        accept: impl Fn(usize) -> bool,
-    ) -> Option<Pick> {
+    fn pick(&self, attempt: &Attempt<'_>, endpoints: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
         let n = endpoints.len();
         let from_cookie = attempt
             .cookie
@@ -137,9 +132,7 @@ impl Selection for StickySelector {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::super::{select, Selector};
     use super::*;
-    use crate::tried::TriedSet;
 
     fn sticky(mode: StickyMode, change_on_failure: bool) -> Selector {
         let algorithm = Algorithm::Sticky {
