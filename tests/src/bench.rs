@@ -16,6 +16,49 @@ use crate::artifacts;
 /// An nginx started from a literal nginx.conf (after the common prelude).
 pub use crate::process::NginxProcess as Proc;
 
+/// The front nginx of the module's benchmarks: upstream `dynamic` balanced
+/// by the module (`balancer` is the directive), a proxied server on `port`
+/// whose location starts with `location`, and the API on `api_port` taking
+/// bodies up to `api_body`; `extra` goes at the top of `http{}`.
+pub struct Front<'a> {
+    pub port: u16,
+    pub api_port: u16,
+    pub balancer: &'a str,
+    pub location: &'a str,
+    pub api_body: &'a str,
+    pub extra: &'a str,
+}
+
+impl Front<'_> {
+    pub fn http_block(&self) -> String {
+        let Front {
+            port,
+            api_port,
+            balancer,
+            location,
+            api_body,
+            extra,
+        } = self;
+        format!(
+            r#"http {{
+    access_log off;{extra}
+    upstream dynamic {{ server 0.0.0.1; {balancer}; keepalive 32; }}
+    server {{ listen 127.0.0.1:{port}; location / {{ {location}proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
+    server {{ listen 127.0.0.1:{api_port}; location /configuration {{ client_max_body_size {api_body}; client_body_buffer_size {api_body}; dynamic_balancer_api; }} }}
+}}
+"#
+        )
+    }
+
+    /// The whole configuration for [`Proc::start`]: one worker.
+    pub fn conf(&self) -> String {
+        format!(
+            "worker_processes 1;\nevents {{ worker_connections 4096; }}\n{}",
+            self.http_block()
+        )
+    }
+}
+
 /// A benchmark nginx.conf for callgrind: the module, one process without a
 /// master (so callgrind sees the worker), then `http_block`.
 pub fn single_process_conf(http_block: &str) -> String {

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use tests::bench::{algorithm_variants, alternating_backend, cpu_seconds, median, upstream_pair, wrk, Proc};
+use tests::bench::{algorithm_variants, alternating_backend, cpu_seconds, median, upstream_pair, wrk, Front, Proc};
 use tests::free_port;
 
 fn main() {
@@ -19,18 +19,17 @@ fn main() {
     let (rounds, seconds) = (args.first().copied().unwrap_or(3), args.get(1).copied().unwrap_or(4));
     let (_upstreams, a, b) = upstream_pair();
     let (port, api_port) = (free_port(), free_port());
-    let front = Proc::start(&format!(
-        r#"worker_processes 1;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    dynamic_balancer_zone 256m;
-    upstream dynamic {{ server 0.0.0.1; dynamic_balancer $http_x_backend; keepalive 32; }}
-    server {{ listen 127.0.0.1:{port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
-    server {{ listen 127.0.0.1:{api_port}; location /configuration {{ client_max_body_size 64m; client_body_buffer_size 64m; dynamic_balancer_api; }} }}
-}}
-"#
-    ));
+    let front = Proc::start(
+        &Front {
+            port,
+            api_port,
+            balancer: "dynamic_balancer $http_x_backend",
+            location: "",
+            api_body: "64m",
+            extra: "\n    dynamic_balancer_zone 256m;",
+        }
+        .conf(),
+    );
     let algorithms = algorithm_variants();
     let mut list = Vec::new();
     for (name, extra) in &algorithms {

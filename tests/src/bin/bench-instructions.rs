@@ -10,24 +10,31 @@
 //! `cargo run --release -p tests --bin bench-instructions [-- N [ALGORITHM]]` (needs valgrind)
 
 use serde_json::Value;
-use tests::bench::{algorithm_variants, alternating_backend, callgrind_total, single_process_conf, upstream_pair};
+use tests::bench::{
+    algorithm_variants, alternating_backend, callgrind_total, single_process_conf, upstream_pair, Front,
+};
 use tests::free_port;
 
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
     let (_upstreams, a, b) = upstream_pair();
     let (port, stock_port, api) = (free_port(), free_port(), free_port());
-    let conf = single_process_conf(&format!(
-        r#"http {{
-    access_log off; keepalive_requests 1000000;
+    let stock = format!(
+        r#" keepalive_requests 1000000;
     upstream stock {{ server 127.0.0.1:{a}; server 127.0.0.1:{b}; keepalive 32; }}
-    upstream dynamic {{ server 0.0.0.1; dynamic_balancer $http_x_backend; keepalive 32; }}
-    server {{ listen 127.0.0.1:{stock_port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://stock; }} }}
-    server {{ listen 127.0.0.1:{port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
-    server {{ listen 127.0.0.1:{api}; location /configuration {{ client_max_body_size 64m; client_body_buffer_size 64m; dynamic_balancer_api; }} }}
-}}
-"#
-    ));
+    server {{ listen 127.0.0.1:{stock_port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://stock; }} }}"#
+    );
+    let conf = single_process_conf(
+        &Front {
+            port,
+            api_port: api,
+            balancer: "dynamic_balancer $http_x_backend",
+            location: "",
+            api_body: "64m",
+            extra: &stock,
+        }
+        .http_block(),
+    );
     let algorithms = algorithm_variants();
     let mut list = Vec::new();
     for (name, extra) in &algorithms {

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tests::bench::{median, upstream_pair, wrk, Proc};
+use tests::bench::{median, upstream_pair, wrk, Front, Proc};
 use tests::free_port;
 
 const BACKENDS: usize = 1000;
@@ -54,19 +54,17 @@ fn main() {
     let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3);
     let (_upstreams, a, b) = upstream_pair();
     let (port, api_port) = (free_port(), free_port());
-    let front = Proc::start(&format!(
-        r#"worker_processes 1;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    upstream dynamic {{ server 0.0.0.1; dynamic_balancer; keepalive 32; }}
-    server {{ listen 127.0.0.1:{port}; location / {{ set $proxy_upstream_name $http_x_backend;
-        proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
-    server {{ listen 127.0.0.1:{api_port}; location /configuration {{
-        client_max_body_size 21m; client_body_buffer_size 21m; dynamic_balancer_api; }} }}
-}}
-"#
-    ));
+    let front = Proc::start(
+        &Front {
+            port,
+            api_port,
+            balancer: "dynamic_balancer",
+            location: "set $proxy_upstream_name $http_x_backend; ",
+            api_body: "21m",
+            extra: "",
+        }
+        .conf(),
+    );
     let real = [
         json!({"address": "127.0.0.1", "port": a.to_string()}),
         json!({"address": "127.0.0.1", "port": b.to_string()}),
