@@ -29,6 +29,20 @@ pub struct Front<'a> {
     pub extra: &'a str,
 }
 
+impl Default for Front<'_> {
+    /// Fresh ports, the backend named by `X-Backend`, 64 MB API bodies.
+    fn default() -> Self {
+        Front {
+            port: crate::free_port(),
+            api_port: crate::free_port(),
+            balancer: "dynamic_balancer $http_x_backend",
+            location: "",
+            api_body: "64m",
+            extra: "",
+        }
+    }
+}
+
 impl Front<'_> {
     pub fn http_block(&self) -> String {
         let Front {

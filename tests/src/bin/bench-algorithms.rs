@@ -12,24 +12,17 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 use tests::bench::{algorithm_variants, alternating_backend, cpu_seconds, median, upstream_pair, wrk, Front, Proc};
-use tests::free_port;
 
 fn main() {
     let args: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let (rounds, seconds) = (args.first().copied().unwrap_or(3), args.get(1).copied().unwrap_or(4));
     let (_upstreams, a, b) = upstream_pair();
-    let (port, api_port) = (free_port(), free_port());
-    let front = Proc::start(
-        &Front {
-            port,
-            api_port,
-            balancer: "dynamic_balancer $http_x_backend",
-            location: "",
-            api_body: "64m",
-            extra: "\n    dynamic_balancer_zone 256m;",
-        }
-        .conf(),
-    );
+    let conf = Front {
+        extra: "\n    dynamic_balancer_zone 256m;",
+        ..Front::default()
+    };
+    let (port, api_port) = (conf.port, conf.api_port);
+    let front = Proc::start(&conf.conf());
     let algorithms = algorithm_variants();
     let mut list = Vec::new();
     for (name, extra) in &algorithms {

@@ -28,10 +28,8 @@ fn main() {
         &Front {
             port,
             api_port: api,
-            balancer: "dynamic_balancer $http_x_backend",
-            location: "",
-            api_body: "64m",
             extra: &stock,
+            ..Front::default()
         }
         .http_block(),
     );

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tests::bench::{median, upstream_pair, wrk, Front, Proc};
-use tests::free_port;
 
 const BACKENDS: usize = 1000;
 const ENDPOINTS: usize = 10;
@@ -53,18 +52,14 @@ fn backend_set(variant: usize, real: &[Value], last: &str) -> String {
 fn main() {
     let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3);
     let (_upstreams, a, b) = upstream_pair();
-    let (port, api_port) = (free_port(), free_port());
-    let front = Proc::start(
-        &Front {
-            port,
-            api_port,
-            balancer: "dynamic_balancer",
-            location: "set $proxy_upstream_name $http_x_backend; ",
-            api_body: "21m",
-            extra: "",
-        }
-        .conf(),
-    );
+    let conf = Front {
+        balancer: "dynamic_balancer",
+        location: "set $proxy_upstream_name $http_x_backend; ",
+        api_body: "21m",
+        ..Front::default()
+    };
+    let (port, api_port) = (conf.port, conf.api_port);
+    let front = Proc::start(&conf.conf());
     let real = [
         json!({"address": "127.0.0.1", "port": a.to_string()}),
         json!({"address": "127.0.0.1", "port": b.to_string()}),
