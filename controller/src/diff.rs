@@ -61,4 +61,34 @@ mod tests {
         assert_eq!(plan(&have, &desired, &BTreeSet::new()).deletes, ["c"]);
         assert_eq!(plan(&desired, &desired, &routed), Plan::default());
     }
+
+    proptest::proptest! {
+        /// Applying a plan to what the module holds gives exactly the
+        /// desired backends, plus those still routed that were held back.
+        #[test]
+        fn a_plan_brings_the_module_to_the_model(
+            have in proptest::collection::btree_map("[a-e]", 80u16..83, 0..5),
+            desired in proptest::collection::btree_map("[a-e]", 80u16..83, 0..5),
+            routed in proptest::collection::btree_set("[a-e]", 0..3),
+        ) {
+            let have: BTreeMap<_, _> = have.iter().map(|(k, p)| b(k, *p)).collect();
+            let desired: BTreeMap<_, _> = desired.iter().map(|(k, p)| b(k, *p)).collect();
+            let p = plan(&have, &desired, &routed);
+            let mut after = have.clone();
+            for k in &p.deletes {
+                proptest::prop_assert!(after.remove(k).is_some(), "deleted {} which it did not hold", k);
+            }
+            for k in &p.puts {
+                after.insert(k.clone(), desired[k].clone());
+            }
+            for (k, v) in &after {
+                match desired.get(k) {
+                    Some(want) => proptest::prop_assert_eq!(v, want),
+                    None => proptest::prop_assert!(routed.contains(k), "{} kept but not routed", k),
+                }
+            }
+            proptest::prop_assert!(desired.keys().all(|k| after.contains_key(k)));
+            proptest::prop_assert!(p.puts.iter().all(|k| have.get(k) != desired.get(k)), "a put of an unchanged backend");
+        }
+    }
 }
