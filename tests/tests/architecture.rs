@@ -38,8 +38,20 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         let mut to = BTreeSet::new();
         for (prefix, base) in [("crate::", None), ("super::", parent.as_deref())] {
             for (at, _) in code.match_indices(prefix) {
-                for path in paths_after(&code[at + prefix.len()..]) {
-                    let full = match base {
+                let mut rest = &code[at + prefix.len()..];
+                let mut base = base.map(str::to_string);
+                if prefix == "super::" {
+                    // A chain (`super::super::x`) is read once, from its start.
+                    if code[..at].ends_with("super::") {
+                        continue;
+                    }
+                    while let Some(r) = rest.strip_prefix("super::") {
+                        rest = r;
+                        base = base.and_then(|b| b.rsplit_once("::").map(|(p, _)| p.to_string()));
+                    }
+                }
+                for path in paths_after(rest) {
+                    let full = match &base {
                         Some(b) => format!("{b}::{path}"),
                         None => path,
                     };

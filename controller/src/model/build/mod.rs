@@ -22,6 +22,9 @@ use super::{
 };
 use crate::snapshot::{key, Snapshot};
 
+mod aliases;
+mod canary;
+
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
     pub class: ClassFilter,
@@ -545,125 +548,6 @@ impl<'s> Builder<'s> {
                 self.report(ing, "spec.tls.secretName", e);
                 None
             }
-        }
-    }
-
-    /// Attaches a canary Ingress to the primary location it names. Only a
-    /// primary of the canary's own namespace can be attached: otherwise any
-    /// tenant could divert another tenant's traffic (ingress-nginx merges
-    /// across namespaces).
-    fn add_canary(&mut self, ing: &Ingress, a: &Annotations) {
-        let Some(spec) = &ing.spec else { return };
-        let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
-        if !a.unimplemented_access_control.is_empty() {
-            self.report(
-                ing,
-                "canary",
-                "a canary with access-control annotations this controller does not implement is not attached",
-            );
-            return;
-        }
-        for rule in spec.rules.iter().flatten() {
-            let host = rule
-                .host
-                .as_deref()
-                .filter(|h| !h.is_empty())
-                .unwrap_or("_")
-                .to_ascii_lowercase();
-            for path in rule.http.iter().flat_map(|h| h.paths.iter()) {
-                let conflict = (path.path.clone().unwrap_or_else(|| "/".into()), path.path_type.clone());
-                let primary = self
-                    .servers
-                    .get(&host)
-                    .and_then(|s| s.locations.get(&conflict))
-                    .and_then(|l| l.first())
-                    .map(|l| (l.backend.clone(), l.ingress.clone()));
-                let Some((primary, owner)) = primary else {
-                    self.report(
-                        ing,
-                        "canary",
-                        format!(
-                            "no primary Ingress serves host {host} path {}; canary ignored",
-                            conflict.0
-                        ),
-                    );
-                    continue;
-                };
-                if owner.split('/').next() != Some(ns) {
-                    self.report(
-                        ing,
-                        "canary",
-                        format!(
-                            "host {host} path {} is served by Ingress {owner} of another namespace; a canary only attaches within its namespace; ignored",
-                            conflict.0
-                        ),
-                    );
-                    continue;
-                }
-                let Some(canary) = self.backend_ref(ing, &path.backend, a, true) else {
-                    continue;
-                };
-                if !self.backends.get(&canary).is_some_and(|b| b.canary) {
-                    self.report(
-                        ing,
-                        "canary",
-                        format!("backend {canary} already serves as a primary; canary ignored"),
-                    );
-                    continue;
-                }
-                if canary == primary {
-                    continue;
-                }
-                self.alternatives.entry(primary).or_default().insert(canary);
-            }
-        }
-    }
-
-    /// A server alias must not be a host any Ingress serves, nor an alias
-    /// an older Ingress already has: nginx keeps the first `server_name` it
-    /// sees, so a duplicate would hand one tenant another's traffic.
-    fn settle_aliases(&mut self) {
-        let hosts: BTreeSet<String> = self.servers.keys().cloned().collect();
-        let mut owners: Vec<(usize, String, String)> = self
-            .servers
-            .iter()
-            .filter_map(|(h, s)| s.owner.clone().map(|(id, ing)| (id, ing, h.clone())))
-            .collect();
-        owners.sort();
-        let mut taken: BTreeMap<String, String> = BTreeMap::new();
-        for (_, ing, host) in owners {
-            let aliases = std::mem::take(&mut self.servers.get_mut(&host).expect("listed above").aliases);
-            let mut kept = Vec::new();
-            for alias in aliases {
-                if alias.as_str() == host {
-                    continue;
-                }
-                let why = if hosts.contains(alias.as_str()) {
-                    Some(format!(
-                        "server-alias {} is a host of its own (served by an Ingress); alias dropped",
-                        alias.as_str()
-                    ))
-                } else {
-                    taken.get(alias.as_str()).map(|other| {
-                        format!(
-                            "server-alias {} is already an alias of host {other}; alias dropped",
-                            alias.as_str()
-                        )
-                    })
-                };
-                match why {
-                    Some(reason) => self.problems.push(Report {
-                        object: format!("Ingress {ing}"),
-                        what: "server-alias".into(),
-                        reason,
-                    }),
-                    None => {
-                        taken.insert(alias.as_str().to_string(), host.clone());
-                        kept.push(alias);
-                    }
-                }
-            }
-            self.servers.get_mut(&host).expect("listed above").aliases = kept;
         }
     }
 
