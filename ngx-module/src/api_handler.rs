@@ -76,20 +76,33 @@ enum WriteOutcome {
     Unreadable(String),
 }
 
-/// The location handler.
+/// The location handler: nginx calls it in the content phase with a live
+/// request whose header has not been sent.
 pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    ffi_guard("api handler", NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || unsafe {
-        handle(r)
+    ffi_guard("api handler", NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || {
+        // SAFETY: nginx runs content handlers with a live request, its
+        // header unsent.
+        unsafe { handle(r) }
     })
 }
 
+/// Answers one API request, or starts its write.
+///
+/// # Safety
+/// `r` is a live request in the content phase whose header has not been
+/// sent.
 unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
-    let req = &mut *r;
-    if let Some(rc) = refuse(r) {
+    // SAFETY: `r` is live (this function's contract). The nginx functions
+    // called below with `r` work on the same request; `req` only reads and
+    // sets fields between those calls, on the event loop.
+    let req = unsafe { &mut *r };
+    // SAFETY: `r` is live and its header unsent (this function's contract).
+    if let Some(rc) = unsafe { refuse(r) } {
         return rc;
     }
     let Some(zone) = zone_of(req) else {
-        return error(r, INTERNAL_ERROR, "dynamic_balancer_zone is not configured", None);
+        // SAFETY: `r` is live and its header unsent.
+        return unsafe { error(r, INTERNAL_ERROR, "dynamic_balancer_zone is not configured", None) };
     };
     let method = match req.method as u32 {
         NGX_HTTP_GET => Method::Get,
@@ -101,54 +114,70 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
     let path = String::from_utf8_lossy(req.uri.as_bytes()).into_owned();
     let action = route(method, &path);
     if let Ok(Action::ReplaceBackends) = action {
-        return start_write(r, None);
+        // SAFETY: `r` is live, its header unsent and its body not yet read.
+        return unsafe { start_write(r, None) };
     }
     if let Ok(Action::PutBackend(name)) = action {
-        return start_write(r, Some(name.to_string()));
+        // SAFETY: `r` is live, its header unsent and its body not yet read.
+        return unsafe { start_write(r, Some(name.to_string())) };
     }
-    let rc = ngx_http_discard_request_body(r);
+    // SAFETY: `r` is live, in its content handler.
+    let rc = unsafe { ngx_http_discard_request_body(r) };
     if rc != NGX_OK as ngx_int_t {
         return rc;
     }
     match action {
-        Err(RouteError::NotFound) => error(r, NOT_FOUND, &format!("no route for {path}"), None),
+        // SAFETY: `r` is live and its header unsent (discarding sends nothing).
+        Err(RouteError::NotFound) => unsafe { error(r, NOT_FOUND, &format!("no route for {path}"), None) },
         Err(RouteError::MethodNotAllowed(allow)) => {
             let body = ErrorBody {
                 error: &format!("method not allowed; use {allow}"),
                 path: None,
             }
             .to_json();
-            send_json(r, METHOD_NOT_ALLOWED, &body, Some(allow))
+            // SAFETY: `r` is live and its header unsent.
+            unsafe { send_json(r, METHOD_NOT_ALLOWED, &body, Some(allow)) }
         }
         Ok(Action::ListBackends) => {
             let index = zone.header().index.read();
             let body = json_array(index.blobs().map(|b| b.json()));
             drop(index);
-            send_json(r, OK, &body, None)
+            // SAFETY: `r` is live and its header unsent.
+            unsafe { send_json(r, OK, &body, None) }
         }
         Ok(Action::GetBackend(name)) => {
             let index = zone.header().index.read();
             let body = index.find(name.as_bytes()).map(|b| b.json().to_vec());
             drop(index);
             match body {
-                Some(body) => send_json(r, OK, &body, None),
-                None => error(r, NOT_FOUND, &format!("no backend named {name:?}"), None),
+                // SAFETY: `r` is live and its header unsent.
+                Some(body) => unsafe { send_json(r, OK, &body, None) },
+                // SAFETY: `r` is live and its header unsent.
+                None => unsafe { error(r, NOT_FOUND, &format!("no backend named {name:?}"), None) },
             }
         }
-        Ok(Action::Status) => send_json(r, OK, &status(&zone), None),
-        Ok(Action::Health) => send_json(r, OK, &health(&zone), None),
+        // SAFETY: `r` is live and its header unsent.
+        Ok(Action::Status) => unsafe { send_json(r, OK, &status(&zone), None) },
+        // SAFETY: `r` is live and its header unsent.
+        Ok(Action::Health) => unsafe { send_json(r, OK, &health(&zone), None) },
         Ok(Action::DeleteBackend(name)) => {
             // Hold the request until the thread answers, as reading a body does.
-            (*req.main).set_count((*req.main).count() + 1);
-            offload(
-                r,
-                WriteJob {
-                    zone,
-                    write: Write::Delete(name.to_string()),
-                },
-                run_write,
-                finish_write,
-            );
+            // SAFETY: `req.main` is the live main request (`req` itself or
+            // its parent), touched only by the event loop.
+            unsafe { (*req.main).set_count((*req.main).count() + 1) };
+            // SAFETY: `r` is live, and the count just taken keeps it so until
+            // `finish_write` finalizes it.
+            unsafe {
+                offload(
+                    r,
+                    WriteJob {
+                        zone,
+                        write: Write::Delete(name.to_string()),
+                    },
+                    run_write,
+                    finish_write,
+                )
+            };
             NGX_DONE as ngx_int_t
         }
         Ok(Action::ReplaceBackends | Action::PutBackend(_)) => unreachable!("handled above"),
@@ -160,37 +189,50 @@ unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
 /// internal redirect or anything carrying proxy headers, so no path through
 /// nginx's public servers reaches it), and, with a token configured, only
 /// requests that present it. Returns the response when refused.
+///
+/// # Safety
+/// `r` is a live request in the content phase whose header has not been
+/// sent.
 unsafe fn refuse(r: *mut ngx_http_request_t) -> Option<ngx_int_t> {
-    let req = &mut *r;
+    // SAFETY: `r` is live (this function's contract). The nginx functions
+    // called below with `r` work on the same request; `req` only reads and
+    // sets fields between those calls, on the event loop.
+    let req = unsafe { &mut *r };
     let denied = if r != req.main || req.internal() != 0 {
         Some(Denied::Proxied("an internal redirect or subrequest"))
     } else {
         let token = Module::location_conf(req).and_then(|c| c.token.as_deref());
-        let headers = Request::from_ngx_http_request(r)
+        // SAFETY: `r` is live; the wrapper is a shared view of the same
+        // request, used only to read its headers here.
+        let headers = unsafe { Request::from_ngx_http_request(r) }
             .headers_in_iterator()
             .map(|(k, v)| (k.as_bytes(), v.as_bytes()));
         check_access(headers, token).err()
     }?;
-    let rc = ngx_http_discard_request_body(r);
+    // SAFETY: `r` is live, in its content handler.
+    let rc = unsafe { ngx_http_discard_request_body(r) };
     if rc != NGX_OK as ngx_int_t {
         return Some(rc);
     }
-    let addr = String::from_utf8_lossy((*req.connection).addr_text.as_bytes()).into_owned();
+    // SAFETY: a live request's connection outlives it.
+    let connection = unsafe { &*req.connection };
+    let addr = String::from_utf8_lossy(connection.addr_text.as_bytes()).into_owned();
     Some(match denied {
         Denied::Proxied(how) => {
             ngx_log_error!(
                 NGX_LOG_WARN,
-                (*req.connection).log,
+                connection.log,
                 "dynamic_balancer: API request from {addr} refused: it came through a proxy ({how})"
             );
             let msg = format!("the configuration API does not answer proxied requests ({how})");
-            error(r, FORBIDDEN, &msg, None)
+            // SAFETY: `r` is live and its header unsent.
+            unsafe { error(r, FORBIDDEN, &msg, None) }
         }
         Denied::Unauthorized => {
             // The token is never logged.
             ngx_log_error!(
                 NGX_LOG_WARN,
-                (*req.connection).log,
+                connection.log,
                 "dynamic_balancer: API request from {addr} refused: missing or wrong bearer token"
             );
             req.set_keepalive(0);
@@ -199,80 +241,117 @@ unsafe fn refuse(r: *mut ngx_http_request_t) -> Option<ngx_int_t> {
                 path: None,
             }
             .to_json();
-            send_json_with(
-                r,
-                UNAUTHORIZED,
-                &body,
-                &[("WWW-Authenticate", "Bearer realm=\"dynamic_balancer\"")],
-            )
+            // SAFETY: `r` is live and its header unsent.
+            unsafe {
+                send_json_with(
+                    r,
+                    UNAUTHORIZED,
+                    &body,
+                    &[("WWW-Authenticate", "Bearer realm=\"dynamic_balancer\"")],
+                )
+            }
         }
     })
 }
 
 /// Checks the declared size and reads the body; the write goes on in
 /// `body_ready`.
+///
+/// # Safety
+/// `r` is a live request in the content phase whose header has not been
+/// sent and whose body has not been read.
 unsafe fn start_write(r: *mut ngx_http_request_t, put_name: Option<String>) -> ngx_int_t {
-    let req = &mut *r;
+    // SAFETY: `r` is live (this function's contract). The nginx functions
+    // called below with `r` work on the same request; `req` only reads and
+    // sets fields between those calls, on the event loop.
+    let req = unsafe { &mut *r };
     let max = Module::location_conf(req).map_or(0, |c| c.max_body);
     if max > 0 && req.headers_in.content_length_n > max {
         // As nginx does for its own 413: no "100 Continue", drop the body,
         // and close the connection afterwards.
         req.set_expect_tested(1);
-        let rc = ngx_http_discard_request_body(r);
+        // SAFETY: `r` is live, in its content handler.
+        let rc = unsafe { ngx_http_discard_request_body(r) };
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
-        return too_large(r, max);
+        // SAFETY: `r` is live and its header unsent.
+        return unsafe { too_large(r, max) };
     }
     let pending = PendingWrite {
         put_name,
         budget: BodyBudget::default(),
     };
-    if request_ctx::attach_write(r, pending).is_none() {
+    // SAFETY: `r` is live.
+    if unsafe { request_ctx::attach_write(r, pending) }.is_none() {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
-    let rc = ngx_http_read_client_request_body(r, Some(body_ready));
+    // SAFETY: `r` is live and its body unread; `body_ready` is the handler
+    // nginx calls once it is.
+    let rc = unsafe { ngx_http_read_client_request_body(r, Some(body_ready)) };
     if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
         req.set_keepalive(0);
-        return error(r, rc as ngx_uint_t, "the request body could not be read", None);
+        // SAFETY: `r` is live, and reading failed before any header was sent.
+        return unsafe { error(r, rc as ngx_uint_t, "the request body could not be read", None) };
     }
     NGX_DONE as ngx_int_t
 }
 
+/// Answers 413 and closes the connection afterwards.
+///
+/// # Safety
+/// `r` is a live request whose header has not been sent.
 unsafe fn too_large(r: *mut ngx_http_request_t, max: i64) -> ngx_int_t {
-    (*r).set_keepalive(0);
+    // SAFETY: `r` is live (this function's contract), on the event loop.
+    unsafe { (*r).set_keepalive(0) };
     let msg = format!("request body is larger than client_max_body_size ({max} bytes)");
-    error(r, PAYLOAD_TOO_LARGE, &msg, None)
+    // SAFETY: `r` is live and its header unsent (this function's contract).
+    unsafe { error(r, PAYLOAD_TOO_LARGE, &msg, None) }
 }
 
-/// The body is in: hand it to the parser thread.
+/// The body is in: hand it to the parser thread. nginx calls it once the
+/// body of the live request was read, with the request's count still held
+/// by the read.
 unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
-    let panicked = ffi_guard("request body handler", true, || unsafe {
-        let req = &mut *r;
-        let Some(pending) = request_ctx::pending_write(r) else {
-            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+    let panicked = ffi_guard("request body handler", true, || {
+        // SAFETY: nginx calls the body handler with the live request whose
+        // body it read. The nginx functions called below with `r` work on
+        // the same request; `req` only reads it between those calls.
+        let req = unsafe { &*r };
+        // SAFETY: `r` is live.
+        let Some(pending) = (unsafe { request_ctx::pending_write(r) }) else {
+            // SAFETY: `r` is live, and finalizing releases the read's count.
+            unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
             return false;
         };
         let max = Module::location_conf(req).map_or(0, |c| c.max_body);
         if pending.budget.too_large {
-            ngx_http_finalize_request(r, too_large(r, max));
+            // SAFETY: `r` is live and its header unsent; finalizing with the
+            // answer's code releases the read's count.
+            unsafe { ngx_http_finalize_request(r, too_large(r, max)) };
             return false;
         }
         let Some(zone) = zone_of(req) else {
-            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+            // SAFETY: `r` is live, and finalizing releases the read's count.
+            unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
             return false;
         };
-        let parts = body_parts(req);
+        // SAFETY: `req` is live and its body was fully read.
+        let parts = unsafe { body_parts(req) };
         let write = match pending.put_name.take() {
             None => Write::Replace(parts),
             Some(name) => Write::Put(name, parts),
         };
-        offload(r, WriteJob { zone, write }, run_write, finish_write);
+        // SAFETY: `r` is live, and the read's count keeps it so until
+        // `finish_write` finalizes it.
+        unsafe { offload(r, WriteJob { zone, write }, run_write, finish_write) };
         false
     });
     if panicked {
         // Nothing was handed over; the request still needs its answer.
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t);
+        // SAFETY: `r` is the live request nginx passed in, still holding
+        // the read's count, which finalizing releases.
+        unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
     }
 }
 
@@ -332,71 +411,94 @@ fn run_write(job: WriteJob) -> WriteOutcome {
 /// Back on the event loop: answer and finalize. `None` means the thread
 /// panicked (it was caught; nothing was stored).
 fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
-    // SAFETY: r is alive until this finalize (offload's contract).
-    unsafe {
-        let rc = match outcome {
-            None => error(
+    // `offload` calls this on the event loop with the request it was given,
+    // which the count taken before offloading keeps alive, its header
+    // unsent, until the finalize at the end.
+    let rc = match outcome {
+        // SAFETY: `r` is live and its header unsent (see above).
+        None => unsafe {
+            error(
                 r,
                 INTERNAL_ERROR,
                 "internal error while applying the configuration",
                 None,
-            ),
-            Some(WriteOutcome::Applied {
-                generation,
-                status,
-                what,
-                warnings,
-                untracked,
-            }) => {
-                for w in warnings {
-                    ngx_log_error!(NGX_LOG_WARN, (*(*r).connection).log, "dynamic_balancer: {w}");
-                }
-                if untracked > 0 {
-                    ngx_log_error!(
-                        NGX_LOG_WARN,
-                        (*(*r).connection).log,
-                        "dynamic_balancer: the endpoint table is full: {untracked} endpoints route without shared health, connection and EWMA state; increase dynamic_balancer_zone"
-                    );
-                }
+            )
+        },
+        Some(WriteOutcome::Applied {
+            generation,
+            status,
+            what,
+            warnings,
+            untracked,
+        }) => {
+            // SAFETY: `r` is live (see above); its connection outlives it.
+            let log = unsafe { (*(*r).connection).log };
+            for w in warnings {
+                ngx_log_error!(NGX_LOG_WARN, log, "dynamic_balancer: {w}");
+            }
+            if untracked > 0 {
                 ngx_log_error!(
-                    NGX_LOG_INFO,
-                    (*(*r).connection).log,
-                    "dynamic_balancer: {what}, generation {generation}"
+                    NGX_LOG_WARN,
+                    log,
+                    "dynamic_balancer: the endpoint table is full: {untracked} endpoints route without shared health, connection and EWMA state; increase dynamic_balancer_zone"
                 );
-                let body = if status == NO_CONTENT {
-                    String::new()
-                } else {
-                    format!("{{\"generation\":{generation}}}")
-                };
-                send_json(r, status, body.as_bytes(), None)
             }
-            Some(WriteOutcome::Invalid(e)) => error(r, BAD_REQUEST, &e.message, Some(&e.path)),
-            Some(WriteOutcome::Store(e, name)) => store_error(r, &e, &name),
-            Some(WriteOutcome::Unreadable(e)) => {
-                error(r, INTERNAL_ERROR, &format!("cannot read the request body: {e}"), None)
-            }
-        };
-        ngx_http_finalize_request(r, rc);
-    }
+            ngx_log_error!(NGX_LOG_INFO, log, "dynamic_balancer: {what}, generation {generation}");
+            let body = if status == NO_CONTENT {
+                String::new()
+            } else {
+                format!("{{\"generation\":{generation}}}")
+            };
+            // SAFETY: `r` is live and its header unsent (see above).
+            unsafe { send_json(r, status, body.as_bytes(), None) }
+        }
+        // SAFETY: `r` is live and its header unsent (see above).
+        Some(WriteOutcome::Invalid(e)) => unsafe { error(r, BAD_REQUEST, &e.message, Some(&e.path)) },
+        // SAFETY: `r` is live and its header unsent (see above).
+        Some(WriteOutcome::Store(e, name)) => unsafe { store_error(r, &e, &name) },
+        Some(WriteOutcome::Unreadable(e)) => {
+            // SAFETY: `r` is live and its header unsent (see above).
+            unsafe { error(r, INTERNAL_ERROR, &format!("cannot read the request body: {e}"), None) }
+        }
+    };
+    // SAFETY: `r` is live (see above); this finalize releases the count
+    // taken before offloading.
+    unsafe { ngx_http_finalize_request(r, rc) };
 }
 
+/// Answers a refused store write (404 or 507).
+///
+/// # Safety
+/// `r` is a live request whose header has not been sent.
 unsafe fn store_error(r: *mut ngx_http_request_t, e: &StoreError, name: &str) -> ngx_int_t {
     match e {
         StoreError::NotFound | StoreError::Superseded => {
-            error(r, NOT_FOUND, &format!("no backend named {name:?}"), None)
+            // SAFETY: `r` is live and its header unsent (this function's
+            // contract).
+            unsafe { error(r, NOT_FOUND, &format!("no backend named {name:?}"), None) }
         }
         StoreError::ZoneFull { needed, zone } => {
             let msg = format!(
                 "dynamic_balancer_zone is full: the change needs {needed} bytes for new backends while the current ones stay in use until it is applied (zone size {zone}); the previous configuration stays in force"
             );
-            ngx_log_error!(NGX_LOG_ERR, (*(*r).connection).log, "dynamic_balancer: {msg}");
-            error(r, INSUFFICIENT_STORAGE, &msg, None)
+            // SAFETY: `r` is live (this function's contract); its connection
+            // outlives it.
+            let log = unsafe { (*(*r).connection).log };
+            ngx_log_error!(NGX_LOG_ERR, log, "dynamic_balancer: {msg}");
+            // SAFETY: `r` is live and its header unsent (this function's
+            // contract).
+            unsafe { error(r, INSUFFICIENT_STORAGE, &msg, None) }
         }
     }
 }
 
+/// Answers `status` with the API's JSON error body.
+///
+/// # Safety
+/// `r` is a live request whose header has not been sent.
 unsafe fn error(r: *mut ngx_http_request_t, status: ngx_uint_t, message: &str, path: Option<&str>) -> ngx_int_t {
-    send_json(r, status, &ErrorBody { error: message, path }.to_json(), None)
+    // SAFETY: `r` is live and its header unsent (this function's contract).
+    unsafe { send_json(r, status, &ErrorBody { error: message, path }.to_json(), None) }
 }
 
 /// Every endpoint of every backend with its shared state.

@@ -25,14 +25,21 @@ static mut NEXT: ngx_http_request_body_filter_pt = None;
 /// # Safety
 /// Called once per configuration, before any request.
 pub unsafe fn install() {
-    NEXT = ngx::ffi::ngx_http_top_request_body_filter;
-    ngx::ffi::ngx_http_top_request_body_filter = Some(filter);
+    // SAFETY: configuration runs on nginx's only thread, before any request
+    // reads either static (this function's contract).
+    unsafe {
+        NEXT = ngx::ffi::ngx_http_top_request_body_filter;
+        ngx::ffi::ngx_http_top_request_body_filter = Some(filter);
+    }
 }
 
 /// The budget of a request that is an API write (set by the handler before it
 /// reads the body), if `r` is one.
+///
+/// # Safety
+/// `r` is a live request.
 unsafe fn budget<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut BodyBudget> {
-    // SAFETY: `r` is live (the filter's caller).
+    // SAFETY: `r` is live (this function's contract).
     unsafe { request_ctx::pending_write(r) }.map(|p| &mut p.budget)
 }
 
@@ -48,55 +55,82 @@ fn buf_size(b: &ngx_buf_t) -> i64 {
     }
 }
 
+/// The request body filter: nginx calls it on the event loop with a live
+/// request and the chain of body buffers just read (possibly null).
 unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t) -> ngx_int_t {
-    ffi_guard("request body filter", NGX_ERROR as ngx_int_t, || unsafe {
-        let next = NEXT.expect("the request body filter chain has a tail");
-        let max = Module::location_conf(&*r)
+    ffi_guard("request body filter", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `install` wrote NEXT at configuration time, before any
+        // request; request time only reads it, on the event loop.
+        let next = unsafe { NEXT }.expect("the request body filter chain has a tail");
+        // SAFETY: nginx calls body filters with a live request; the shared
+        // borrow ends with the lookup.
+        let max = Module::location_conf(unsafe { &*r })
             .filter(|c| c.enabled)
             .map_or(0, |c| c.max_body);
         // Only API locations have a limit to enforce.
         if max == 0 {
-            return next(r, input);
+            // SAFETY: the next filter of the chain, with the live request and
+            // the chain nginx handed us, untouched.
+            return unsafe { next(r, input) };
         }
-        let Some(budget) = budget(r) else {
-            return next(r, input);
+        // SAFETY: `r` is the live request nginx passed in.
+        let Some(budget) = (unsafe { budget(r) }) else {
+            // SAFETY: the next filter, with the live request and the chain
+            // nginx handed us, untouched.
+            return unsafe { next(r, input) };
         };
         let mut cl = input;
         let mut last = false;
         while !cl.is_null() {
-            let b = &mut *(*cl).buf;
+            // SAFETY: `cl` is a non-null link of the chain nginx passed in;
+            // each link has a live buffer, used by no one else during the call.
+            let b = unsafe { &mut *(*cl).buf };
             budget.received += buf_size(b);
             last |= b.last_buf() != 0;
-            cl = (*cl).next;
+            // SAFETY: `cl` is a live link (see above).
+            cl = unsafe { (*cl).next };
         }
         budget.too_large |= budget.received > max;
         if !budget.too_large {
-            return next(r, input);
+            // SAFETY: the next filter, with the live request and the chain
+            // nginx handed us, untouched.
+            return unsafe { next(r, input) };
         }
         // Consume the buffers so their memory is reused, and end the body with
         // an empty last buffer so reading completes normally.
         let mut cl = input;
         while !cl.is_null() {
-            let b = &mut *(*cl).buf;
+            // SAFETY: `cl` is a non-null link of the chain nginx passed in,
+            // with a live buffer used by no one else during the call.
+            let b = unsafe { &mut *(*cl).buf };
             b.pos = b.last;
             b.file_pos = b.file_last;
-            cl = (*cl).next;
+            // SAFETY: `cl` is a live link.
+            cl = unsafe { (*cl).next };
         }
         if !last {
             // Still call down with no data: the save filter flushes its full
             // buffer to the temp file on these calls, and nginx fails the
             // request if buffers stay busy.
-            return next(r, ptr::null_mut());
+            // SAFETY: the next filter, with the live request; a null chain
+            // is what nginx itself passes to flush.
+            return unsafe { next(r, ptr::null_mut()) };
         }
-        let b = ngx_pcalloc((*r).pool, std::mem::size_of::<ngx_buf_t>()).cast::<ngx_buf_t>();
+        // SAFETY: the request's pool is live as long as the request.
+        let b = unsafe { ngx_pcalloc((*r).pool, std::mem::size_of::<ngx_buf_t>()) }.cast::<ngx_buf_t>();
         if b.is_null() {
             return NGX_ERROR as ngx_int_t;
         }
-        (*b).set_last_buf(1);
+        // SAFETY: `b` is a non-null, aligned, zeroed ngx_buf_t (an empty
+        // buffer), owned by this filter until it is passed down.
+        unsafe { (*b).set_last_buf(1) };
         let mut end = ngx_chain_t {
             buf: b,
             next: ptr::null_mut(),
         };
-        next(r, &mut end)
+        // SAFETY: the next filter, with the live request and a chain that
+        // outlives the call (filters keep the buffer, which is in the pool,
+        // not the link).
+        unsafe { next(r, &mut end) }
     })
 }

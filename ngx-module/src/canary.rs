@@ -20,7 +20,8 @@ use crate::zone::Zone;
 /// # Safety
 /// `r` is a live request.
 pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<WorkerBackend>, bool) {
-    if primary.alternatives.is_empty() || is_affinitized(r, &primary) {
+    // SAFETY: `r` is live (this function's contract).
+    if primary.alternatives.is_empty() || unsafe { is_affinitized(r, &primary) } {
         return (primary, false);
     }
     let canaries: Vec<Rc<WorkerBackend>> = primary
@@ -29,13 +30,18 @@ pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerB
         .filter_map(|name| lookup(zone, name.as_bytes()))
         .filter(|b| !b.endpoints.is_empty())
         .collect();
-    if let Some(c) = canaries.iter().find(|c| is_affinitized(r, c)) {
+    // SAFETY: `r` is live (this function's contract) while `find` runs.
+    if let Some(c) = canaries.iter().find(|c| unsafe { is_affinitized(r, c) }) {
         return (Rc::clone(c), true);
     }
     for canary in &canaries {
         let policy = &canary.traffic;
-        let header = policy.header_variable().and_then(|v| variables::get(r, &v));
-        let cookie = policy.cookie_variable().and_then(|v| variables::get(r, &v));
+        // SAFETY: `r` is live (this function's contract); values live in its
+        // pool, longer than this function.
+        let header = policy.header_variable().and_then(|v| unsafe { variables::get(r, &v) });
+        // SAFETY: `r` is live (this function's contract); the value lives in
+        // its pool, longer than this function.
+        let cookie = policy.cookie_variable().and_then(|v| unsafe { variables::get(r, &v) });
         let matches = |_: &str, value: &[u8]| match &canary.header_pattern {
             Some(Ok(re)) => Ok(re.is_match(value)),
             _ => Err(()),
@@ -60,7 +66,8 @@ unsafe fn is_affinitized(r: *mut ngx_http_request_t, backend: &WorkerBackend) ->
     let Some(sticky) = backend.selector.sticky() else {
         return false;
     };
-    // SAFETY: `r` is live (the caller's contract).
+    // SAFETY: `r` is live (this function's contract); the value lives in its
+    // pool and is only read here.
     let Some(value) = (unsafe { variables::get(r, &sticky.cookie_variable) }) else {
         return false;
     };

@@ -78,9 +78,15 @@ pub fn zone_of(r: &ngx_http_request_t) -> Option<Zone> {
 /// # Safety
 /// `r` is a live request.
 pub unsafe fn backend_name<'r>(r: *mut ngx_http_request_t, conf: &UpstreamConf) -> Option<&'r [u8]> {
-    match Module::location_conf(&*r).and_then(|l| l.backend) {
-        Some(name) => Some(std::slice::from_raw_parts(name.data, name.len)),
-        None => crate::request::variable(r, conf.variable),
+    // SAFETY: `r` is live (this function's contract); the shared borrow ends
+    // with the lookup.
+    match Module::location_conf(unsafe { &*r }).and_then(|l| l.backend) {
+        // SAFETY: `dynamic_balancer_backend` stored a directive argument:
+        // `len` bytes in the configuration pool, which outlives the request.
+        Some(name) => Some(unsafe { std::slice::from_raw_parts(name.data, name.len) }),
+        // SAFETY: `r` is live, and `conf.variable` came from
+        // ngx_http_get_variable_index in `set_balancer`.
+        None => unsafe { crate::request::variable(r, conf.variable) },
     }
 }
 
@@ -89,13 +95,19 @@ pub unsafe fn backend_name<'r>(r: *mut ngx_http_request_t, conf: &UpstreamConf) 
 /// # Safety
 /// `us` is a live upstream srv conf.
 pub unsafe fn upstream_conf(us: *const ngx_http_upstream_srv_conf_t) -> Option<&'static UpstreamConf> {
-    let srv_conf = (*us).srv_conf;
+    // SAFETY: `us` is live (this function's contract).
+    let srv_conf = unsafe { (*us).srv_conf };
     if srv_conf.is_null() {
         return None; // an implicit upstream (proxy_pass http://host:port)
     }
-    let conf = (*srv_conf.add(crate::module_ctx_index()))
-        .cast::<UpstreamConf>()
-        .as_ref()?;
+    // SAFETY: an `upstream{}` block's `srv_conf` has an entry per HTTP
+    // module; ours is null or the `UpstreamConf` that `create_srv_conf`
+    // allocated in the configuration pool, which outlives every request.
+    let conf = unsafe {
+        (*srv_conf.add(crate::module_ctx_index()))
+            .cast::<UpstreamConf>()
+            .as_ref()
+    }?;
     conf.enabled.then_some(conf)
 }
 
@@ -103,24 +115,37 @@ pub unsafe fn upstream_conf(us: *const ngx_http_upstream_srv_conf_t) -> Option<&
 ///
 /// # Safety
 /// `us` is a live upstream srv conf.
+/// Configuration time only: the `&mut` must not overlap another borrow of
+/// the same conf.
 pub unsafe fn srv_conf_mut(us: *mut ngx_http_upstream_srv_conf_t) -> Option<&'static mut UpstreamConf> {
-    let srv_conf = (*us).srv_conf;
+    // SAFETY: `us` is live (this function's contract).
+    let srv_conf = unsafe { (*us).srv_conf };
     if srv_conf.is_null() {
         return None;
     }
-    (*srv_conf.add(crate::module_ctx_index()))
-        .cast::<UpstreamConf>()
-        .as_mut()
+    // SAFETY: as in `upstream_conf`; configuration runs on one thread and the
+    // callers hold no other borrow of this conf.
+    unsafe {
+        (*srv_conf.add(crate::module_ctx_index()))
+            .cast::<UpstreamConf>()
+            .as_mut()
+    }
 }
 
+// SAFETY: `MODULE_CTX.create_main_conf` is `Module::create_main_conf`, which
+// allocates a `MainConf`, so our main conf slot always holds one.
 unsafe impl HttpModuleMainConf for Module {
     type MainConf = MainConf;
 }
 
+// SAFETY: `MODULE_CTX.create_srv_conf` is `Module::create_srv_conf`, which
+// allocates an `UpstreamConf`, so our srv conf slots always hold one.
 unsafe impl HttpModuleServerConf for Module {
     type ServerConf = UpstreamConf;
 }
 
+// SAFETY: `MODULE_CTX.create_loc_conf` is `Module::create_loc_conf`, which
+// allocates a `LocConf`, so our loc conf slots always hold one.
 unsafe impl HttpModuleLocationConf for Module {
     type LocationConf = LocConf;
 }

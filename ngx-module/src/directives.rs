@@ -42,15 +42,20 @@ fn args(cf: &ngx_conf_t) -> &[ngx_str_t] {
     unsafe { (*cf.args).as_slice() }
 }
 
-/// `dynamic_balancer_zone size;` in `http{}`.
+/// `dynamic_balancer_zone size;` in `http{}`. nginx calls it while parsing,
+/// with the live configuration and our `MainConf` as `conf`.
 pub unsafe extern "C" fn set_zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("dynamic_balancer_zone", NGX_CONF_ERROR, || unsafe {
-        let mcf = &mut *conf.cast::<MainConf>();
+    ffi_guard("dynamic_balancer_zone", NGX_CONF_ERROR, || {
+        // SAFETY: for an NGX_HTTP_MAIN_CONF_OFFSET directive, `conf` is our
+        // `MainConf` from create_main_conf; configuration runs on one thread.
+        let mcf = unsafe { &mut *conf.cast::<MainConf>() };
         if !mcf.shm_zone.is_null() {
             return c"is duplicate".as_ptr().cast_mut();
         }
-        let mut value = args(&*cf)[1];
-        let size = ngx_parse_size(&mut value);
+        // SAFETY: `cf` is the live configuration being parsed.
+        let mut value = args(unsafe { &*cf })[1];
+        // SAFETY: `value` is a directive argument: `len` valid bytes.
+        let size = unsafe { ngx_parse_size(&mut value) };
         if size == NGX_ERROR as isize || (size as usize) < MIN_ZONE_SIZE {
             ngx_conf_log_error!(
                 NGX_LOG_EMERG,
@@ -59,37 +64,56 @@ pub unsafe extern "C" fn set_zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t,
             );
             return NGX_CONF_ERROR;
         }
-        add_zone(cf, mcf, size as usize)
+        // SAFETY: `cf` is the live configuration being parsed.
+        unsafe { add_zone(cf, mcf, size as usize) }
     })
 }
 
+/// Adds the module's shared zone of `size` bytes and records it in `mcf`.
+///
+/// # Safety
+/// `cf` is the live configuration being parsed (or just parsed), on nginx's
+/// configuration thread.
 unsafe fn add_zone(cf: *mut ngx_conf_t, mcf: &mut MainConf, size: usize) -> *mut c_char {
-    let mut name = ngx_str_t::from_str((*cf).pool, ZONE_NAME);
-    let zone = ngx_shared_memory_add(
-        cf,
-        &mut name,
-        size,
-        ptr::addr_of_mut!(crate::ngx_http_dynamic_balancer_module).cast(),
-    );
+    // SAFETY: `cf` is live (this function's contract); its pool outlives the
+    // configuration, which keeps the name.
+    let mut name = unsafe { ngx_str_t::from_str((*cf).pool, ZONE_NAME) };
+    // SAFETY: `cf` is live; the tag is our module, a static that nginx only
+    // compares.
+    let zone = unsafe {
+        ngx_shared_memory_add(
+            cf,
+            &mut name,
+            size,
+            ptr::addr_of_mut!(crate::ngx_http_dynamic_balancer_module).cast(),
+        )
+    };
     if zone.is_null() {
         return NGX_CONF_ERROR;
     }
-    if (*zone).data.is_null() {
-        (*zone).init = Some(init_zone);
+    // SAFETY: a non-null result is the cycle's live zone entry, in the
+    // cycle's pool; configuration runs on one thread.
+    let zone_ref = unsafe { &mut *zone };
+    if zone_ref.data.is_null() {
+        zone_ref.init = Some(init_zone);
         // A marker until init_zone stores the header pointer.
-        (*zone).data = ptr::from_mut(mcf).cast();
+        zone_ref.data = ptr::from_mut(mcf).cast();
     }
     mcf.shm_zone = zone;
     NGX_CONF_OK
 }
 
 /// `init_main_conf`: adds the default zone when the module is used without
-/// `dynamic_balancer_zone`.
+/// `dynamic_balancer_zone`. nginx calls it after the `http{}` block was
+/// parsed, with the live configuration and our `MainConf` as `conf`.
 pub unsafe extern "C" fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("init main conf", NGX_CONF_ERROR, || unsafe {
-        let mcf = &mut *conf.cast::<MainConf>();
+    ffi_guard("init main conf", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `MainConf` from create_main_conf;
+        // configuration runs on one thread.
+        let mcf = unsafe { &mut *conf.cast::<MainConf>() };
         if mcf.used && mcf.shm_zone.is_null() {
-            return add_zone(cf, mcf, DEFAULT_ZONE_SIZE);
+            // SAFETY: `cf` is the live configuration nginx passed in.
+            return unsafe { add_zone(cf, mcf, DEFAULT_ZONE_SIZE) };
         }
         NGX_CONF_OK
     })
@@ -101,34 +125,44 @@ fn mark_used(cf: &ngx_conf_t) {
     }
 }
 
-/// `dynamic_balancer [$variable];` in `upstream{}`.
+/// `dynamic_balancer [$variable];` in `upstream{}`. nginx calls it while
+/// parsing, with the live configuration, this command and our
+/// `UpstreamConf` as `conf`.
 pub unsafe extern "C" fn set_balancer(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("dynamic_balancer", NGX_CONF_ERROR, || unsafe {
-        let ucf = &mut *conf.cast::<UpstreamConf>();
+    ffi_guard("dynamic_balancer", NGX_CONF_ERROR, || {
+        // SAFETY: for an NGX_HTTP_SRV_CONF_OFFSET directive, `conf` is our
+        // `UpstreamConf` from create_srv_conf; configuration runs on one
+        // thread.
+        let ucf = unsafe { &mut *conf.cast::<UpstreamConf>() };
         if ucf.enabled {
             return c"is duplicate".as_ptr().cast_mut();
         }
-        let mut name = match args(&*cf).get(1) {
-            None => ngx_str_t::from_str((*cf).pool, DEFAULT_VARIABLE),
-            Some(v) if v.len > 1 && *v.data == b'$' => ngx_str_t {
+        // SAFETY: `cf` is the live configuration being parsed.
+        let mut name = match args(unsafe { &*cf }).get(1) {
+            // SAFETY: `cf` and its pool are live.
+            None => unsafe { ngx_str_t::from_str((*cf).pool, DEFAULT_VARIABLE) },
+            // SAFETY: the argument has `len > 1` bytes at `data`.
+            Some(v) if v.len > 1 && unsafe { *v.data } == b'$' => ngx_str_t {
                 len: v.len - 1,
-                data: v.data.add(1),
+                // SAFETY: `len > 1`, so one past `data` is in bounds.
+                data: unsafe { v.data.add(1) },
             },
             Some(v) => {
-                ngx_conf_log_error!(
-                    NGX_LOG_EMERG,
-                    cf,
-                    "invalid variable name \"{v}\" in \"{}\"",
-                    (*cmd).name
-                );
+                // SAFETY: `cmd` is this directive's entry of our static
+                // command table.
+                let directive = unsafe { (*cmd).name };
+                ngx_conf_log_error!(NGX_LOG_EMERG, cf, "invalid variable name \"{v}\" in \"{directive}\"");
                 return NGX_CONF_ERROR;
             }
         };
-        let index = ngx_http_get_variable_index(cf, &mut name);
+        // SAFETY: `cf` is live; `name` points at pool or argument memory,
+        // which outlives the configuration.
+        let index = unsafe { ngx_http_get_variable_index(cf, &mut name) };
         if index == NGX_ERROR as ngx_int_t {
             return NGX_CONF_ERROR;
         }
-        let Some(uscf) = NgxHttpUpstreamModule::server_conf_mut(&*cf) else {
+        // SAFETY: `cf` is live; the borrow ends with the lookup.
+        let Some(uscf) = NgxHttpUpstreamModule::server_conf_mut(unsafe { &*cf }) else {
             return NGX_CONF_ERROR;
         };
         if uscf.peer.init_upstream.is_some() {
@@ -144,33 +178,46 @@ pub unsafe extern "C" fn set_balancer(cf: *mut ngx_conf_t, cmd: *mut ngx_command
         // Peers come from the zone, so no `server` line is needed; nginx
         // refuses an upstream block without one ("no servers are inside
         // upstream"), so add an inert placeholder when there is none yet.
-        if let Some(servers) = uscf.servers.as_mut() {
+        // SAFETY: an `upstream{}` block's `servers` is null or its live
+        // array of `ngx_http_upstream_server_t`.
+        if let Some(servers) = unsafe { uscf.servers.as_mut() } {
             if servers.nelts == 0 {
-                let placeholder = ngx_array_push(servers).cast::<ngx_http_upstream_server_t>();
+                // SAFETY: `servers` is a live array (see above).
+                let placeholder = unsafe { ngx_array_push(servers) }.cast::<ngx_http_upstream_server_t>();
                 if placeholder.is_null() {
                     return NGX_CONF_ERROR;
                 }
-                ptr::write_bytes(placeholder, 0, 1);
-                (*placeholder).name = ngx_str_t::from_str((*cf).pool, "dynamic_balancer");
-                (*placeholder).weight = 1;
+                // SAFETY: `placeholder` is the non-null, aligned element slot
+                // ngx_array_push reserved; all-zero is a valid server entry,
+                // and `cf`'s pool is live.
+                unsafe {
+                    ptr::write_bytes(placeholder, 0, 1);
+                    (*placeholder).name = ngx_str_t::from_str((*cf).pool, "dynamic_balancer");
+                    (*placeholder).weight = 1;
+                }
             }
         }
         uscf.peer.init_upstream = Some(init_upstream);
         ucf.enabled = true;
         ucf.variable = index as ngx_uint_t;
-        mark_used(&*cf);
+        // SAFETY: `cf` is the live configuration being parsed.
+        mark_used(unsafe { &*cf });
         NGX_CONF_OK
     })
 }
 
 /// `peer.init_upstream`: the upstream's `server` lines (the `0.0.0.1`
-/// placeholder) are ignored; peers come from the zone per request.
+/// placeholder) are ignored; peers come from the zone per request. nginx
+/// calls it at init_main_conf of the upstream module, with a live upstream.
 unsafe extern "C" fn init_upstream(_cf: *mut ngx_conf_t, us: *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t {
-    ffi_guard("init upstream", NGX_ERROR as ngx_int_t, || unsafe {
-        if let Some(conf) = srv_conf_mut(us) {
+    ffi_guard("init upstream", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `us` is the live upstream nginx initialises, on the
+        // configuration thread; no other borrow of our conf is held.
+        if let Some(conf) = unsafe { srv_conf_mut(us) } {
             conf.initialized = true;
         }
-        (*us).peer.init = Some(crate::peer::init_peer);
+        // SAFETY: `us` is live and nginx does not use it during the call.
+        unsafe { (*us).peer.init = Some(crate::peer::init_peer) };
         NGX_OK as ngx_int_t
     })
 }
@@ -179,15 +226,25 @@ unsafe extern "C" fn init_upstream(_cf: *mut ngx_conf_t, us: *mut ngx_http_upstr
 /// directive placed after it. nginx only warns ("load balancing method
 /// redefined"); the upstream would then send traffic to its `0.0.0.1`
 /// placeholder. Runs at postconfiguration, after the upstreams initialised.
+///
+/// # Safety
+/// `cf` is the live, parsed configuration, at postconfiguration.
 pub unsafe fn check_upstreams(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let Some(umcf) = NgxHttpUpstreamModule::main_conf(&*cf) else {
+    // SAFETY: `cf` is live (this function's contract); the borrow ends with
+    // the lookup.
+    let Some(umcf) = NgxHttpUpstreamModule::main_conf(unsafe { &*cf }) else {
         return NGX_OK as ngx_int_t;
     };
-    let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = umcf.upstreams.as_slice();
+    // SAFETY: the upstream module's `upstreams` is its initialised array of
+    // srv conf pointers.
+    let upstreams: &[*mut ngx_http_upstream_srv_conf_t] = unsafe { umcf.upstreams.as_slice() };
     for &us in upstreams {
-        if let Some(conf) = srv_conf_mut(us) {
+        // SAFETY: every entry is a live upstream of this configuration; no
+        // other borrow of our conf is held.
+        if let Some(conf) = unsafe { srv_conf_mut(us) } {
             if conf.enabled && !conf.initialized {
-                let name = (*us).host;
+                // SAFETY: `us` is live (see above).
+                let name = unsafe { (*us).host };
                 ngx_conf_log_error!(
                     NGX_LOG_EMERG,
                     cf,
@@ -200,29 +257,39 @@ pub unsafe fn check_upstreams(cf: *mut ngx_conf_t) -> ngx_int_t {
     NGX_OK as ngx_int_t
 }
 
-/// `dynamic_balancer_api;` in `location{}`.
+/// `dynamic_balancer_api;` in `location{}`. nginx calls it while parsing,
+/// with the live configuration and our `LocConf` as `conf`.
 pub unsafe extern "C" fn set_api(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("dynamic_balancer_api", NGX_CONF_ERROR, || unsafe {
-        let acf = &mut *conf.cast::<LocConf>();
+    ffi_guard("dynamic_balancer_api", NGX_CONF_ERROR, || {
+        // SAFETY: for an NGX_HTTP_LOC_CONF_OFFSET directive, `conf` is our
+        // `LocConf` from create_loc_conf; configuration runs on one thread.
+        let acf = unsafe { &mut *conf.cast::<LocConf>() };
         if acf.enabled {
             return c"is duplicate".as_ptr().cast_mut();
         }
         acf.enabled = true;
-        let clcf = NgxHttpCoreModule::location_conf_mut(&*cf).expect("core location conf");
+        // SAFETY: `cf` is the live configuration being parsed.
+        let cf_ref = unsafe { &*cf };
+        let clcf = NgxHttpCoreModule::location_conf_mut(cf_ref).expect("core location conf");
         clcf.handler = Some(crate::api_handler::api_handler);
-        mark_used(&*cf);
+        mark_used(cf_ref);
         NGX_CONF_OK
     })
 }
 
 /// `dynamic_balancer_backend name;` in `http`, `server` or `location`.
+/// nginx calls it while parsing, with the live configuration and our
+/// `LocConf` as `conf`.
 pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("dynamic_balancer_backend", NGX_CONF_ERROR, || unsafe {
-        let lcf = &mut *conf.cast::<LocConf>();
+    ffi_guard("dynamic_balancer_backend", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
         if lcf.backend.is_some() {
             return c"is duplicate".as_ptr().cast_mut();
         }
-        let name = args(&*cf)[1];
+        // SAFETY: `cf` is the live configuration being parsed.
+        let name = args(unsafe { &*cf })[1];
         if name.is_empty() || name.as_bytes().contains(&b'$') {
             ngx_conf_log_error!(
                 NGX_LOG_EMERG,
@@ -237,31 +304,45 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
 }
 
 /// `dynamic_balancer_api_token token;` in `http`, `server` or `location`.
+/// nginx calls it while parsing, with the live configuration and our
+/// `LocConf` as `conf`.
 pub unsafe extern "C" fn set_token(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("dynamic_balancer_api_token", NGX_CONF_ERROR, || unsafe {
-        let lcf = &mut *conf.cast::<LocConf>();
+    ffi_guard("dynamic_balancer_api_token", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
         if lcf.token.is_some() {
             return c"is duplicate".as_ptr().cast_mut();
         }
-        store_token(cf, lcf, args(&*cf)[1].as_bytes())
+        // SAFETY: `cf` is the live configuration being parsed.
+        let token = args(unsafe { &*cf })[1];
+        // SAFETY: `cf` is the live configuration being parsed.
+        unsafe { store_token(cf, lcf, token.as_bytes()) }
     })
 }
 
 /// `dynamic_balancer_api_token_file path;`: the token is the file's first
 /// line, read when the configuration is loaded (so `nginx -s reload` picks
 /// up a new token). A relative path is taken from the configuration prefix.
+/// nginx calls it while parsing, with the live configuration and our
+/// `LocConf` as `conf`.
 pub unsafe extern "C" fn set_token_file(
     cf: *mut ngx_conf_t,
     _cmd: *mut ngx_command_t,
     conf: *mut c_void,
 ) -> *mut c_char {
-    ffi_guard("dynamic_balancer_api_token_file", NGX_CONF_ERROR, || unsafe {
-        let lcf = &mut *conf.cast::<LocConf>();
+    ffi_guard("dynamic_balancer_api_token_file", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
         if lcf.token.is_some() {
             return c"is duplicate".as_ptr().cast_mut();
         }
-        let mut name = args(&*cf)[1];
-        if ngx_conf_full_name((*cf).cycle, &mut name, 1) != NGX_OK as ngx_int_t {
+        // SAFETY: `cf` is the live configuration being parsed.
+        let mut name = args(unsafe { &*cf })[1];
+        // SAFETY: `cf->cycle` is the cycle being configured; `name` is a
+        // directive argument, replaced by a pool copy on success.
+        if unsafe { ngx_conf_full_name((*cf).cycle, &mut name, 1) } != NGX_OK as ngx_int_t {
             return NGX_CONF_ERROR;
         }
         let path = String::from_utf8_lossy(name.as_bytes()).into_owned();
@@ -273,10 +354,15 @@ pub unsafe extern "C" fn set_token_file(
             }
         };
         let first = text.split(|b| *b == b'\n').next().unwrap_or_default();
-        store_token(cf, lcf, first.strip_suffix(b"\r").unwrap_or(first))
+        // SAFETY: `cf` is the live configuration being parsed.
+        unsafe { store_token(cf, lcf, first.strip_suffix(b"\r").unwrap_or(first)) }
     })
 }
 
+/// Checks `token` and keeps a copy in `lcf`.
+///
+/// # Safety
+/// `cf` is the live configuration being parsed (errors are logged to it).
 unsafe fn store_token(cf: *mut ngx_conf_t, lcf: &mut LocConf, token: &[u8]) -> *mut c_char {
     if let Err(e) = lua_compat::api::check_token(token) {
         // The token itself is never logged.
@@ -291,25 +377,41 @@ unsafe fn store_token(cf: *mut ngx_conf_t, lcf: &mut LocConf, token: &[u8]) -> *
 /// loopback or a unix: socket: whoever can connect there could rewrite
 /// every backend. Runs at postconfiguration, when the listen addresses of
 /// every server are known.
+///
+/// # Safety
+/// `cf` is the live, parsed configuration, at postconfiguration.
 pub unsafe fn check_api_listeners(cf: *mut ngx_conf_t) -> ngx_int_t {
-    let Some(cmcf) = NgxHttpCoreModule::main_conf(&*cf) else {
+    // SAFETY: `cf` is live (this function's contract); the borrow ends with
+    // the lookup.
+    let Some(cmcf) = NgxHttpCoreModule::main_conf(unsafe { &*cf }) else {
         return NGX_OK as ngx_int_t;
     };
-    let Some(ports) = cmcf.ports.as_ref() else {
+    // SAFETY: the core module's `ports` is null or its live array of ports.
+    let Some(ports) = (unsafe { cmcf.ports.as_ref() }) else {
         return NGX_OK as ngx_int_t;
     };
-    let ports: &[ngx_http_conf_port_t] = ports.as_slice();
+    // SAFETY: `ports` holds `ngx_http_conf_port_t`s (ngx_http_add_listen).
+    let ports: &[ngx_http_conf_port_t] = unsafe { ports.as_slice() };
     for port in ports {
-        let addrs: &[ngx_http_conf_addr_t] = port.addrs.as_slice();
+        // SAFETY: a port's `addrs` holds its `ngx_http_conf_addr_t`s.
+        let addrs: &[ngx_http_conf_addr_t] = unsafe { port.addrs.as_slice() };
         for addr in addrs {
-            if is_local_listener(addr.opt.sockaddr) {
+            // SAFETY: `opt.sockaddr` is null or the listen address, in the
+            // configuration pool.
+            if unsafe { is_local_listener(addr.opt.sockaddr) } {
                 continue;
             }
-            let servers: &[*mut ngx_http_core_srv_conf_t] = addr.servers.as_slice();
+            // SAFETY: an address's `servers` holds core srv conf pointers.
+            let servers: &[*mut ngx_http_core_srv_conf_t] = unsafe { addr.servers.as_slice() };
             for &cscf in servers {
-                let ctx = (*cscf).ctx;
-                let conf = (*(*ctx).srv_conf.add(crate::module_ctx_index())).cast::<UpstreamConf>();
-                if conf.as_ref().is_some_and(|c| c.open_api) {
+                // SAFETY: each entry is a live core srv conf, whose `ctx` is
+                // its server's conf context.
+                let ctx = unsafe { (*cscf).ctx };
+                // SAFETY: a server's `srv_conf` has an entry per HTTP module;
+                // ours is null or the `UpstreamConf` from create_srv_conf.
+                let conf = unsafe { (*(*ctx).srv_conf.add(crate::module_ctx_index())).cast::<UpstreamConf>() };
+                // SAFETY: as above; configuration runs on one thread.
+                if unsafe { conf.as_ref() }.is_some_and(|c| c.open_api) {
                     let listen = addr.opt.addr_text;
                     ngx_conf_log_error!(
                         NGX_LOG_EMERG,
@@ -325,16 +427,27 @@ pub unsafe fn check_api_listeners(cf: *mut ngx_conf_t) -> ngx_int_t {
 }
 
 /// Loopback (IPv4 `127/8`, IPv6 `::1` or v4-mapped loopback) or unix:.
+///
+/// # Safety
+/// `sa` is null or a live socket address as long as its family requires
+/// (`sockaddr_in` for AF_INET, `sockaddr_in6` for AF_INET6).
 unsafe fn is_local_listener(sa: *const sockaddr) -> bool {
-    let Some(sa) = sa.as_ref() else { return false };
+    // SAFETY: `sa` is null or live (this function's contract).
+    let Some(sa) = (unsafe { sa.as_ref() }) else {
+        return false;
+    };
     match i32::from(sa.sa_family) {
         libc::AF_UNIX => true,
         libc::AF_INET => {
-            let sin = &*(sa as *const sockaddr).cast::<libc::sockaddr_in>();
+            // SAFETY: an AF_INET address is a whole `sockaddr_in` (this
+            // function's contract), and nginx allocates it suitably aligned.
+            let sin = unsafe { &*(sa as *const sockaddr).cast::<libc::sockaddr_in>() };
             u32::from_be(sin.sin_addr.s_addr) >> 24 == 127
         }
         libc::AF_INET6 => {
-            let sin6 = &*(sa as *const sockaddr).cast::<libc::sockaddr_in6>();
+            // SAFETY: an AF_INET6 address is a whole `sockaddr_in6` (this
+            // function's contract), and nginx allocates it suitably aligned.
+            let sin6 = unsafe { &*(sa as *const sockaddr).cast::<libc::sockaddr_in6>() };
             let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
             ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
         }
@@ -344,11 +457,17 @@ unsafe fn is_local_listener(sa: *const sockaddr) -> bool {
 
 /// `merge_loc_conf`: inherits `dynamic_balancer_backend`, and takes the API
 /// location's `client_max_body_size` over from nginx (whose own check would
-/// answer an HTML 413 before our handler).
+/// answer an HTML 413 before our handler). nginx calls it after parsing
+/// with the live configuration and two distinct `LocConf`s of ours: the
+/// enclosing block's (`prev`) and this block's (`conf`).
 pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("merge location conf", NGX_CONF_ERROR, || unsafe {
-        let parent = &*prev.cast::<LocConf>();
-        let acf = &mut *conf.cast::<LocConf>();
+    ffi_guard("merge location conf", NGX_CONF_ERROR, || {
+        // SAFETY: `prev` is the enclosing block's `LocConf` from
+        // create_loc_conf, only read here.
+        let parent = unsafe { &*prev.cast::<LocConf>() };
+        // SAFETY: `conf` is this block's `LocConf`, a different allocation
+        // from `prev`; configuration runs on one thread.
+        let acf = unsafe { &mut *conf.cast::<LocConf>() };
         if acf.backend.is_none() {
             acf.backend = parent.backend;
         }
@@ -357,23 +476,34 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
         }
         if acf.enabled && acf.token.is_none() {
             // During a merge cf->ctx->srv_conf is the merged server's.
-            let ctx = (*cf).ctx.cast::<ngx_http_conf_ctx_t>();
-            if let Some(server) = (*(*ctx).srv_conf.add(crate::module_ctx_index()))
-                .cast::<UpstreamConf>()
-                .as_mut()
-            {
+            // SAFETY: `cf` is the live configuration, and in the http module
+            // its `ctx` is an `ngx_http_conf_ctx_t`.
+            let ctx = unsafe { (*cf).ctx.cast::<ngx_http_conf_ctx_t>() };
+            // SAFETY: the server's `srv_conf` has an entry per HTTP module;
+            // ours is null or the `UpstreamConf` from create_srv_conf, which
+            // nothing else borrows during the merge.
+            let server = unsafe {
+                (*(*ctx).srv_conf.add(crate::module_ctx_index()))
+                    .cast::<UpstreamConf>()
+                    .as_mut()
+            };
+            if let Some(server) = server {
                 server.open_api = true;
             }
         }
         if acf.enabled {
             // During a merge cf->ctx is the merged location's, and the core
             // module (merged first) already holds its final values.
-            let Some(mut clcf) =
+            // SAFETY: `cf` is live and its `ctx` is an http conf context, whose
+            // loc conf slot for the core module is an ngx_http_core_loc_conf_t.
+            let Some(mut clcf) = (unsafe {
                 (*cf).http_location_conf_unchecked::<ngx_http_core_loc_conf_t>(NgxHttpCoreModule::module())
-            else {
+            }) else {
                 return NGX_CONF_ERROR;
             };
-            let clcf = clcf.as_mut();
+            // SAFETY: a live core loc conf that nothing else borrows during
+            // the merge.
+            let clcf = unsafe { clcf.as_mut() };
             if clcf.client_max_body_size != 0 {
                 acf.max_body = clcf.client_max_body_size;
                 clcf.client_max_body_size = 0;
@@ -390,21 +520,29 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
 /// `cf` is the configuration being parsed.
 pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
     for name in variables::OWN_NAMES {
-        let mut name = ngx_str_t::from_str((*cf).pool, name);
-        let v = ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_CHANGEABLE as ngx_uint_t);
+        // SAFETY: `cf` and its pool are live (this function's contract).
+        let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
+        // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+        let v = unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_CHANGEABLE as ngx_uint_t) };
         if v.is_null() {
             return NGX_ERROR as ngx_int_t;
         }
-        (*v).get_handler = Some(empty_value);
+        // SAFETY: a non-null result is the variable's live entry in the core
+        // module's table.
+        unsafe { (*v).get_handler = Some(empty_value) };
     }
     // Computed when read, from the request's balancer state.
-    let mut name = ngx_str_t::from_str((*cf).pool, "balancer_ewma_score");
+    // SAFETY: `cf` and its pool are live (this function's contract).
+    let mut name = unsafe { ngx_str_t::from_str((*cf).pool, "balancer_ewma_score") };
     let flags = NGX_HTTP_VAR_CHANGEABLE | NGX_HTTP_VAR_NOCACHEABLE;
-    let v = ngx_http_add_variable(cf, &mut name, flags as ngx_uint_t);
+    // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+    let v = unsafe { ngx_http_add_variable(cf, &mut name, flags as ngx_uint_t) };
     if v.is_null() {
         return NGX_ERROR as ngx_int_t;
     }
-    (*v).get_handler = Some(crate::peer::ewma_score_variable);
+    // SAFETY: a non-null result is the variable's live entry in the core
+    // module's table.
+    unsafe { (*v).get_handler = Some(crate::peer::ewma_score_variable) };
     NGX_OK as ngx_int_t
 }
 
@@ -414,8 +552,10 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
 /// As [`declare_variables`].
 pub unsafe fn index_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
     for (name, slot) in variables::OWN_NAMES.iter().zip(&variables::OWN_INDEX) {
-        let mut name = ngx_str_t::from_str((*cf).pool, name);
-        let i = ngx_http_get_variable_index(cf, &mut name);
+        // SAFETY: `cf` and its pool are live (this function's contract).
+        let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
+        // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+        let i = unsafe { ngx_http_get_variable_index(cf, &mut name) };
         if i == NGX_ERROR as ngx_int_t {
             return NGX_ERROR as ngx_int_t;
         }
@@ -424,6 +564,8 @@ pub unsafe fn index_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
     NGX_OK as ngx_int_t
 }
 
+/// The get handler of our settable variables until a request sets them:
+/// nginx calls it with a live request and the variable's value slot.
 unsafe extern "C" fn empty_value(
     _r: *mut ngx_http_request_t,
     v: *mut ngx_http_variable_value_t,

@@ -73,7 +73,8 @@ impl Index {
 
     pub fn find(&self, name: &[u8]) -> Option<&Blob> {
         let i = self.position(name).ok()?;
-        // SAFETY: as in blobs().
+        // SAFETY: a blob referenced by the live index `self` is valid and
+        // immutable while `self` is borrowed (see module doc).
         Some(unsafe { self.slice()[i].as_ref() })
     }
 
@@ -88,7 +89,8 @@ impl Index {
 
     pub(crate) fn position(&self, name: &[u8]) -> Result<usize, usize> {
         self.slice().binary_search_by(|b| {
-            // SAFETY: as in blobs().
+            // SAFETY: a blob referenced by the live index `self` is valid and
+            // immutable while `self` is borrowed (see module doc).
             unsafe { b.as_ref() }.name().cmp(name)
         })
     }

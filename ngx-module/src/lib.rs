@@ -2,12 +2,30 @@
 //! through a JSON `/configuration` API compatible with ingress-nginx, and an
 //! upstream peer hook that routes by them without any reload.
 //!
-//! Layout: the FFI entry points live in [`config`] (directives), [`peer`] (the
-//! balancer), [`preaccess`] (503 for missing backends), [`api`] (the HTTP API)
-//! and [`timer`] (worker lifecycle); [`zone`], [`store`] and
-//! [`worker_cache`] hold the shared and per-worker state; [`http`] and
-//! [`offload`] wrap the nginx request and thread-pool APIs once. Parsing,
-//! validation and picking are in the pure `lua-compat` crate.
+//! Layout, floor by floor (a module imports only from floors below it; see
+//! `ARCHITECTURE.md` and `tests/tests/architecture.rs`):
+//!
+//! 0. [`guard`] (no panic crosses into nginx), [`index`] (the zone's blobs
+//!    and index as readers see them), [`variables`] (request variables),
+//!    [`worker`] (is the worker leaving; its timers);
+//! 1. [`request`] (the nginx request API, wrapped once), [`offload`] (the
+//!    per-worker write thread), [`zone`] (the shared zone);
+//! 2. [`conf`] (conf structs and request-time readers), [`store`] (writes to
+//!    the zone), [`worker_cache`] (each worker's decoded backends);
+//! 3. [`canary`], [`external_names`] (`ExternalName` re-resolution),
+//!    [`request_ctx`] (the typed per-request state);
+//! 4. the entry points [`api_handler`] (`/configuration`), [`body_limit`]
+//!    (its body filter), [`peer`] (the balancer), [`timer`] (worker start,
+//!    stop, sync timer);
+//! 5. [`directives`] (setters, checks and merges) and [`preaccess`] (503
+//!    for a backend without endpoints);
+//!
+//! and this file: the command table and the module's hooks. Parsing,
+//! validation and selection are in the pure `lua-compat` crate. `unsafe`
+//! operations each carry a `// SAFETY:` line, also inside `unsafe fn`s.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 mod api_handler;
 mod body_limit;
@@ -53,9 +71,13 @@ impl Module {
 }
 
 impl HttpModule for Module {
+    /// nginx calls it once per configuration, before the `http{}` block is
+    /// parsed, with that block's live `ngx_conf_t`.
     unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        ffi_guard("preconfiguration", NGX_ERROR as ngx_int_t, || unsafe {
-            directives::declare_variables(cf)
+        ffi_guard("preconfiguration", NGX_ERROR as ngx_int_t, || {
+            // SAFETY: `cf` is the configuration nginx is parsing, live for
+            // this call.
+            unsafe { directives::declare_variables(cf) }
         })
     }
 
@@ -65,27 +87,45 @@ impl HttpModule for Module {
         unsafe { &*std::ptr::addr_of!(ngx_http_dynamic_balancer_module) }
     }
 
+    /// nginx calls it once per configuration, after the `http{}` block was
+    /// parsed and every upstream initialised, with that block's live
+    /// `ngx_conf_t`, on its only thread.
     unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        ffi_guard("postconfiguration", NGX_ERROR as ngx_int_t, || unsafe {
-            if directives::check_upstreams(cf) != NGX_OK as ngx_int_t
-                || directives::check_api_listeners(cf) != NGX_OK as ngx_int_t
-            {
+        ffi_guard("postconfiguration", NGX_ERROR as ngx_int_t, || {
+            // SAFETY: `cf` is the parsed configuration, live for this call;
+            // postconfiguration runs after the upstreams initialised and the
+            // listen addresses were collected, as both checks require.
+            if unsafe {
+                directives::check_upstreams(cf) != NGX_OK as ngx_int_t
+                    || directives::check_api_listeners(cf) != NGX_OK as ngx_int_t
+            } {
                 return NGX_ERROR as ngx_int_t;
             }
-            preaccess::discover_upstream_users((*cf).cycle);
-            body_limit::install();
-            if directives::index_variables(cf) != NGX_OK as ngx_int_t {
+            // SAFETY: `cf->cycle` is the cycle being configured; its modules
+            // array was set before any configuration was parsed.
+            unsafe { preaccess::discover_upstream_users((*cf).cycle) };
+            // SAFETY: postconfiguration runs once per configuration, before
+            // any request, on nginx's only thread at that point.
+            unsafe { body_limit::install() };
+            // SAFETY: `cf` is the parsed configuration, live for this call.
+            if unsafe { directives::index_variables(cf) } != NGX_OK as ngx_int_t {
                 return NGX_ERROR as ngx_int_t;
             }
-            let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(&*cf) else {
+            // SAFETY: `cf` is live for this call; the borrow ends with the
+            // lookup, which returns the core module's main conf (pool memory).
+            let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
                 return NGX_ERROR as ngx_int_t;
             };
             let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_PREACCESS_PHASE as usize].handlers;
-            let h = ngx_array_push(handlers).cast::<ngx_http_handler_pt>();
+            // SAFETY: `handlers` is the core module's initialised array of
+            // `ngx_http_handler_pt`, allocated from the configuration pool.
+            let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
             if h.is_null() {
                 return NGX_ERROR as ngx_int_t;
             }
-            *h = Some(preaccess::preaccess_handler);
+            // SAFETY: `h` is the non-null, aligned, element-sized slot that
+            // ngx_array_push just reserved for us.
+            unsafe { *h = Some(preaccess::preaccess_handler) };
             NGX_OK as ngx_int_t
         })
     }

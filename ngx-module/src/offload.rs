@@ -39,7 +39,8 @@ type Finish = Box<dyn FnOnce(*mut ngx_http_request_t) + Send>;
 /// A request pointer carried to the thread and back. The thread never
 /// dereferences it; only the event loop does.
 struct RequestPtr(*mut ngx_http_request_t);
-// SAFETY: see above.
+// SAFETY: the thread only moves the pointer back through the channel; only
+// the event loop, the request's own thread, dereferences it.
 unsafe impl Send for RequestPtr {}
 
 struct Job {
@@ -85,18 +86,21 @@ pub unsafe fn offload<J, R>(
     };
     // Pin the request before the thread can see it (nginx's thread
     // handlers do the same), so that nothing frees it while queued.
-    (*(*r).main).set_blocked((*(*r).main).blocked() + 1);
-    (*r).set_aio(1);
+    // SAFETY: `r` is live (this function's contract), and so is its main
+    // request; only the event loop, this thread, touches their bit fields.
+    unsafe {
+        (*(*r).main).set_blocked((*(*r).main).blocked() + 1);
+        (*r).set_aio(1);
+    }
     let job = match submit(job) {
         Ok(()) => return,
         Err(job) => job,
     };
-    unpin(r);
-    ngx_log_error!(
-        NGX_LOG_WARN,
-        (*(*r).connection).log,
-        "dynamic_balancer: no parser thread; parsing inline"
-    );
+    // SAFETY: `r` is live, and was pinned just above.
+    unsafe { unpin(r) };
+    // SAFETY: a live request's connection outlives it.
+    let log = unsafe { (*(*r).connection).log };
+    ngx_log_error!(NGX_LOG_WARN, log, "dynamic_balancer: no parser thread; parsing inline");
     let finish = catch_unwind(AssertUnwindSafe(job.run)).unwrap_or(job.on_panic);
     finish(r);
 }
@@ -124,9 +128,12 @@ fn submit(job: Job) -> Result<(), Job> {
 /// # Safety
 /// `r` is a live request that `offload` pinned.
 unsafe fn unpin(r: *mut ngx_http_request_t) {
-    let main = &mut *(*r).main;
+    // SAFETY: `r` is live (this function's contract), and so is its main
+    // request; only the event loop, this thread, touches them.
+    let main = unsafe { &mut *(*r).main };
     main.set_blocked(main.blocked().saturating_sub(1));
-    (*r).set_aio(0);
+    // SAFETY: as above; `main` (which may be `r` itself) is not used again.
+    unsafe { (*r).set_aio(0) };
 }
 
 /// Blocks every signal on the calling thread: signals are for the event
@@ -168,6 +175,8 @@ fn arm_poll() {
     timer.arm(POLL_MS);
 }
 
+/// The poll timer's handler: nginx calls it on the event loop with the
+/// worker-owned event `arm_poll` armed; it does not use the event.
 unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
     ffi_guard("offload poll", (), || {
         loop {
@@ -180,11 +189,17 @@ unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
             // termination could free it. Its connection lives in the cycle's
             // connection array, which outlives the request.
             let c = unsafe { (*r).connection };
+            // SAFETY: `r` is alive (see above) and `offload` pinned it.
             unsafe { unpin(r) };
+            // SAFETY: `r` and its main request are alive (see above): the
+            // pin kept them, and unpinning does not free anything.
             if unsafe { (*(*r).main).terminated() } != 0 {
                 // Terminated while queued: nobody waits for the answer. The
                 // connection's handler runs the termination nginx deferred.
-                // SAFETY: as nginx's own thread event handlers do.
+                // SAFETY: the terminated request still holds its connection
+                // open, so `c` and its write event are live; running that
+                // event's handler is how ngx_http_copy_thread_event_handler
+                // hands a deferred termination back to nginx.
                 unsafe {
                     if let Some(handler) = (*(*c).write).handler {
                         handler((*c).write);
@@ -194,13 +209,15 @@ unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
             }
             if catch_unwind(AssertUnwindSafe(|| finish(r))).is_err() {
                 // The request may be left unanswered; keep serving the rest.
-                ngx_log_error!(
-                    NGX_LOG_WARN,
-                    unsafe { (*c).log },
-                    "dynamic_balancer: panic while finishing a write"
-                );
+                // SAFETY: `c` is in the cycle's connection array, which
+                // outlives any request on it.
+                let log = unsafe { (*c).log };
+                ngx_log_error!(NGX_LOG_WARN, log, "dynamic_balancer: panic while finishing a write");
             }
-            // SAFETY: as nginx's own async completions do after finalizing.
+            // SAFETY: `c` points into the cycle's connection array, valid
+            // even if finalizing closed it; ngx_http_run_posted_requests
+            // checks `c->destroyed` first, which nginx's own async
+            // completions rely on too.
             unsafe { ngx_http_run_posted_requests(c) };
         }
         if PENDING.get() > 0 {

@@ -37,14 +37,19 @@ use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 /// # Safety
 /// `r` is a live request.
 pub unsafe fn prepare(r: *mut ngx_http_request_t, conf: &UpstreamConf, zone: &Zone) -> Option<NonNull<PeerData>> {
-    let name = backend_name(r, conf)?;
+    // SAFETY: `r` is live (this function's contract). The name points into
+    // the request's variables or the location's configuration, which both
+    // outlive the request's state.
+    let name = unsafe { backend_name(r, conf) }?;
     let primary = lookup(zone, name)?;
-    let (backend, is_canary) = canary::route(r, zone, primary);
+    // SAFETY: `r` is live (this function's contract).
+    let (backend, is_canary) = unsafe { canary::route(r, zone, primary) };
     if backend.endpoints.is_empty() {
         return None;
     }
     if is_canary {
-        variables::set(r, Own::AlternativeUpstream, &backend.name);
+        // SAFETY: `r` is live (this function's contract).
+        unsafe { variables::set(r, Own::AlternativeUpstream, &backend.name) };
     }
     let data = PeerData {
         backend,
@@ -58,45 +63,69 @@ pub unsafe fn prepare(r: *mut ngx_http_request_t, conf: &UpstreamConf, zone: &Zo
     };
     // The request ctx keeps it for the whole request: init_peer takes it
     // over, and $balancer_ewma_score reads it.
-    request_ctx::attach_peer(r, data)
+    // SAFETY: `r` is live (this function's contract).
+    unsafe { request_ctx::attach_peer(r, data) }
 }
 
 /// `$balancer_ewma_score`: the score of the request's last EWMA pick,
-/// formatted only when something reads it.
+/// formatted only when something reads it. nginx calls this get handler with
+/// a live request and the variable's value slot.
 pub unsafe extern "C" fn ewma_score_variable(
     r: *mut ngx_http_request_t,
     v: *mut ngx::ffi::ngx_http_variable_value_t,
     _data: usize,
 ) -> ngx_int_t {
-    ffi_guard("$balancer_ewma_score", NGX_ERROR as ngx_int_t, || unsafe {
-        let text = request_ctx::peer_data(r)
+    ffi_guard("$balancer_ewma_score", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls a get handler with a live request, whose ctx
+        // slot holds null or what `request_ctx` stored there.
+        let text = unsafe { request_ctx::peer_data(r) }
             .and_then(|pd| pd.ewma_score)
             .map(|s| s.to_string())
             .unwrap_or_default();
-        variables::fill(r, v, text.as_bytes())
+        // SAFETY: `r` is live and `v` is the value slot nginx handed this get
+        // handler for it.
+        unsafe { variables::fill(r, v, text.as_bytes()) }
     })
 }
 
 /// Takes over the state `prepare` made in the preaccess phase, if it is for
 /// backend `name`: the backend is chosen once per request.
+///
+/// # Safety
+/// `r` is a live request.
 unsafe fn take_prepared(r: *mut ngx_http_request_t, name: &[u8]) -> Option<NonNull<PeerData>> {
-    let pd = request_ctx::peer_data(r)?;
+    // SAFETY: `r` is live (this function's contract).
+    let pd = unsafe { request_ctx::peer_data(r) }?;
     // A later phase (auth_request_set, say) may have renamed the backend.
-    if pd.taken || std::slice::from_raw_parts(pd.requested.0, pd.requested.1) != name {
+    // SAFETY: `requested` is the `(ptr, len)` of the name `prepare` got from
+    // the request's variables or the location's configuration; both outlive
+    // the request's state (see `PeerData::requested`).
+    if pd.taken || unsafe { std::slice::from_raw_parts(pd.requested.0, pd.requested.1) } != name {
         return None;
     }
     pd.taken = true;
     Some(NonNull::from(pd))
 }
 
-/// `peer.init` of a `dynamic_balancer` upstream.
+/// `peer.init` of a `dynamic_balancer` upstream. nginx calls it with a live
+/// request whose `upstream` is set, and that upstream's srv conf.
 pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t {
-    ffi_guard("init peer", NGX_ERROR as ngx_int_t, || unsafe {
-        let u = &mut *(*r).upstream;
-        let data = match (upstream_conf(us), zone_of(&*r)) {
+    ffi_guard("init peer", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls peer.init with a live request, on the event
+        // loop; this hook only reads the request's own fields through `req`.
+        let req = unsafe { &*r };
+        // SAFETY: nginx sets `r->upstream` (ngx_http_upstream_create) before
+        // ngx_http_upstream_init_request calls peer.init, and nothing else
+        // uses it during the call.
+        let u = unsafe { &mut *req.upstream };
+        // SAFETY: `us` is the live srv conf nginx passed with the request.
+        let data = match (unsafe { upstream_conf(us) }, zone_of(req)) {
             (Some(conf), Some(zone)) => {
-                let name = backend_name(r, conf).unwrap_or_default();
-                take_prepared(r, name).or_else(|| prepare(r, conf, &zone))
+                // SAFETY: `r` is the live request nginx passed in.
+                let name = unsafe { backend_name(r, conf) }.unwrap_or_default();
+                // SAFETY: `r` is the live request nginx passed in, and stays
+                // live while `or_else` runs.
+                unsafe { take_prepared(r, name).or_else(|| prepare(r, conf, &zone)) }
             }
             _ => None,
         };
@@ -106,9 +135,11 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
             // The preaccess check answers 503 first in proxy_pass/grpc_pass
             // locations; reaching here means the backend vanished since, or
             // the upstream is used some other way. nginx then answers 502.
+            // SAFETY: a live request's connection outlives it.
+            let log = unsafe { (*req.connection).log };
             ngx_log_error!(
                 NGX_LOG_WARN,
-                (*(*r).connection).log,
+                log,
                 "dynamic_balancer: no endpoints for this request's backend"
             );
             u.peer.data = std::ptr::null_mut();
@@ -116,7 +147,9 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
             u.peer.tries = 1;
             return NGX_OK as ngx_int_t;
         };
-        u.peer.tries = data.as_ref().backend.endpoints.len() as ngx_uint_t;
+        // SAFETY: `data` points at the PeerData in the request's ctx, which
+        // the request's pool cleanup keeps alive until the request ends.
+        u.peer.tries = unsafe { data.as_ref() }.backend.endpoints.len() as ngx_uint_t;
         u.peer.data = data.as_ptr().cast();
         u.peer.get = Some(get_peer);
         NGX_OK as ngx_int_t
@@ -133,27 +166,40 @@ fn set_session_hooks(u: &mut ngx::ffi::ngx_http_upstream_t) {
     u.peer.save_session = Some(save_no_session);
 }
 
+/// `peer.set_session`: nginx calls it with the live peer connection; it
+/// touches neither argument.
 unsafe extern "C" fn set_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) -> ngx_int_t {
     NGX_OK as ngx_int_t
 }
 
+/// `peer.save_session`: nginx calls it with the live peer connection; it
+/// touches neither argument.
 unsafe extern "C" fn save_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) {}
 
 fn now_ms() -> u64 {
     // nginx's cached CLOCK_MONOTONIC milliseconds: no system call, and the
     // same clock in every worker and in the writer thread (store::now_ms).
+    // SAFETY: a word-sized read of nginx's global, which only this worker's
+    // event-loop thread (the caller's) updates, in ngx_time_update.
     unsafe { ngx::ffi::ngx_current_msec as u64 }
 }
 
-/// `peer.get`: one endpoint for this attempt.
+/// `peer.get`: one endpoint for this attempt. nginx calls it with the
+/// upstream's live peer connection and the `data` `init_peer` set.
 unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
-    ffi_guard("get peer", NGX_ERROR as ngx_int_t, || unsafe {
-        let pd = &mut *data.cast::<PeerData>();
-        let pc = &mut *pc;
+    ffi_guard("get peer", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: init_peer installs get_peer only with `data` pointing at
+        // the request's PeerData, which lives as long as the request and is
+        // not otherwise borrowed while nginx calls this hook.
+        let pd = unsafe { &mut *data.cast::<PeerData>() };
+        // SAFETY: nginx passes its live `u->peer`, which it does not touch
+        // while the hook runs.
+        let pc = unsafe { &mut *pc };
         // When every endpoint was tried yet nginx grants one more try (a
         // cached keepalive connection turned out closed), the selection's
         // last tier takes any endpoint, as stock round-robin reconnects.
-        let Some(i) = pick(pd) else {
+        // SAFETY: `pd.request` is the live request nginx is connecting for.
+        let Some(i) = (unsafe { pick(pd) }) else {
             return NGX_BUSY as ngx_int_t;
         };
         pd.tried.insert(i);
@@ -206,18 +252,23 @@ impl Endpoints for Live<'_> {
 
 /// The endpoint for the next attempt, by the backend's selector (which
 /// applies the retry and health tiers); a new sticky session gets its cookie.
+///
+/// # Safety
+/// `pd.request` is the live request `pd` belongs to.
 unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
     let backend = Rc::clone(&pd.backend);
     let selector = &backend.selector;
     let r = pd.request;
     if let Some(template) = selector.hash_key() {
-        // SAFETY: `r` is the live request this state belongs to.
+        // SAFETY: `r` is the live request this state belongs to (this
+        // function's contract).
         pd.key
             .get_or_insert_with(|| template.render(|name| unsafe { variables::get(r, name) }));
     }
     let cookie = selector
         .cookie_variable()
-        // SAFETY: as above.
+        // SAFETY: `r` is live (this function's contract); the value lives in
+        // its pool, longer than `cookie`.
         .and_then(|name| unsafe { variables::get(r, name) })
         .map(String::from_utf8_lossy);
     let attempt = Attempt {
@@ -235,16 +286,22 @@ unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
         pd.ewma_score = pick.ewma_score;
     }
     if let (Some(key), Some(sticky)) = (&pick.new_cookie, selector.sticky()) {
-        // SAFETY: as above.
+        // SAFETY: `r` is live and its response header not yet sent: nginx
+        // picks peers before it reads the upstream's response.
         unsafe { issue_cookie(r, sticky, key) };
     }
     Some(pick.endpoint)
 }
 
 /// Adds the sticky `Set-Cookie` if the request's location is listed.
+///
+/// # Safety
+/// `r` is a live request whose response header has not been sent.
 unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &StickySelector, key: &str) {
     let text = |name: &str| {
-        variables::get(r, name)
+        // SAFETY: `r` is live (this function's contract); the value is
+        // copied out at once.
+        unsafe { variables::get(r, name) }
             .map(|v| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default()
     };
@@ -253,18 +310,27 @@ unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &StickySelector, key:
     // configuration that does not gets the location's own name.
     let mut location_path = text("location_path");
     if location_path.is_empty() {
-        if let Some(clcf) = NgxHttpCoreModule::location_conf(&*r) {
+        // SAFETY: `r` is live (this function's contract); the shared borrow
+        // ends with the lookup.
+        if let Some(clcf) = NgxHttpCoreModule::location_conf(unsafe { &*r }) {
             location_path = String::from_utf8_lossy(clcf.name.as_bytes()).into_owned();
         }
     }
     if !should_set_cookie(&sticky.cookie, &host, &server_name, &location_path) {
         return;
     }
-    let user_agent = variables::get(r, "http_user_agent").map(|v| String::from_utf8_lossy(v).into_owned());
+    // SAFETY: `r` is live (this function's contract); the value is copied
+    // out at once.
+    let user_agent = unsafe { variables::get(r, "http_user_agent") }.map(|v| String::from_utf8_lossy(v).into_owned());
     let expires_at = sticky.cookie.expires.map(|secs| {
         let mut buf = [0u8; 48];
-        let end = ngx::ffi::ngx_http_cookie_time(buf.as_mut_ptr(), ngx::ffi::ngx_time() + secs);
-        String::from_utf8_lossy(&buf[..end.offset_from(buf.as_ptr()) as usize]).into_owned()
+        // SAFETY: ngx_http_cookie_time writes one date ("Thu, 01-Jan-70
+        // 00:00:00 GMT", 27 bytes; even a 12-digit year stays under 48) into
+        // `buf` and returns its end; ngx_time reads nginx's cached time.
+        let end = unsafe { ngx::ffi::ngx_http_cookie_time(buf.as_mut_ptr(), ngx::ffi::ngx_time() + secs) };
+        // SAFETY: `end` points into `buf`, at or after its start.
+        let len = unsafe { end.offset_from(buf.as_ptr()) } as usize;
+        String::from_utf8_lossy(&buf[..len]).into_owned()
     });
     let ctx = CookieContext {
         location_path: &location_path,
@@ -273,20 +339,30 @@ unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &StickySelector, key:
         expires_at,
     };
     let value = set_cookie_value(&sticky.cookie, key, &sticky.backend_key, &ctx);
-    let _ = Request::from_ngx_http_request(r).add_header_out("Set-Cookie", &value);
+    // SAFETY: `r` is live and its header unsent (this function's contract);
+    // no other reference to it is held here.
+    let _ = unsafe { Request::from_ngx_http_request(r) }.add_header_out("Set-Cookie", &value);
 }
 
+/// `peer.get` when the request has no backend: nginx calls it with the live
+/// peer connection and null `data`; it touches neither.
 unsafe extern "C" fn get_no_peer(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) -> ngx_int_t {
     NGX_BUSY as ngx_int_t
 }
 
 /// `peer.free`: records the attempt in the shared endpoint state; one try
-/// fewer remains, as in nginx's round-robin.
+/// fewer remains, as in nginx's round-robin. nginx calls it with the
+/// upstream's live peer connection and the `data` `init_peer` set.
 unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void, state: ngx_uint_t) {
-    ffi_guard("free peer", (), || unsafe {
-        let pc = &mut *pc;
+    ffi_guard("free peer", (), || {
+        // SAFETY: nginx passes its live `u->peer`, which it does not touch
+        // while the hook runs.
+        let pc = unsafe { &mut *pc };
         pc.tries = pc.tries.saturating_sub(1);
-        let Some(pd) = data.cast::<PeerData>().as_mut() else {
+        // SAFETY: `data` is null (no backend) or the request's PeerData that
+        // init_peer set, alive as long as the request and not otherwise
+        // borrowed during this call.
+        let Some(pd) = (unsafe { data.cast::<PeerData>().as_mut() }) else {
             return;
         };
         let Some(i) = pd.current.take() else { return };
@@ -305,7 +381,8 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
         }
         slot.record_success();
         if backend.selector.learns_round_trips() {
-            if let Some(rtt) = last_round_trip(pd.request) {
+            // SAFETY: `pd.request` is the live request whose attempt ends.
+            if let Some(rtt) = unsafe { last_round_trip(pd.request) } {
                 slot.record_rtt(rtt, now_ms() as f64 / 1000.0);
             }
         }
@@ -314,9 +391,16 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
 
 /// Connect plus response time of the attempt just finished, in seconds, as
 /// ewma.lua adds `$upstream_connect_time` and `$upstream_response_time`.
+///
+/// # Safety
+/// `r` is a live request.
 unsafe fn last_round_trip(r: *mut ngx_http_request_t) -> Option<f64> {
-    let u = (*r).upstream.as_ref()?;
-    let state = u.state.as_ref()?;
+    // SAFETY: `r` is live (this function's contract); its `upstream` is
+    // null or the request's live upstream.
+    let u = unsafe { (*r).upstream.as_ref() }?;
+    // SAFETY: `u->state` is null or the live entry of `u->state`'s array
+    // for the attempt just finished.
+    let state = unsafe { u.state.as_ref() }?;
     let ms = |v: ngx::ffi::ngx_msec_t| (v != ngx::ffi::ngx_msec_t::MAX).then_some(v as f64 / 1000.0);
     let response = ms(state.response_time)?;
     Some(response + ms(state.connect_time).unwrap_or(0.0))

@@ -31,13 +31,20 @@ const UPSTREAM_USER_NAMES: [&CStr; 2] = [c"ngx_http_proxy_module", c"ngx_http_gr
 /// # Safety
 /// `cycle` is the cycle being configured, with its modules array set.
 pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t) {
-    let modules = std::slice::from_raw_parts((*cycle).modules, (*cycle).modules_n);
+    // SAFETY: `cycle` is live and its `modules` array holds `modules_n`
+    // entries (this function's contract).
+    let modules = unsafe { std::slice::from_raw_parts((*cycle).modules, (*cycle).modules_n) };
     for (slot, wanted) in UPSTREAM_USERS.iter().zip(UPSTREAM_USER_NAMES) {
-        let found = modules
-            .iter()
-            .filter(|m| !m.is_null() && !(***m).name.is_null())
-            .find(|m| CStr::from_ptr((***m).name) == wanted)
-            .map_or(ABSENT, |m| (**m).ctx_index);
+        // SAFETY: the non-null entries of the cycle's modules array are the
+        // loaded modules, live for the cycle; a module's `name` is null or a
+        // NUL-terminated string set by ngx_preinit_modules.
+        let found = unsafe {
+            modules
+                .iter()
+                .filter(|m| !m.is_null() && !(***m).name.is_null())
+                .find(|m| CStr::from_ptr((***m).name) == wanted)
+                .map_or(ABSENT, |m| (**m).ctx_index)
+        };
         slot.store(found, Ordering::Relaxed);
     }
 }
@@ -45,6 +52,10 @@ pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t) {
 /// The upstream the location proxies to. Both modules' location confs start
 /// with an `ngx_http_upstream_conf_t` whose first field is that upstream; this
 /// has held since grpc was added (1.13.10).
+///
+/// # Safety
+/// `r` is a live request: its `loc_conf` has an entry for every HTTP module,
+/// for as long as the returned iterator is used.
 unsafe fn location_upstream(
     r: &ngx_http_request_t,
 ) -> impl Iterator<Item = *mut ngx::ffi::ngx_http_upstream_srv_conf_t> + '_ {
@@ -59,24 +70,33 @@ unsafe fn location_upstream(
     })
 }
 
-/// The PREACCESS phase handler.
+/// The PREACCESS phase handler: nginx calls it with a live request, on the
+/// event loop.
 pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
-    ffi_guard("preaccess handler", NGX_DECLINED as ngx_int_t, || unsafe {
-        let req = &*r;
-        let Some(conf) = location_upstream(req).find_map(|us| upstream_conf(us)) else {
+    ffi_guard("preaccess handler", NGX_DECLINED as ngx_int_t, || {
+        // SAFETY: nginx runs phase handlers with a live request; this
+        // handler only reads the request's own fields through `req`.
+        let req = unsafe { &*r };
+        // SAFETY: `req` is live for the whole search, and the upstreams its
+        // location confs name are live srv confs of the running configuration.
+        let Some(conf) = (unsafe { location_upstream(req).find_map(|us| upstream_conf(us)) }) else {
             return NGX_DECLINED as ngx_int_t;
         };
         let Some(zone) = zone_of(req) else {
             return NGX_DECLINED as ngx_int_t;
         };
-        if peer::prepare(r, conf, &zone).is_some() {
+        // SAFETY: `r` is the live request nginx passed in.
+        if unsafe { peer::prepare(r, conf, &zone) }.is_some() {
             return NGX_DECLINED as ngx_int_t;
         }
-        let name = String::from_utf8_lossy(backend_name(r, conf).unwrap_or_default());
+        // SAFETY: `r` is the live request nginx passed in.
+        let name = String::from_utf8_lossy(unsafe { backend_name(r, conf) }.unwrap_or_default());
         // (No canary could take it either: `prepare` follows canary rules.)
+        // SAFETY: a live request's connection outlives it.
+        let log = unsafe { (*req.connection).log };
         ngx_log_error!(
             NGX_LOG_WARN,
-            (*req.connection).log,
+            log,
             "dynamic_balancer: no endpoints for backend \"{name}\""
         );
         NGX_HTTP_SERVICE_UNAVAILABLE as ngx_int_t

@@ -23,9 +23,12 @@ use crate::guard::ffi_guard;
 /// # Safety
 /// `r` is a live request whose header has not been sent.
 pub unsafe fn send_json(r: *mut ngx_http_request_t, status: ngx_uint_t, body: &[u8], allow: Option<&str>) -> ngx_int_t {
-    match allow {
-        Some(allow) => send_json_with(r, status, body, &[("Allow", allow)]),
-        None => send_json_with(r, status, body, &[]),
+    // SAFETY: `r` is live and its header unsent (this function's contract).
+    unsafe {
+        match allow {
+            Some(allow) => send_json_with(r, status, body, &[("Allow", allow)]),
+            None => send_json_with(r, status, body, &[]),
+        }
     }
 }
 
@@ -39,7 +42,10 @@ pub unsafe fn send_json_with(
     body: &[u8],
     headers: &[(&str, &str)],
 ) -> ngx_int_t {
-    let req = &mut *r;
+    // SAFETY: `r` is live (this function's contract). The nginx functions
+    // called below with `r` work on the same request; `req` only reads and
+    // sets fields between those calls, on the event loop.
+    let req = unsafe { &mut *r };
     req.headers_out.status = status;
     req.headers_out.content_length_n = body.len() as _;
     req.headers_out.content_type = ngx_str_t {
@@ -49,27 +55,40 @@ pub unsafe fn send_json_with(
     req.headers_out.content_type_len = 16;
     req.headers_out.content_type_lowcase = ptr::null_mut();
     for (name, value) in headers {
-        if Request::from_ngx_http_request(r).add_header_out(name, value).is_none() {
+        // SAFETY: `r` is live; the wrapper is a view of the same request,
+        // used for this one call.
+        if unsafe { Request::from_ngx_http_request(r) }
+            .add_header_out(name, value)
+            .is_none()
+        {
             return NGX_ERROR as ngx_int_t;
         }
     }
-    let rc = ngx_http_send_header(r);
+    // SAFETY: `r` is live and its header unsent (this function's contract).
+    let rc = unsafe { ngx_http_send_header(r) };
     if rc == NGX_ERROR as ngx_int_t || rc > NGX_OK as ngx_int_t || req.header_only() != 0 || body.is_empty() {
         return rc;
     }
-    let buf: *mut ngx_buf_t = ngx_create_temp_buf(req.pool, body.len());
+    // SAFETY: the request's pool is live as long as the request.
+    let buf: *mut ngx_buf_t = unsafe { ngx_create_temp_buf(req.pool, body.len()) };
     if buf.is_null() {
         return NGX_ERROR as ngx_int_t;
     }
-    ptr::copy_nonoverlapping(body.as_ptr(), (*buf).pos, body.len());
-    (*buf).last = (*buf).pos.add(body.len());
-    (*buf).set_last_buf(if r == req.main { 1 } else { 0 });
-    (*buf).set_last_in_chain(1);
+    // SAFETY: `buf` is the non-null buffer just allocated, with room for
+    // `body.len()` bytes at `pos`, in the pool, so it cannot overlap `body`.
+    unsafe {
+        ptr::copy_nonoverlapping(body.as_ptr(), (*buf).pos, body.len());
+        (*buf).last = (*buf).pos.add(body.len());
+        (*buf).set_last_buf(if r == req.main { 1 } else { 0 });
+        (*buf).set_last_in_chain(1);
+    }
     let mut chain = ngx_chain_t {
         buf,
         next: ptr::null_mut(),
     };
-    ngx_http_output_filter(r, &mut chain)
+    // SAFETY: `r` is live, its header was sent above, and `chain` outlives
+    // the call (the filters copy or keep the buffer, not the link).
+    unsafe { ngx_http_output_filter(r, &mut chain) }
 }
 
 /// One piece of a request body: bytes nginx held in memory, or a range of
@@ -91,21 +110,31 @@ pub unsafe fn body_parts(r: &ngx_http_request_t) -> Vec<BodyPart> {
     if rb.is_null() {
         return parts;
     }
-    let mut cl = (*rb).bufs;
+    // SAFETY: a non-null `request_body` of a live request is its live body
+    // state; `bufs` is null or the head of its chain.
+    let mut cl = unsafe { (*rb).bufs };
     while !cl.is_null() {
-        let b = &*(*cl).buf;
+        // SAFETY: `cl` is a non-null link of the body's chain, and every link
+        // of a read body has a buffer; nginx does not change them now that
+        // the body is read.
+        let b = unsafe { &*(*cl).buf };
         if b.temporary() != 0 || b.memory() != 0 || b.mmap() != 0 {
-            let len = b.last.offset_from(b.pos) as usize;
-            parts.push(BodyPart::Memory(slice::from_raw_parts(b.pos, len).to_vec()));
+            // SAFETY: an in-memory buffer's `pos..last` is one initialised
+            // range of its memory, `pos <= last`.
+            let data = unsafe { slice::from_raw_parts(b.pos, b.last.offset_from(b.pos) as usize) };
+            parts.push(BodyPart::Memory(data.to_vec()));
         } else if b.in_file() != 0 && !b.file.is_null() {
             let len = (b.file_last - b.file_pos) as usize;
             parts.push(BodyPart::File {
-                fd: (*b.file).fd,
+                // SAFETY: a non-null `file` of a live buffer is the request's
+                // temp file, open until the request ends.
+                fd: unsafe { (*b.file).fd },
                 offset: b.file_pos,
                 len,
             });
         }
-        cl = (*cl).next;
+        // SAFETY: `cl` is a live link (see above).
+        cl = unsafe { (*cl).next };
     }
     parts
 }
@@ -139,11 +168,17 @@ pub fn read_body_parts(parts: &[BodyPart]) -> std::io::Result<Vec<u8>> {
 /// # Safety
 /// `r` is a live request; `index` came from `ngx_http_get_variable_index`.
 pub unsafe fn variable<'r>(r: *mut ngx_http_request_t, index: ngx_uint_t) -> Option<&'r [u8]> {
-    let v = ngx_http_get_flushed_variable(r, index);
-    if v.is_null() || (*v).not_found() != 0 || (*v).data.is_null() {
+    // SAFETY: `r` is live and `index` a valid variable index (this
+    // function's contract).
+    let v = unsafe { ngx_http_get_flushed_variable(r, index) };
+    // SAFETY: a non-null result is the request's value slot for `index`,
+    // in `r->variables`, live as long as the request.
+    if v.is_null() || unsafe { (*v).not_found() != 0 || (*v).data.is_null() } {
         return None;
     }
-    Some(slice::from_raw_parts((*v).data, (*v).len() as usize))
+    // SAFETY: a found value with non-null `data` has `len` bytes there, in
+    // the request's pool or the configuration, which outlive the request.
+    Some(unsafe { slice::from_raw_parts((*v).data, (*v).len() as usize) })
 }
 
 /// Moves `value` into `pool` and drops it when the pool is destroyed (the end
@@ -166,21 +201,32 @@ pub unsafe fn pool_box<T>(pool: *mut ngx_pool_t, value: T) -> Option<NonNull<T>>
             "nginx pools align to a word"
         )
     };
-    let p = ngx_palloc(pool, mem::size_of::<WithCleanup<T>>()).cast::<WithCleanup<T>>();
+    // SAFETY: `pool` is live (this function's contract).
+    let p = unsafe { ngx_palloc(pool, mem::size_of::<WithCleanup<T>>()) }.cast::<WithCleanup<T>>();
     if p.is_null() {
         return None;
     }
-    let value_ptr = ptr::addr_of_mut!((*p).value);
-    value_ptr.write(value);
-    ptr::addr_of_mut!((*p).cleanup).write(ngx_pool_cleanup_t {
-        handler: Some(drop_in_pool::<T>),
-        data: value_ptr.cast(),
-        next: (*pool).cleanup,
-    });
-    (*pool).cleanup = ptr::addr_of_mut!((*p).cleanup);
+    // SAFETY: `p` is a fresh, non-null allocation of a whole `WithCleanup<T>`,
+    // word-aligned, which the const assertion above shows is enough for `T`
+    // (and the cleanup record is all words).
+    let value_ptr = unsafe { ptr::addr_of_mut!((*p).value) };
+    // SAFETY: as above; writing does not drop the uninitialised old value.
+    unsafe { value_ptr.write(value) };
+    // SAFETY: as above for `p`; `pool` is live and only this thread (the
+    // event loop) touches its cleanup list.
+    unsafe {
+        ptr::addr_of_mut!((*p).cleanup).write(ngx_pool_cleanup_t {
+            handler: Some(drop_in_pool::<T>),
+            data: value_ptr.cast(),
+            next: (*pool).cleanup,
+        });
+        (*pool).cleanup = ptr::addr_of_mut!((*p).cleanup);
+    }
     NonNull::new(value_ptr)
 }
 
+/// The pool cleanup of [`pool_box`]: nginx calls it once, when the pool is
+/// destroyed, with the `data` pool_box registered.
 unsafe extern "C" fn drop_in_pool<T>(data: *mut c_void) {
     ffi_guard("pool cleanup", (), || {
         // SAFETY: data is the value pool_box wrote; the pool runs each cleanup once.

@@ -69,10 +69,14 @@ unsafe fn slot<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut RequestCtx> {
     unsafe { (*(*r).ctx.add(crate::module_ctx_index())).cast::<RequestCtx>().as_mut() }
 }
 
+/// Points the slot at `ctx`.
+///
 /// # Safety
 /// `r` is a live request; `ctx` lives as long as it.
 unsafe fn attach(r: *mut ngx_http_request_t, ctx: NonNull<RequestCtx>) {
-    // SAFETY: as in `slot`.
+    // SAFETY: `r` is live (this function's contract) and `ctx` has one entry
+    // per HTTP module, ours at our ctx_index; `ctx` outlives the request, so
+    // the slot never dangles while nginx can reach it.
     unsafe { *(*r).ctx.add(crate::module_ctx_index()) = ctx.as_ptr().cast() };
 }
 
@@ -81,7 +85,8 @@ unsafe fn attach(r: *mut ngx_http_request_t, ctx: NonNull<RequestCtx>) {
 /// # Safety
 /// `r` is a live request.
 pub unsafe fn peer_data<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PeerData> {
-    // SAFETY: the caller's contract.
+    // SAFETY: `r` is live (this function's contract), which is all `slot`
+    // requires.
     match unsafe { slot(r) }? {
         RequestCtx::Peer(p) => Some(p),
         RequestCtx::Write(_) => None,
@@ -93,7 +98,8 @@ pub unsafe fn peer_data<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PeerDa
 /// # Safety
 /// `r` is a live request.
 pub unsafe fn pending_write<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PendingWrite> {
-    // SAFETY: the caller's contract.
+    // SAFETY: `r` is live (this function's contract), which is all `slot`
+    // requires.
     match unsafe { slot(r) }? {
         RequestCtx::Write(w) => Some(w),
         RequestCtx::Peer(_) => None,
@@ -105,15 +111,17 @@ pub unsafe fn pending_write<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut Pe
 /// # Safety
 /// `r` is a live request.
 pub unsafe fn attach_write(r: *mut ngx_http_request_t, pending: PendingWrite) -> Option<NonNull<PendingWrite>> {
-    // SAFETY: the pool lives as long as the request; the box is dropped by
-    // the pool's cleanup, after the last access through the slot.
-    unsafe {
-        let mut ctx = pool_box((*r).pool, RequestCtx::Write(pending))?;
-        attach(r, ctx);
-        match ctx.as_mut() {
-            RequestCtx::Write(w) => Some(NonNull::from(w)),
-            RequestCtx::Peer(_) => unreachable!("just stored a write"),
-        }
+    // SAFETY: `r` is live (this function's contract), so is its pool; the
+    // value is dropped by the pool's cleanup, after the last access through
+    // the slot.
+    let mut ctx = unsafe { pool_box((*r).pool, RequestCtx::Write(pending)) }?;
+    // SAFETY: `r` is live, and `ctx` lives in its pool, as long as it.
+    unsafe { attach(r, ctx) };
+    // SAFETY: `ctx` points at the value pool_box just wrote; nothing else
+    // borrows it yet.
+    match unsafe { ctx.as_mut() } {
+        RequestCtx::Write(w) => Some(NonNull::from(w)),
+        RequestCtx::Peer(_) => unreachable!("just stored a write"),
     }
 }
 
@@ -128,17 +136,19 @@ pub unsafe fn attach_peer(r: *mut ngx_http_request_t, data: PeerData) -> Option<
         .with_borrow_mut(|free| free.pop())
         .unwrap_or_else(|| Box::new(None));
     let ctx = NonNull::from(b.insert(RequestCtx::Peer(data)));
-    // SAFETY: `r` and its pool are live; the box outlives every access
-    // through the slot, since the pool's cleanup releases it.
-    unsafe {
-        pool_box((*r).pool, Recycled(Some(b)))?;
-        attach(r, ctx);
-    }
+    // SAFETY: `r` is live (this function's contract), so is its pool; the
+    // pool's cleanup releases the box when the request ends.
+    unsafe { pool_box((*r).pool, Recycled(Some(b))) }?;
+    // SAFETY: `r` is live, and the box `ctx` points into is released only by
+    // the pool cleanup just registered, so it outlives every access through
+    // the slot.
+    unsafe { attach(r, ctx) };
     peer_in(ctx)
 }
 
 fn peer_in(mut ctx: NonNull<RequestCtx>) -> Option<NonNull<PeerData>> {
-    // SAFETY: `ctx` points at the live, just-stored value.
+    // SAFETY: `attach_peer` passes the live, just-stored value, which
+    // nothing else borrows yet.
     match unsafe { ctx.as_mut() } {
         RequestCtx::Peer(p) => Some(NonNull::from(p)),
         RequestCtx::Write(_) => None,

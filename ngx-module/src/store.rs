@@ -69,7 +69,9 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     let header = zone.header();
     // Only writers modify the index and they are serialised by the slab mutex,
     // so reading it here without the read lock is safe.
-    // SAFETY: data_ptr of a live lock; see above.
+    // SAFETY: `data_ptr` of the zone's live lock; the index is modified only
+    // by writers, which hold the slab mutex (`slab`) as this one does, so no
+    // write races this shared borrow.
     let old: &Index = unsafe { &*header.index.data_ptr() };
     let generation = header.generation.load(Ordering::Relaxed) + 1;
 
@@ -178,7 +180,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
 
     // SAFETY: every pointer in `next` is a live blob (dangling ones were refused).
     let endpoints: u64 = next.iter().map(|b| u64::from(unsafe { b.as_ref() }.endpoints)).sum();
-    // SAFETY: as above.
+    // SAFETY: every pointer in `next` is a live blob (dangling ones were refused).
     let resolving = next.iter().filter(|b| unsafe { b.as_ref() }.resolves).count() as u64;
     let (old_entries, old_len) = (old.entries, old.len);
     let previous: Vec<NonNull<Blob>> = old.slice().to_vec();

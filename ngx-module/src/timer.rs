@@ -25,20 +25,33 @@ thread_local! {
     static SYNC_TIMER: std::cell::Cell<Option<WorkerTimer>> = const { std::cell::Cell::new(None) };
 }
 
+/// This module's `http{}` conf in `cycle`, if it has an `http{}` block.
+///
+/// # Safety
+/// `cycle` is a live, configured cycle.
 unsafe fn main_conf(cycle: *const ngx_cycle_t) -> Option<&'static MainConf> {
-    (*cycle)
-        .http_main_conf_unchecked::<MainConf>(crate::Module::module_ref())
-        .map(|p| p.as_ref())
+    // SAFETY: `cycle` is live and configured (this function's contract); our
+    // slot in its http main confs holds the `MainConf` create_main_conf made,
+    // in the cycle's pool, which outlives the worker's use of it.
+    unsafe {
+        (*cycle)
+            .http_main_conf_unchecked::<MainConf>(crate::Module::module_ref())
+            .map(|p| p.as_ref())
+    }
 }
 
-/// `init_process`: sync once, report, and arm the timer.
+/// `init_process`: sync once, report, and arm the timer. nginx calls it
+/// once in each new worker with the live, configured cycle.
 pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
-    ffi_guard("init process", NGX_OK as ngx_int_t, || unsafe {
-        let Some(zone) = main_conf(cycle).and_then(MainConf::zone) else {
+    ffi_guard("init process", NGX_OK as ngx_int_t, || {
+        // SAFETY: `cycle` is the live cycle nginx passed in.
+        let Some(zone) = (unsafe { main_conf(cycle) }).and_then(MainConf::zone) else {
             return NGX_OK as ngx_int_t;
         };
         worker_cache::observe(&zone);
-        if ngx::ffi::ngx_worker == 0 {
+        // SAFETY: a plain read of a global nginx set before init_process,
+        // on the event-loop thread.
+        if unsafe { ngx::ffi::ngx_worker } == 0 {
             external_names::start_refresher(zone.clone());
         }
         let timer = WorkerTimer::new(Some(on_timer), true);
@@ -48,16 +61,23 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     })
 }
 
+/// The sync timer's handler: nginx calls it on the event loop with the
+/// worker-owned event `init_process` armed.
 unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
-    ffi_guard("sync timer", (), || unsafe {
+    ffi_guard("sync timer", (), || {
+        // SAFETY: `ev` is the WorkerTimer's event, leaked so it lives as long
+        // as the process; its log is the cycle's.
+        let log = unsafe { (*ev).log };
         external_names::drain_log(|level, line| {
-            ngx_log_error!(level, (*ev).log, "{line}");
+            ngx_log_error!(level, log, "{line}");
         });
         if worker::is_leaving() {
             external_names::stop();
             return;
         }
-        if let Some(zone) = main_conf(ngx::ffi::ngx_cycle).and_then(MainConf::zone) {
+        // SAFETY: `ngx_cycle` is the worker's live, configured cycle, set
+        // before init_process; only this thread changes it.
+        if let Some(zone) = (unsafe { main_conf(ngx::ffi::ngx_cycle) }).and_then(MainConf::zone) {
             worker_cache::sweep(&zone);
             let generation = worker_cache::observe(&zone);
             worker_cache::report(&zone, generation);
@@ -68,12 +88,17 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
     })
 }
 
-/// `exit_process`: give up the status slot and drop the cache.
+/// `exit_process`: give up the status slot and drop the cache. nginx calls
+/// it once as the worker exits, with its live cycle.
 pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
-    ffi_guard("exit process", (), || unsafe {
+    ffi_guard("exit process", (), || {
         external_names::stop();
-        if let Some(zone) = main_conf(cycle).and_then(MainConf::zone) {
-            zone.header().retire(ngx::ffi::ngx_worker, ngx::ffi::ngx_pid as i64);
+        // SAFETY: `cycle` is the live cycle nginx passed in.
+        if let Some(zone) = (unsafe { main_conf(cycle) }).and_then(MainConf::zone) {
+            // SAFETY: plain reads of globals nginx set before init_process,
+            // on the event-loop thread.
+            let (worker, pid) = unsafe { (ngx::ffi::ngx_worker, ngx::ffi::ngx_pid) };
+            zone.header().retire(worker, pid as i64);
             zone.header().index.release_slot();
         }
         worker_cache::clear();

@@ -35,16 +35,15 @@ fn assign(v: &mut ngx_http_variable_value_t, data: *mut u8, len: usize) {
 /// # Safety
 /// `r` is a live request.
 unsafe fn pool_copy(r: *mut ngx_http_request_t, value: &[u8]) -> Option<*mut u8> {
-    // SAFETY: the request and its pool are live (the caller's contract); the
-    // allocation is at least `value.len()` bytes and cannot overlap `value`.
-    unsafe {
-        let data = ngx_pnalloc((*r).pool, value.len().max(1)).cast::<u8>();
-        if data.is_null() {
-            return None;
-        }
-        std::ptr::copy_nonoverlapping(value.as_ptr(), data, value.len());
-        Some(data)
+    // SAFETY: `r` and so its pool are live (this function's contract).
+    let data = unsafe { ngx_pnalloc((*r).pool, value.len().max(1)) }.cast::<u8>();
+    if data.is_null() {
+        return None;
     }
+    // SAFETY: `data` is a fresh pool allocation of at least `value.len()`
+    // bytes (byte-aligned is enough), so it cannot overlap `value`.
+    unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), data, value.len()) };
+    Some(data)
 }
 
 /// Fills `v` with a copy of `value` in the request pool (a get handler's
@@ -53,11 +52,12 @@ unsafe fn pool_copy(r: *mut ngx_http_request_t, value: &[u8]) -> Option<*mut u8>
 /// # Safety
 /// `r` is a live request; `v` its variable slot.
 pub unsafe fn fill(r: *mut ngx_http_request_t, v: *mut ngx_http_variable_value_t, value: &[u8]) -> ngx_int_t {
-    // SAFETY: the caller's contract.
+    // SAFETY: `r` is live (this function's contract).
     let Some(data) = (unsafe { pool_copy(r, value) }) else {
         return NGX_ERROR as ngx_int_t;
     };
-    // SAFETY: `v` is the slot nginx handed the get handler.
+    // SAFETY: `v` is the request's value slot nginx handed the get handler
+    // (this function's contract), not otherwise borrowed during the call.
     assign(unsafe { &mut *v }, data, value.len());
     NGX_OK as ngx_int_t
 }
@@ -73,15 +73,18 @@ pub fn fill_empty(v: &mut ngx_http_variable_value_t) {
 /// `r` is a live request.
 pub unsafe fn set(r: *mut ngx_http_request_t, which: Own, value: &[u8]) {
     let index = OWN_INDEX[which as usize].load(Ordering::Relaxed);
-    // SAFETY: `r` is live; `variables` has an entry per indexed variable,
-    // and `index` was given by ngx_http_get_variable_index.
-    unsafe {
-        if index == usize::MAX || (*r).variables.is_null() {
-            return;
-        }
-        let Some(data) = pool_copy(r, value) else { return };
-        assign(&mut *(*r).variables.add(index), data, value.len());
+    // SAFETY: `r` is live (this function's contract).
+    if index == usize::MAX || unsafe { (*r).variables.is_null() } {
+        return;
     }
+    // SAFETY: `r` is live (this function's contract).
+    let Some(data) = (unsafe { pool_copy(r, value) }) else {
+        return;
+    };
+    // SAFETY: `r` is live; its non-null `variables` has an entry per indexed
+    // variable, and `index` was given by ngx_http_get_variable_index. Nothing
+    // else borrows that entry during this call.
+    assign(unsafe { &mut *(*r).variables.add(index) }, data, value.len());
 }
 
 /// nginx's `ngx_hash_key` (`key * 31 + c`), for variable lookups by name.
@@ -109,12 +112,20 @@ pub unsafe fn get<'r>(r: *mut ngx_http_request_t, name: &str) -> Option<&'r [u8]
         len: lookup_name.len(),
         data: lookup_name.as_ptr().cast_mut(),
     };
-    let v = ngx_http_get_variable(r, &mut key_name, hash_key(lower.as_bytes()));
-    if v.is_null() || (*v).not_found() != 0 || (*v).valid() == 0 {
+    // SAFETY: `r` is live (this function's contract); `key_name` points at
+    // `lookup_name`, which nginx reads only during the call.
+    let v = unsafe { ngx_http_get_variable(r, &mut key_name, hash_key(lower.as_bytes())) };
+    // SAFETY: a non-null result is a value in the request's pool or its
+    // indexed slots, live as long as the request.
+    let v = unsafe { v.as_ref() }?;
+    if v.not_found() != 0 || v.valid() == 0 {
         return None;
     }
-    if (*v).len() == 0 {
+    if v.len() == 0 {
         return Some(&[]);
     }
-    Some(std::slice::from_raw_parts((*v).data, (*v).len() as usize))
+    // SAFETY: a valid, found value of non-zero length has `len` bytes at
+    // `data`, in the request's pool or the configuration, which outlive the
+    // request.
+    Some(unsafe { std::slice::from_raw_parts(v.data, v.len() as usize) })
 }

@@ -69,6 +69,8 @@ pub struct Zone {
 // all mutable state in it is atomic or behind the slab mutex or the index
 // rwlock, both of which are process- and thread-safe.
 unsafe impl Send for Zone {}
+// SAFETY: as for `Send`: `&Zone` only reads the header's atomics and locks,
+// and allocates under the slab mutex.
 unsafe impl Sync for Zone {}
 
 impl Zone {
@@ -79,7 +81,9 @@ impl Zone {
     pub unsafe fn from_shm_zone(shm_zone: &ngx_shm_zone_t) -> Option<Zone> {
         Some(Zone {
             header: NonNull::new(shm_zone.data.cast())?,
-            slab: SlabPool::from_shm_zone(shm_zone)?,
+            // SAFETY: `shm_zone` is our zone after init_zone (this function's
+            // contract), mapped for the rest of the worker's life.
+            slab: unsafe { SlabPool::from_shm_zone(shm_zone) }?,
             size: shm_zone.shm.size,
         })
     }
@@ -130,20 +134,32 @@ impl SlabGuard {
     /// # Safety
     /// `p` came from `alloc(size)` on this zone and is not used afterwards.
     pub unsafe fn free(&self, p: NonNull<u8>, size: usize) {
-        let layout = std::alloc::Layout::from_size_align_unchecked(size.max(1), 8);
-        self.locked.deallocate(p, layout);
+        // SAFETY: `alloc(size)` built this very layout without error, so the
+        // size and alignment are valid (this function's contract).
+        let layout = unsafe { std::alloc::Layout::from_size_align_unchecked(size.max(1), 8) };
+        // SAFETY: `p` came from this zone's slab with `layout` and is not used
+        // again (this function's contract); the mutex is held.
+        unsafe { self.locked.deallocate(p, layout) };
     }
 }
 
 /// `shm_zone->init`: creates the header in a new zone, or adopts the one the
-/// previous cycle left (reload), refusing an incompatible layout.
+/// previous cycle left (reload), refusing an incompatible layout. nginx calls
+/// it in the master, once per cycle, with the live, freshly mapped zone and
+/// the previous cycle's `data` for it (or null).
 pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut std::ffi::c_void) -> ngx_int_t {
     ffi_guard("zone init", NGX_ERROR as ngx_int_t, || {
-        // SAFETY: nginx passes its live zone.
-        let shm_zone = &mut *shm_zone;
-        let log = (*ngx::ffi::ngx_cycle).log;
+        // SAFETY: nginx passes its live zone, which nothing else uses during
+        // the call (the master configures on one thread, before workers).
+        let shm_zone = unsafe { &mut *shm_zone };
+        // SAFETY: ngx_cycle is set before any configuration runs, and its
+        // log lives as long as it.
+        let log = unsafe { (*ngx::ffi::ngx_cycle).log };
         if !old_data.is_null() {
-            if (*old_data.cast::<ZoneHeader>()).magic != ZONE_MAGIC {
+            // SAFETY: a non-null `old_data` is what init_zone stored last
+            // cycle: the header, at the start of the same mapping, which
+            // nginx keeps when the zone's name and size are unchanged.
+            if unsafe { (*old_data.cast::<ZoneHeader>()).magic } != ZONE_MAGIC {
                 ngx_log_error!(
                     NGX_LOG_EMERG,
                     log,
@@ -155,14 +171,22 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
             return NGX_OK as ngx_int_t;
         }
         let slab: *mut ngx::ffi::ngx_slab_pool_t = shm_zone.shm.addr.cast();
-        if !(*slab).data.is_null() && (*(*slab).data.cast::<ZoneHeader>()).magic == ZONE_MAGIC {
+        // SAFETY: nginx initialised the mapping's start as the zone's slab
+        // pool before calling init; a non-null `data` there is a header an
+        // earlier init_zone allocated in the same zone.
+        if unsafe { !(*slab).data.is_null() && (*(*slab).data.cast::<ZoneHeader>()).magic == ZONE_MAGIC } {
             // shm.exists (Windows): the zone outlived the process.
-            shm_zone.data = (*slab).data;
+            // SAFETY: `slab` is the zone's initialised slab pool (see above).
+            shm_zone.data = unsafe { (*slab).data };
             return NGX_OK as ngx_int_t;
         }
         // We answer 507 ourselves; nginx's own "no memory" alert would be noise.
-        (*slab).set_log_nomem(0);
-        let pool = SlabPool::from_shm_zone(shm_zone).expect("zone has a slab pool");
+        // SAFETY: `slab` is the zone's initialised slab pool, which no worker
+        // uses yet (init runs in the master before forking).
+        unsafe { (*slab).set_log_nomem(0) };
+        // SAFETY: called from the zone's init callback, in the master: the
+        // zone is initialised and mapped (SlabPool::from_shm_zone's terms).
+        let pool = unsafe { SlabPool::from_shm_zone(shm_zone) }.expect("zone has a slab pool");
         let header = match pool.lock().allocate(std::alloc::Layout::new::<ZoneHeader>()) {
             Ok(p) => p.cast::<ZoneHeader>().as_ptr(),
             Err(_) => {
@@ -170,16 +194,24 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
                 return NGX_ERROR as ngx_int_t;
             }
         };
-        ptr::write_bytes(header, 0, 1);
-        // SAFETY: the header was zeroed above, which is the lock's unlocked state.
-        ShmRwLock::init_in_place(ptr::addr_of_mut!((*header).index), Index::empty());
+        // SAFETY: `header` is a fresh slab allocation with the size and
+        // alignment of a ZoneHeader; all-zero is valid for each of its fields.
+        unsafe { ptr::write_bytes(header, 0, 1) };
+        // SAFETY: the header was zeroed above, which is the lock's unlocked
+        // state, and `index` is in bounds of that live allocation.
+        unsafe { ShmRwLock::init_in_place(ptr::addr_of_mut!((*header).index), Index::empty()) };
         let cap = EndpointTable::capacity_for(shm_zone.shm.size);
         let table_layout = std::alloc::Layout::from_size_align(EndpointTable::size_for(cap), 8).expect("table layout");
-        (*header).table = match pool.lock().allocate(table_layout) {
+        let table = match pool.lock().allocate(table_layout) {
             Ok(p) => {
                 let table = p.cast::<EndpointTable>().as_ptr();
-                ptr::write_bytes(table.cast::<u8>(), 0, table_layout.size());
-                EndpointTable::init(table, cap);
+                // SAFETY: `p` is a fresh slab allocation of
+                // `table_layout.size()` bytes.
+                unsafe { ptr::write_bytes(table.cast::<u8>(), 0, table_layout.size()) };
+                // SAFETY: `table` points at `size_for(cap)` zeroed bytes,
+                // 8-aligned, in the shared zone, which stays mapped for the
+                // process; capacity_for returns a power of two.
+                unsafe { EndpointTable::init(table, cap) };
                 table
             }
             Err(_) => {
@@ -192,6 +224,8 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
                 return NGX_ERROR as ngx_int_t;
             }
         };
+        // SAFETY: `header` is the live, zeroed allocation above.
+        unsafe { (*header).table = table };
         ngx_log_error!(
             NGX_LOG_NOTICE,
             log,
@@ -199,8 +233,12 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
             shm_zone.shm.size,
             EndpointTable::tracks(cap)
         );
-        (*header).magic = ZONE_MAGIC;
-        (*slab).data = header.cast();
+        // SAFETY: `header` is the live, initialised allocation above; `slab`
+        // is the zone's slab pool, which no worker uses yet.
+        unsafe {
+            (*header).magic = ZONE_MAGIC;
+            (*slab).data = header.cast();
+        }
         shm_zone.data = header.cast();
         NGX_OK as ngx_int_t
     })
