@@ -5,6 +5,7 @@
 //! thread (see [`crate::offload`]): parsing a 1 MB body and writing the zone
 //! never stall traffic, and the event loop never waits on the zone's mutex.
 
+use std::ptr;
 use std::sync::atomic::Ordering;
 
 use lua_compat::api::{
@@ -81,141 +82,132 @@ enum WriteOutcome {
 pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     ffi_guard("api handler", NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t, || {
         // SAFETY: nginx runs content handlers with a live request, its
-        // header unsent.
-        unsafe { handle(r) }
+        // header unsent, on the event loop, and holds no reference into it
+        // meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        let job = match handle(req) {
+            Handled::Return(rc) => return rc,
+            Handled::Delete(job) => job,
+        };
+        // `offload` takes the request as a pointer (see there); `req` is not
+        // used from here on.
+        let r = ptr::from_mut(req.as_mut());
+        // Hold the request until the thread answers, as reading a body does.
+        // SAFETY: `r` is live, and so is its main request (itself: `refuse`
+        // answers subrequests); only the event loop touches it, and no
+        // reference to it is live.
+        unsafe { (*(*r).main).set_count((*(*r).main).count() + 1) };
+        // SAFETY: `r` is live and otherwise unreferenced, and the count just
+        // taken is the one `offload` releases when it finalizes the request.
+        unsafe { offload(r, job, run_write, finish_write) };
+        NGX_DONE as ngx_int_t
     })
 }
 
-/// Answers one API request, or starts its write.
-///
-/// # Safety
-/// `r` is a live request in the content phase whose header has not been
-/// sent.
-unsafe fn handle(r: *mut ngx_http_request_t) -> ngx_int_t {
-    // SAFETY: `r` is live (this function's contract). The nginx functions
-    // called below with `r` work on the same request; `req` only reads and
-    // sets fields between those calls, on the event loop.
-    let req = unsafe { &mut *r };
-    // SAFETY: `r` is live and its header unsent (this function's contract).
-    if let Some(rc) = unsafe { refuse(r) } {
-        return rc;
+/// What [`handle`] leaves to the hook.
+enum Handled {
+    /// What the content phase returns.
+    Return(ngx_int_t),
+    /// A DELETE for the parser thread: the hook takes a reference on the
+    /// request and offloads it, once no reference to the request is live.
+    Delete(WriteJob),
+}
+
+/// Answers one API request, or starts its write. Called in the content
+/// phase, before the header is sent.
+fn handle(req: &mut Request) -> Handled {
+    if let Some(rc) = refuse(req) {
+        return Handled::Return(rc);
     }
     let Some(zone) = zone_of(req) else {
-        // SAFETY: `r` is live and its header unsent.
-        return unsafe { error(r, INTERNAL_ERROR, "dynamic_balancer_zone is not configured", None) };
+        return Handled::Return(error(
+            req,
+            INTERNAL_ERROR,
+            "dynamic_balancer_zone is not configured",
+            None,
+        ));
     };
-    let method = match req.method as u32 {
+    let method = match req.as_ref().method as u32 {
         NGX_HTTP_GET => Method::Get,
         NGX_HTTP_POST => Method::Post,
         NGX_HTTP_PUT => Method::Put,
         NGX_HTTP_DELETE => Method::Delete,
         _ => Method::Other,
     };
-    let path = String::from_utf8_lossy(req.uri.as_bytes()).into_owned();
+    let path = String::from_utf8_lossy(req.as_ref().uri.as_bytes()).into_owned();
     let action = route(method, &path);
     if let Ok(Action::ReplaceBackends) = action {
-        // SAFETY: `r` is live, its header unsent and its body not yet read.
-        return unsafe { start_write(r, None) };
+        return Handled::Return(start_write(req, None));
     }
     if let Ok(Action::PutBackend(name)) = action {
-        // SAFETY: `r` is live, its header unsent and its body not yet read.
-        return unsafe { start_write(r, Some(name.to_string())) };
+        return Handled::Return(start_write(req, Some(name.to_string())));
     }
-    // SAFETY: `r` is live, in its content handler.
-    let rc = unsafe { ngx_http_discard_request_body(r) };
+    // SAFETY: the pointer comes from `req`, the live request, in its content
+    // handler; nothing else borrows it during the call.
+    let rc = unsafe { ngx_http_discard_request_body(ptr::from_mut(req.as_mut())) };
     if rc != NGX_OK as ngx_int_t {
-        return rc;
+        return Handled::Return(rc);
     }
-    match action {
-        // SAFETY: `r` is live and its header unsent (discarding sends nothing).
-        Err(RouteError::NotFound) => unsafe { error(r, NOT_FOUND, &format!("no route for {path}"), None) },
+    Handled::Return(match action {
+        Err(RouteError::NotFound) => error(req, NOT_FOUND, &format!("no route for {path}"), None),
         Err(RouteError::MethodNotAllowed(allow)) => {
             let body = ErrorBody {
                 error: &format!("method not allowed; use {allow}"),
                 path: None,
             }
             .to_json();
-            // SAFETY: `r` is live and its header unsent.
-            unsafe { send_json(r, METHOD_NOT_ALLOWED, &body, Some(allow)) }
+            send_json(req, METHOD_NOT_ALLOWED, &body, Some(allow))
         }
         Ok(Action::ListBackends) => {
             let index = zone.header().index.read();
             let body = json_array(index.blobs().map(|b| b.json()));
             drop(index);
-            // SAFETY: `r` is live and its header unsent.
-            unsafe { send_json(r, OK, &body, None) }
+            send_json(req, OK, &body, None)
         }
         Ok(Action::GetBackend(name)) => {
             let index = zone.header().index.read();
             let body = index.find(name.as_bytes()).map(|b| b.json().to_vec());
             drop(index);
             match body {
-                // SAFETY: `r` is live and its header unsent.
-                Some(body) => unsafe { send_json(r, OK, &body, None) },
-                // SAFETY: `r` is live and its header unsent.
-                None => unsafe { error(r, NOT_FOUND, &format!("no backend named {name:?}"), None) },
+                Some(body) => send_json(req, OK, &body, None),
+                None => error(req, NOT_FOUND, &format!("no backend named {name:?}"), None),
             }
         }
-        // SAFETY: `r` is live and its header unsent.
-        Ok(Action::Status) => unsafe { send_json(r, OK, &status(&zone), None) },
-        // SAFETY: `r` is live and its header unsent.
-        Ok(Action::Health) => unsafe { send_json(r, OK, &health(&zone), None) },
+        Ok(Action::Status) => send_json(req, OK, &status(&zone), None),
+        Ok(Action::Health) => send_json(req, OK, &health(&zone), None),
         Ok(Action::DeleteBackend(name)) => {
-            // Hold the request until the thread answers, as reading a body does.
-            // SAFETY: `req.main` is the live main request (`req` itself or
-            // its parent), touched only by the event loop.
-            unsafe { (*req.main).set_count((*req.main).count() + 1) };
-            // SAFETY: `r` is live, and the count just taken keeps it so until
-            // `finish_write` finalizes it.
-            unsafe {
-                offload(
-                    r,
-                    WriteJob {
-                        zone,
-                        write: Write::Delete(name.to_string()),
-                    },
-                    run_write,
-                    finish_write,
-                )
-            };
-            NGX_DONE as ngx_int_t
+            return Handled::Delete(WriteJob {
+                zone,
+                write: Write::Delete(name.to_string()),
+            })
         }
         Ok(Action::ReplaceBackends | Action::PutBackend(_)) => unreachable!("handled above"),
-    }
+    })
 }
 
 /// The API's own protection, whatever address it listens on: it answers
 /// only requests that come straight from a client (never a subrequest, an
 /// internal redirect or anything carrying proxy headers, so no path through
 /// nginx's public servers reaches it), and, with a token configured, only
-/// requests that present it. Returns the response when refused.
-///
-/// # Safety
-/// `r` is a live request in the content phase whose header has not been
-/// sent.
-unsafe fn refuse(r: *mut ngx_http_request_t) -> Option<ngx_int_t> {
-    // SAFETY: `r` is live (this function's contract). The nginx functions
-    // called below with `r` work on the same request; `req` only reads and
-    // sets fields between those calls, on the event loop.
-    let req = unsafe { &mut *r };
-    let denied = if r != req.main || req.internal() != 0 {
+/// requests that present it. Returns the response when refused. Called in
+/// the content phase, before the header is sent.
+fn refuse(req: &mut Request) -> Option<ngx_int_t> {
+    let denied = if !req.is_main() || req.as_ref().internal() != 0 {
         Some(Denied::Proxied("an internal redirect or subrequest"))
     } else {
         let token = Module::location_conf(req).and_then(|c| c.token.as_deref());
-        // SAFETY: `r` is live; the wrapper is a shared view of the same
-        // request, used only to read its headers here.
-        let headers = unsafe { Request::from_ngx_http_request(r) }
-            .headers_in_iterator()
-            .map(|(k, v)| (k.as_bytes(), v.as_bytes()));
+        let headers = req.headers_in_iterator().map(|(k, v)| (k.as_bytes(), v.as_bytes()));
         check_access(headers, token).err()
     }?;
-    // SAFETY: `r` is live, in its content handler.
-    let rc = unsafe { ngx_http_discard_request_body(r) };
+    // SAFETY: the pointer comes from `req`, the live request, in its content
+    // handler; nothing else borrows it during the call.
+    let rc = unsafe { ngx_http_discard_request_body(ptr::from_mut(req.as_mut())) };
     if rc != NGX_OK as ngx_int_t {
         return Some(rc);
     }
-    // SAFETY: a live request's connection outlives it.
-    let connection = unsafe { &*req.connection };
+    // SAFETY: a live request's connection outlives it; it is a separate
+    // allocation, only read here.
+    let connection = unsafe { &*req.connection() };
     let addr = String::from_utf8_lossy(connection.addr_text.as_bytes()).into_owned();
     Some(match denied {
         Denied::Proxied(how) => {
@@ -225,8 +217,7 @@ unsafe fn refuse(r: *mut ngx_http_request_t) -> Option<ngx_int_t> {
                 "dynamic_balancer: API request from {addr} refused: it came through a proxy ({how})"
             );
             let msg = format!("the configuration API does not answer proxied requests ({how})");
-            // SAFETY: `r` is live and its header unsent.
-            unsafe { error(r, FORBIDDEN, &msg, None) }
+            error(req, FORBIDDEN, &msg, None)
         }
         Denied::Unauthorized => {
             // The token is never logged.
@@ -235,78 +226,62 @@ unsafe fn refuse(r: *mut ngx_http_request_t) -> Option<ngx_int_t> {
                 connection.log,
                 "dynamic_balancer: API request from {addr} refused: missing or wrong bearer token"
             );
-            req.set_keepalive(0);
+            req.as_mut().set_keepalive(0);
             let body = ErrorBody {
                 error: "a bearer token is required (Authorization: Bearer <token>)",
                 path: None,
             }
             .to_json();
-            // SAFETY: `r` is live and its header unsent.
-            unsafe {
-                send_json_with(
-                    r,
-                    UNAUTHORIZED,
-                    &body,
-                    &[("WWW-Authenticate", "Bearer realm=\"dynamic_balancer\"")],
-                )
-            }
+            send_json_with(
+                req,
+                UNAUTHORIZED,
+                &body,
+                &[("WWW-Authenticate", "Bearer realm=\"dynamic_balancer\"")],
+            )
         }
     })
 }
 
 /// Checks the declared size and reads the body; the write goes on in
-/// `body_ready`.
-///
-/// # Safety
-/// `r` is a live request in the content phase whose header has not been
-/// sent and whose body has not been read.
-unsafe fn start_write(r: *mut ngx_http_request_t, put_name: Option<String>) -> ngx_int_t {
-    // SAFETY: `r` is live (this function's contract). The nginx functions
-    // called below with `r` work on the same request; `req` only reads and
-    // sets fields between those calls, on the event loop.
-    let req = unsafe { &mut *r };
+/// `body_ready`. Called in the content phase, before the header is sent and
+/// the body read.
+fn start_write(req: &mut Request, put_name: Option<String>) -> ngx_int_t {
     let max = Module::location_conf(req).map_or(0, |c| c.max_body);
-    if max > 0 && req.headers_in.content_length_n > max {
+    if max > 0 && req.as_ref().headers_in.content_length_n > max {
         // As nginx does for its own 413: no "100 Continue", drop the body,
         // and close the connection afterwards.
-        req.set_expect_tested(1);
-        // SAFETY: `r` is live, in its content handler.
-        let rc = unsafe { ngx_http_discard_request_body(r) };
+        req.as_mut().set_expect_tested(1);
+        // SAFETY: the pointer comes from `req`, the live request, in its
+        // content handler; nothing else borrows it during the call.
+        let rc = unsafe { ngx_http_discard_request_body(ptr::from_mut(req.as_mut())) };
         if rc != NGX_OK as ngx_int_t {
             return rc;
         }
-        // SAFETY: `r` is live and its header unsent.
-        return unsafe { too_large(r, max) };
+        return too_large(req, max);
     }
     let pending = PendingWrite {
         put_name,
         budget: BodyBudget::default(),
     };
-    // SAFETY: `r` is live.
-    if unsafe { request_ctx::attach_write(r, pending) }.is_none() {
+    if request_ctx::attach_write(req, pending).is_none() {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     }
-    // SAFETY: `r` is live and its body unread; `body_ready` is the handler
-    // nginx calls once it is.
-    let rc = unsafe { ngx_http_read_client_request_body(r, Some(body_ready)) };
+    // SAFETY: the pointer comes from `req`, the live request, whose body is
+    // unread; `body_ready` is the handler nginx calls once it is.
+    let rc = unsafe { ngx_http_read_client_request_body(ptr::from_mut(req.as_mut()), Some(body_ready)) };
     if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
-        req.set_keepalive(0);
-        // SAFETY: `r` is live, and reading failed before any header was sent.
-        return unsafe { error(r, rc as ngx_uint_t, "the request body could not be read", None) };
+        req.as_mut().set_keepalive(0);
+        // Reading failed before any header was sent.
+        return error(req, rc as ngx_uint_t, "the request body could not be read", None);
     }
     NGX_DONE as ngx_int_t
 }
 
 /// Answers 413 and closes the connection afterwards.
-///
-/// # Safety
-/// `r` is a live request whose header has not been sent.
-unsafe fn too_large(r: *mut ngx_http_request_t, max: i64) -> ngx_int_t {
-    // SAFETY: `r` is live (this function's contract), on the event loop.
-    unsafe { (*r).set_keepalive(0) };
+fn too_large(req: &mut Request, max: i64) -> ngx_int_t {
+    req.as_mut().set_keepalive(0);
     let msg = format!("request body is larger than client_max_body_size ({max} bytes)");
-    // SAFETY: `r` is live and its header unsent (this function's contract).
-    unsafe { error(r, PAYLOAD_TOO_LARGE, &msg, None) }
+    error(req, PAYLOAD_TOO_LARGE, &msg, None)
 }
 
 /// The body is in: hand it to the parser thread. nginx calls it once the
@@ -315,42 +290,60 @@ unsafe fn too_large(r: *mut ngx_http_request_t, max: i64) -> ngx_int_t {
 unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
     let panicked = ffi_guard("request body handler", true, || {
         // SAFETY: nginx calls the body handler with the live request whose
-        // body it read. The nginx functions called below with `r` work on
-        // the same request; `req` only reads it between those calls.
-        let req = unsafe { &*r };
-        // SAFETY: `r` is live.
-        let Some(pending) = (unsafe { request_ctx::pending_write(r) }) else {
-            // SAFETY: `r` is live, and finalizing releases the read's count.
-            unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
+        // body it read, on the event loop, and holds no reference into it
+        // meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        // SAFETY: the pending write lives in the request's pool; only this
+        // handler uses it now (the body filter is done), and only here.
+        let Some(pending) = (unsafe { request_ctx::pending_write(req) }) else {
+            // SAFETY: the pointer comes from `req`, the live request, which
+            // is not used after; finalizing releases the read's count.
+            unsafe {
+                ngx_http_finalize_request(ptr::from_mut(req.as_mut()), NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t)
+            };
             return false;
         };
         let max = Module::location_conf(req).map_or(0, |c| c.max_body);
         if pending.budget.too_large {
-            // SAFETY: `r` is live and its header unsent; finalizing with the
-            // answer's code releases the read's count.
-            unsafe { ngx_http_finalize_request(r, too_large(r, max)) };
+            let rc = too_large(req, max);
+            // SAFETY: the pointer comes from `req`, the live request, which
+            // is not used after; finalizing with the answer's code releases
+            // the read's count.
+            unsafe { ngx_http_finalize_request(ptr::from_mut(req.as_mut()), rc) };
             return false;
         }
         let Some(zone) = zone_of(req) else {
-            // SAFETY: `r` is live, and finalizing releases the read's count.
-            unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
+            // SAFETY: the pointer comes from `req`, the live request, which
+            // is not used after; finalizing releases the read's count.
+            unsafe {
+                ngx_http_finalize_request(ptr::from_mut(req.as_mut()), NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t)
+            };
             return false;
         };
-        // SAFETY: `req` is live and its body was fully read.
+        // SAFETY: the request's body was fully read.
         let parts = unsafe { body_parts(req) };
         let write = match pending.put_name.take() {
             None => Write::Replace(parts),
             Some(name) => Write::Put(name, parts),
         };
-        // SAFETY: `r` is live, and the read's count keeps it so until
-        // `finish_write` finalizes it.
-        unsafe { offload(r, WriteJob { zone, write }, run_write, finish_write) };
+        // SAFETY: the pointer comes from `req`, the live request, which is
+        // not used after (`offload` takes a pointer, see there); the read's
+        // count is the one `offload` releases when it finalizes the request.
+        unsafe {
+            offload(
+                ptr::from_mut(req.as_mut()),
+                WriteJob { zone, write },
+                run_write,
+                finish_write,
+            )
+        };
         false
     });
     if panicked {
         // Nothing was handed over; the request still needs its answer.
         // SAFETY: `r` is the live request nginx passed in, still holding
-        // the read's count, which finalizing releases.
+        // the read's count, which finalizing releases; the closure's
+        // reference to it is gone.
         unsafe { ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t) };
     }
 }
@@ -408,22 +401,17 @@ fn run_write(job: WriteJob) -> WriteOutcome {
     }
 }
 
-/// Back on the event loop: answer and finalize. `None` means the thread
-/// panicked (it was caught; nothing was stored).
-fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
-    // `offload` calls this on the event loop with the request it was given,
-    // which the count taken before offloading keeps alive, its header
-    // unsent, until the finalize at the end.
-    let rc = match outcome {
-        // SAFETY: `r` is live and its header unsent (see above).
-        None => unsafe {
-            error(
-                r,
-                INTERNAL_ERROR,
-                "internal error while applying the configuration",
-                None,
-            )
-        },
+/// Back on the event loop: answer, and return the code `offload` finalizes
+/// the request with. `None` means the thread panicked (it was caught;
+/// nothing was stored). The header has not been sent yet.
+fn finish_write(req: &mut Request, outcome: Option<WriteOutcome>) -> ngx_int_t {
+    match outcome {
+        None => error(
+            req,
+            INTERNAL_ERROR,
+            "internal error while applying the configuration",
+            None,
+        ),
         Some(WriteOutcome::Applied {
             generation,
             status,
@@ -431,8 +419,7 @@ fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
             warnings,
             untracked,
         }) => {
-            // SAFETY: `r` is live (see above); its connection outlives it.
-            let log = unsafe { (*(*r).connection).log };
+            let log = req.log();
             for w in warnings {
                 ngx_log_error!(NGX_LOG_WARN, log, "dynamic_balancer: {w}");
             }
@@ -449,56 +436,35 @@ fn finish_write(r: *mut ngx_http_request_t, outcome: Option<WriteOutcome>) {
             } else {
                 format!("{{\"generation\":{generation}}}")
             };
-            // SAFETY: `r` is live and its header unsent (see above).
-            unsafe { send_json(r, status, body.as_bytes(), None) }
+            send_json(req, status, body.as_bytes(), None)
         }
-        // SAFETY: `r` is live and its header unsent (see above).
-        Some(WriteOutcome::Invalid(e)) => unsafe { error(r, BAD_REQUEST, &e.message, Some(&e.path)) },
-        // SAFETY: `r` is live and its header unsent (see above).
-        Some(WriteOutcome::Store(e, name)) => unsafe { store_error(r, &e, &name) },
+        Some(WriteOutcome::Invalid(e)) => error(req, BAD_REQUEST, &e.message, Some(&e.path)),
+        Some(WriteOutcome::Store(e, name)) => store_error(req, &e, &name),
         Some(WriteOutcome::Unreadable(e)) => {
-            // SAFETY: `r` is live and its header unsent (see above).
-            unsafe { error(r, INTERNAL_ERROR, &format!("cannot read the request body: {e}"), None) }
+            error(req, INTERNAL_ERROR, &format!("cannot read the request body: {e}"), None)
         }
-    };
-    // SAFETY: `r` is live (see above); this finalize releases the count
-    // taken before offloading.
-    unsafe { ngx_http_finalize_request(r, rc) };
+    }
 }
 
 /// Answers a refused store write (404 or 507).
-///
-/// # Safety
-/// `r` is a live request whose header has not been sent.
-unsafe fn store_error(r: *mut ngx_http_request_t, e: &StoreError, name: &str) -> ngx_int_t {
+fn store_error(req: &mut Request, e: &StoreError, name: &str) -> ngx_int_t {
     match e {
         StoreError::NotFound | StoreError::Superseded => {
-            // SAFETY: `r` is live and its header unsent (this function's
-            // contract).
-            unsafe { error(r, NOT_FOUND, &format!("no backend named {name:?}"), None) }
+            error(req, NOT_FOUND, &format!("no backend named {name:?}"), None)
         }
         StoreError::ZoneFull { needed, zone } => {
             let msg = format!(
                 "dynamic_balancer_zone is full: the change needs {needed} bytes for new backends while the current ones stay in use until it is applied (zone size {zone}); the previous configuration stays in force"
             );
-            // SAFETY: `r` is live (this function's contract); its connection
-            // outlives it.
-            let log = unsafe { (*(*r).connection).log };
-            ngx_log_error!(NGX_LOG_ERR, log, "dynamic_balancer: {msg}");
-            // SAFETY: `r` is live and its header unsent (this function's
-            // contract).
-            unsafe { error(r, INSUFFICIENT_STORAGE, &msg, None) }
+            ngx_log_error!(NGX_LOG_ERR, req.log(), "dynamic_balancer: {msg}");
+            error(req, INSUFFICIENT_STORAGE, &msg, None)
         }
     }
 }
 
 /// Answers `status` with the API's JSON error body.
-///
-/// # Safety
-/// `r` is a live request whose header has not been sent.
-unsafe fn error(r: *mut ngx_http_request_t, status: ngx_uint_t, message: &str, path: Option<&str>) -> ngx_int_t {
-    // SAFETY: `r` is live and its header unsent (this function's contract).
-    unsafe { send_json(r, status, &ErrorBody { error: message, path }.to_json(), None) }
+fn error(req: &mut Request, status: ngx_uint_t, message: &str, path: Option<&str>) -> ngx_int_t {
+    send_json(req, status, &ErrorBody { error: message, path }.to_json(), None)
 }
 
 /// Every endpoint of every backend with its shared state.

@@ -12,7 +12,7 @@ use std::ptr;
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_http_request_body_filter_pt, ngx_http_request_t, ngx_int_t, ngx_pcalloc, NGX_ERROR,
 };
-use ngx::http::HttpModuleLocationConf;
+use ngx::http::{HttpModuleLocationConf, Request};
 
 use crate::guard::ffi_guard;
 use crate::request_ctx::{self, BodyBudget};
@@ -34,13 +34,16 @@ pub unsafe fn install() {
 }
 
 /// The budget of a request that is an API write (set by the handler before it
-/// reads the body), if `r` is one.
+/// reads the body), if it is one.
 ///
 /// # Safety
-/// `r` is a live request.
-unsafe fn budget<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut BodyBudget> {
-    // SAFETY: `r` is live (this function's contract).
-    unsafe { request_ctx::pending_write(r) }.map(|p| &mut p.budget)
+/// As [`request_ctx::pending_write`]: no other reference to the request's
+/// state is live while the result is used, and the result does not outlive
+/// the request.
+unsafe fn budget<'a>(req: &Request) -> Option<&'a mut BodyBudget> {
+    // SAFETY: the caller keeps the result unique and within the request's
+    // life (this function's contract).
+    unsafe { request_ctx::pending_write(req) }.map(|p| &mut p.budget)
 }
 
 fn buf_size(b: &ngx_buf_t) -> i64 {
@@ -62,22 +65,24 @@ unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t)
         // SAFETY: `install` wrote NEXT at configuration time, before any
         // request; request time only reads it, on the event loop.
         let next = unsafe { NEXT }.expect("the request body filter chain has a tail");
-        // SAFETY: nginx calls body filters with a live request; the shared
-        // borrow ends with the lookup.
-        let max = Module::location_conf(unsafe { &*r })
+        // SAFETY: nginx calls body filters with a live request, on the event
+        // loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        let max = Module::location_conf(req)
             .filter(|c| c.enabled)
             .map_or(0, |c| c.max_body);
         // Only API locations have a limit to enforce.
         if max == 0 {
             // SAFETY: the next filter of the chain, with the live request and
             // the chain nginx handed us, untouched.
-            return unsafe { next(r, input) };
+            return unsafe { next(ptr::from_mut(req.as_mut()), input) };
         }
-        // SAFETY: `r` is the live request nginx passed in.
-        let Some(budget) = (unsafe { budget(r) }) else {
+        // SAFETY: the budget lives in the request's pool; only this filter
+        // touches it while the body is read, and only during this call.
+        let Some(budget) = (unsafe { budget(req) }) else {
             // SAFETY: the next filter, with the live request and the chain
             // nginx handed us, untouched.
-            return unsafe { next(r, input) };
+            return unsafe { next(ptr::from_mut(req.as_mut()), input) };
         };
         let mut cl = input;
         let mut last = false;
@@ -94,7 +99,7 @@ unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t)
         if !budget.too_large {
             // SAFETY: the next filter, with the live request and the chain
             // nginx handed us, untouched.
-            return unsafe { next(r, input) };
+            return unsafe { next(ptr::from_mut(req.as_mut()), input) };
         }
         // Consume the buffers so their memory is reused, and end the body with
         // an empty last buffer so reading completes normally.
@@ -114,10 +119,10 @@ unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t)
             // request if buffers stay busy.
             // SAFETY: the next filter, with the live request; a null chain
             // is what nginx itself passes to flush.
-            return unsafe { next(r, ptr::null_mut()) };
+            return unsafe { next(ptr::from_mut(req.as_mut()), ptr::null_mut()) };
         }
         // SAFETY: the request's pool is live as long as the request.
-        let b = unsafe { ngx_pcalloc((*r).pool, std::mem::size_of::<ngx_buf_t>()) }.cast::<ngx_buf_t>();
+        let b = unsafe { ngx_pcalloc(req.as_ref().pool, std::mem::size_of::<ngx_buf_t>()) }.cast::<ngx_buf_t>();
         if b.is_null() {
             return NGX_ERROR as ngx_int_t;
         }
@@ -131,6 +136,6 @@ unsafe extern "C" fn filter(r: *mut ngx_http_request_t, input: *mut ngx_chain_t)
         // SAFETY: the next filter, with the live request and a chain that
         // outlives the call (filters keep the buffer, which is in the pool,
         // not the link).
-        unsafe { next(r, &mut end) }
+        unsafe { next(ptr::from_mut(req.as_mut()), &mut end) }
     })
 }

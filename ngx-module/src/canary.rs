@@ -9,19 +9,15 @@
 use std::rc::Rc;
 
 use lua_compat::canary::Verdict;
-use ngx::ffi::ngx_http_request_t;
+use ngx::http::Request;
 
 use crate::variables;
 use crate::worker_cache::{lookup, WorkerBackend};
 use crate::zone::Zone;
 
 /// The backend the request goes to, and whether it is a canary.
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<WorkerBackend>, bool) {
-    // SAFETY: `r` is live (this function's contract).
-    if primary.alternatives.is_empty() || unsafe { is_affinitized(r, &primary) } {
+pub fn route(req: &Request, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<WorkerBackend>, bool) {
+    if primary.alternatives.is_empty() || is_affinitized(req, &primary) {
         return (primary, false);
     }
     let canaries: Vec<Rc<WorkerBackend>> = primary
@@ -30,18 +26,13 @@ pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerB
         .filter_map(|name| lookup(zone, name.as_bytes()))
         .filter(|b| !b.endpoints.is_empty())
         .collect();
-    // SAFETY: `r` is live (this function's contract) while `find` runs.
-    if let Some(c) = canaries.iter().find(|c| unsafe { is_affinitized(r, c) }) {
+    if let Some(c) = canaries.iter().find(|c| is_affinitized(req, c)) {
         return (Rc::clone(c), true);
     }
     for canary in &canaries {
         let policy = &canary.traffic;
-        // SAFETY: `r` is live (this function's contract); values live in its
-        // pool, longer than this function.
-        let header = policy.header_variable().and_then(|v| unsafe { variables::get(r, &v) });
-        // SAFETY: `r` is live (this function's contract); the value lives in
-        // its pool, longer than this function.
-        let cookie = policy.cookie_variable().and_then(|v| unsafe { variables::get(r, &v) });
+        let header = policy.header_variable().and_then(|v| variables::get(req, &v));
+        let cookie = policy.cookie_variable().and_then(|v| variables::get(req, &v));
         let matches = |_: &str, value: &[u8]| match &canary.header_pattern {
             Some(Ok(re)) => Ok(re.is_match(value)),
             _ => Err(()),
@@ -59,16 +50,11 @@ pub unsafe fn route(r: *mut ngx_http_request_t, zone: &Zone, primary: Rc<WorkerB
 
 /// Whether the request carries `backend`'s sticky cookie: a session stays
 /// with the backend (primary or canary) that issued it.
-///
-/// # Safety
-/// `r` is a live request.
-unsafe fn is_affinitized(r: *mut ngx_http_request_t, backend: &WorkerBackend) -> bool {
+fn is_affinitized(req: &Request, backend: &WorkerBackend) -> bool {
     let Some(sticky) = backend.selector.sticky() else {
         return false;
     };
-    // SAFETY: `r` is live (this function's contract); the value lives in its
-    // pool and is only read here.
-    let Some(value) = (unsafe { variables::get(r, &sticky.cookie_variable) }) else {
+    let Some(value) = variables::get(req, &sticky.cookie_variable) else {
         return false;
     };
     sticky.is_affinitized(&String::from_utf8_lossy(value))

@@ -6,8 +6,8 @@
 
 use std::ptr;
 
-use ngx::ffi::{ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t};
-use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf};
+use ngx::ffi::{ngx_http_upstream_srv_conf_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t};
+use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Request};
 
 use crate::zone::Zone;
 use crate::Module;
@@ -68,25 +68,18 @@ pub struct LocConf {
 }
 
 /// The zone of the request's `http{}` block.
-pub fn zone_of(r: &ngx_http_request_t) -> Option<Zone> {
-    Module::main_conf(r)?.zone()
+pub fn zone_of(req: &Request) -> Option<Zone> {
+    Module::main_conf(req)?.zone()
 }
 
 /// The name of the request's backend: the location's
 /// `dynamic_balancer_backend` if set, else the upstream's variable.
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn backend_name<'r>(r: *mut ngx_http_request_t, conf: &UpstreamConf) -> Option<&'r [u8]> {
-    // SAFETY: `r` is live (this function's contract); the shared borrow ends
-    // with the lookup.
-    match Module::location_conf(unsafe { &*r }).and_then(|l| l.backend) {
+pub fn backend_name<'r>(req: &'r Request, conf: &UpstreamConf) -> Option<&'r [u8]> {
+    match Module::location_conf(req).and_then(|l| l.backend) {
         // SAFETY: `dynamic_balancer_backend` stored a directive argument:
         // `len` bytes in the configuration pool, which outlives the request.
         Some(name) => Some(unsafe { std::slice::from_raw_parts(name.data, name.len) }),
-        // SAFETY: `r` is live, and `conf.variable` came from
-        // ngx_http_get_variable_index in `set_balancer`.
-        None => unsafe { crate::request::variable(r, conf.variable) },
+        None => crate::request::variable(req, conf.variable),
     }
 }
 

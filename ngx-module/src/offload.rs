@@ -24,7 +24,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::mpsc::{self, Receiver, Sender};
 
-use ngx::ffi::{ngx_event_t, ngx_http_request_t, ngx_http_run_posted_requests, NGX_LOG_WARN};
+use ngx::ffi::{
+    ngx_event_t, ngx_http_finalize_request, ngx_http_request_t, ngx_http_run_posted_requests, ngx_int_t, NGX_LOG_WARN,
+};
+use ngx::http::Request;
 use ngx::ngx_log_error;
 
 use crate::guard::ffi_guard;
@@ -33,7 +36,8 @@ use crate::worker::WorkerTimer;
 /// How often the event loop collects finished jobs while any are pending, ms.
 const POLL_MS: usize = 2;
 
-/// Finishes a request on the event loop.
+/// Finishes a request on the event loop: only [`offload`] and [`on_poll`]
+/// call one, with the request it was made for, live and unpinned again.
 type Finish = Box<dyn FnOnce(*mut ngx_http_request_t) + Send>;
 
 /// A request pointer carried to the thread and back. The thread never
@@ -60,18 +64,26 @@ thread_local! {
     static POLL_TIMER: Cell<Option<WorkerTimer>> = const { Cell::new(None) };
 }
 
-/// Runs `work(job)` on the background thread, then `done(r, result)` on the
-/// event loop; `result` is `None` if `work` panicked. If the thread cannot be
-/// started, both run right here. `done` is not called if the request was
+/// Runs `work(job)` on the background thread, then `done(request, result)`
+/// on the event loop, and finalizes the request with the code `done`
+/// returns, which releases the reference the caller took; `result` is
+/// `None` if `work` panicked. If the thread cannot be started, all of it
+/// runs right here. Neither `done` nor the finalize runs if the request was
 /// terminated meanwhile.
 ///
+/// It takes the request as a pointer: the pointer crosses to the thread and
+/// back, the pin writes `r->main`, which is `r` itself for a main request,
+/// and the inline path may free the request before returning, so the caller
+/// may hold no reference to it across the call.
+///
 /// # Safety
-/// `r` is a live request that the caller keeps referenced until `done`.
+/// `r` is a live request that nothing else references during the call, and
+/// whose reference (count) the caller took for this call to release.
 pub unsafe fn offload<J, R>(
     r: *mut ngx_http_request_t,
     job: J,
     work: fn(J) -> R,
-    done: fn(*mut ngx_http_request_t, Option<R>),
+    done: fn(&mut Request, Option<R>) -> ngx_int_t,
 ) where
     J: Send + 'static,
     R: Send + 'static,
@@ -80,9 +92,12 @@ pub unsafe fn offload<J, R>(
         request: RequestPtr(r),
         run: Box::new(move || -> Finish {
             let result = work(job);
-            Box::new(move |r| done(r, Some(result)))
+            // SAFETY: a Finish runs with its live, unpinned request (see
+            // `Finish`), which holds the reference `offload`'s caller took.
+            Box::new(move |r| unsafe { complete(r, done, Some(result)) })
         }),
-        on_panic: Box::new(move |r| done(r, None)),
+        // SAFETY: as above.
+        on_panic: Box::new(move |r| unsafe { complete(r, done, None) }),
     };
     // Pin the request before the thread can see it (nginx's thread
     // handlers do the same), so that nothing frees it while queued.
@@ -105,6 +120,23 @@ pub unsafe fn offload<J, R>(
     finish(r);
 }
 
+/// Answers the request with `done`, then finalizes it with the code `done`
+/// returns. Keeps the pointer: the finalize may free the request, so no
+/// reference to it may be live then.
+///
+/// # Safety
+/// `r` is a live request, on the event loop, that nothing else references
+/// during the call, holding the reference (count) this finalize releases.
+unsafe fn complete<R>(r: *mut ngx_http_request_t, done: fn(&mut Request, Option<R>) -> ngx_int_t, result: Option<R>) {
+    // SAFETY: `r` is live and otherwise unreferenced (this function's
+    // contract); `req` ends before the finalize.
+    let req = unsafe { Request::from_ngx_http_request(r) };
+    let rc = done(req, result);
+    // SAFETY: `r` is live (this function's contract) and `req` is no longer
+    // used; this finalize releases the reference the offload's caller took.
+    unsafe { ngx_http_finalize_request(r, rc) };
+}
+
 /// Queues `job` for the thread (starting it on first use) and arms the poll.
 fn submit(job: Job) -> Result<(), Job> {
     let sent = OFFLOADER.with_borrow_mut(|slot| {
@@ -123,10 +155,13 @@ fn submit(job: Job) -> Result<(), Job> {
     sent
 }
 
-/// Undoes the pin of [`offload`].
+/// Undoes the pin of [`offload`]. Takes a pointer, as `offload` does:
+/// `r->main` may be `r` itself, so no reference to `r` may be live while the
+/// pin is written.
 ///
 /// # Safety
-/// `r` is a live request that `offload` pinned.
+/// `r` is a live request that `offload` pinned, which nothing else
+/// references during the call.
 unsafe fn unpin(r: *mut ngx_http_request_t) {
     // SAFETY: `r` is live (this function's contract), and so is its main
     // request; only the event loop, this thread, touches them.

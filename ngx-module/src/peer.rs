@@ -8,7 +8,7 @@
 //! upstream connections are cached and reused per endpoint.
 
 use std::ffi::c_void;
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
@@ -32,30 +32,25 @@ use crate::zone::Zone;
 use ngx::http::{HttpModuleLocationConf, NgxHttpCoreModule};
 
 /// Finds the backend for the request (following canary rules) and allocates
-/// its per-request state; `None` when nothing can serve it (503).
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn prepare(r: *mut ngx_http_request_t, conf: &UpstreamConf, zone: &Zone) -> Option<NonNull<PeerData>> {
-    // SAFETY: `r` is live (this function's contract). The name points into
-    // the request's variables or the location's configuration, which both
-    // outlive the request's state.
-    let name = unsafe { backend_name(r, conf) }?;
+/// its per-request state; `None` when nothing can serve it (503). The state
+/// keeps a pointer to the request for the peer hooks, hence `&mut`.
+pub fn prepare(req: &mut Request, conf: &UpstreamConf, zone: &Zone) -> Option<NonNull<PeerData>> {
+    // The name points into the request's variables or the location's
+    // configuration, which both outlive the request's state.
+    let name = backend_name(req, conf)?;
     let primary = lookup(zone, name)?;
-    // SAFETY: `r` is live (this function's contract).
-    let (backend, is_canary) = unsafe { canary::route(r, zone, primary) };
+    let (backend, is_canary) = canary::route(req, zone, primary);
     if backend.endpoints.is_empty() {
         return None;
     }
     if is_canary {
-        // SAFETY: `r` is live (this function's contract).
-        unsafe { variables::set(r, Own::AlternativeUpstream, &backend.name) };
+        variables::set(req, Own::AlternativeUpstream, &backend.name);
     }
     let data = PeerData {
         backend,
         requested: (name.as_ptr(), name.len()),
         tried: TriedSet::new(),
-        request: r,
+        request: ptr::from_mut(req.as_mut()),
         key: None,
         current: None,
         ewma_score: None,
@@ -63,8 +58,7 @@ pub unsafe fn prepare(r: *mut ngx_http_request_t, conf: &UpstreamConf, zone: &Zo
     };
     // The request ctx keeps it for the whole request: init_peer takes it
     // over, and $balancer_ewma_score reads it.
-    // SAFETY: `r` is live (this function's contract).
-    unsafe { request_ctx::attach_peer(r, data) }
+    request_ctx::attach_peer(req, data)
 }
 
 /// `$balancer_ewma_score`: the score of the request's last EWMA pick,
@@ -76,26 +70,27 @@ pub unsafe extern "C" fn ewma_score_variable(
     _data: usize,
 ) -> ngx_int_t {
     ffi_guard("$balancer_ewma_score", NGX_ERROR as ngx_int_t, || {
-        // SAFETY: nginx calls a get handler with a live request, whose ctx
-        // slot holds null or what `request_ctx` stored there.
-        let text = unsafe { request_ctx::peer_data(r) }
+        // SAFETY: nginx calls a get handler with a live request, on the
+        // event loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        // SAFETY: the ctx slot holds null or what `request_ctx` stored
+        // there; the state is only read, here, while no peer hook runs.
+        let text = unsafe { request_ctx::peer_data(req) }
             .and_then(|pd| pd.ewma_score)
             .map(|s| s.to_string())
             .unwrap_or_default();
-        // SAFETY: `r` is live and `v` is the value slot nginx handed this get
-        // handler for it.
-        unsafe { variables::fill(r, v, text.as_bytes()) }
+        // SAFETY: `v` is the value slot nginx handed this get handler, not
+        // otherwise borrowed during the call.
+        variables::fill(req, unsafe { &mut *v }, text.as_bytes())
     })
 }
 
 /// Takes over the state `prepare` made in the preaccess phase, if it is for
 /// backend `name`: the backend is chosen once per request.
-///
-/// # Safety
-/// `r` is a live request.
-unsafe fn take_prepared(r: *mut ngx_http_request_t, name: &[u8]) -> Option<NonNull<PeerData>> {
-    // SAFETY: `r` is live (this function's contract).
-    let pd = unsafe { request_ctx::peer_data(r) }?;
+fn take_prepared(req: &Request, name: &[u8]) -> Option<NonNull<PeerData>> {
+    // SAFETY: the state is used only within this function, before nginx can
+    // call a peer hook with it; it lives in the request's pool.
+    let pd = unsafe { request_ctx::peer_data(req) }?;
     // A later phase (auth_request_set, say) may have renamed the backend.
     // SAFETY: `requested` is the `(ptr, len)` of the name `prepare` got from
     // the request's variables or the location's configuration; both outlive
@@ -112,20 +107,17 @@ unsafe fn take_prepared(r: *mut ngx_http_request_t, name: &[u8]) -> Option<NonNu
 pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http_upstream_srv_conf_t) -> ngx_int_t {
     ffi_guard("init peer", NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx calls peer.init with a live request, on the event
-        // loop; this hook only reads the request's own fields through `req`.
-        let req = unsafe { &*r };
+        // loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
         // SAFETY: nginx sets `r->upstream` (ngx_http_upstream_create) before
-        // ngx_http_upstream_init_request calls peer.init, and nothing else
-        // uses it during the call.
-        let u = unsafe { &mut *req.upstream };
+        // ngx_http_upstream_init_request calls peer.init; it is a separate
+        // allocation, which nothing else uses during the call.
+        let u = unsafe { &mut *req.as_ref().upstream };
         // SAFETY: `us` is the live srv conf nginx passed with the request.
         let data = match (unsafe { upstream_conf(us) }, zone_of(req)) {
             (Some(conf), Some(zone)) => {
-                // SAFETY: `r` is the live request nginx passed in.
-                let name = unsafe { backend_name(r, conf) }.unwrap_or_default();
-                // SAFETY: `r` is the live request nginx passed in, and stays
-                // live while `or_else` runs.
-                unsafe { take_prepared(r, name).or_else(|| prepare(r, conf, &zone)) }
+                let name = backend_name(req, conf).unwrap_or_default();
+                take_prepared(req, name).or_else(|| prepare(req, conf, &zone))
             }
             _ => None,
         };
@@ -136,7 +128,7 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
             // locations; reaching here means the backend vanished since, or
             // the upstream is used some other way. nginx then answers 502.
             // SAFETY: a live request's connection outlives it.
-            let log = unsafe { (*req.connection).log };
+            let log = unsafe { (*req.connection()).log };
             ngx_log_error!(
                 NGX_LOG_WARN,
                 log,
@@ -198,7 +190,8 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         // When every endpoint was tried yet nginx grants one more try (a
         // cached keepalive connection turned out closed), the selection's
         // last tier takes any endpoint, as stock round-robin reconnects.
-        // SAFETY: `pd.request` is the live request nginx is connecting for.
+        // SAFETY: `pd.request` is the live request nginx is connecting for,
+        // which nothing else references while this hook runs.
         let Some(i) = (unsafe { pick(pd) }) else {
             return NGX_BUSY as ngx_int_t;
         };
@@ -254,22 +247,22 @@ impl Endpoints for Live<'_> {
 /// applies the retry and health tiers); a new sticky session gets its cookie.
 ///
 /// # Safety
-/// `pd.request` is the live request `pd` belongs to.
+/// `pd.request` is the live request `pd` belongs to, and nothing else
+/// references that request during the call.
 unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
     let backend = Rc::clone(&pd.backend);
     let selector = &backend.selector;
-    let r = pd.request;
+    // SAFETY: `pd.request` is live and otherwise unreferenced (this
+    // function's contract); the state keeps the pointer because nginx hands
+    // the state, not the request, to peer.get.
+    let req = unsafe { Request::from_ngx_http_request(pd.request) };
     if let Some(template) = selector.hash_key() {
-        // SAFETY: `r` is the live request this state belongs to (this
-        // function's contract).
         pd.key
-            .get_or_insert_with(|| template.render(|name| unsafe { variables::get(r, name) }));
+            .get_or_insert_with(|| template.render(|name| variables::get(req, name)));
     }
     let cookie = selector
         .cookie_variable()
-        // SAFETY: `r` is live (this function's contract); the value lives in
-        // its pool, longer than `cookie`.
-        .and_then(|name| unsafe { variables::get(r, name) })
+        .and_then(|name| variables::get(req, name))
         .map(String::from_utf8_lossy);
     let attempt = Attempt {
         hash_key: pd.key.as_deref().unwrap_or_default(),
@@ -286,22 +279,18 @@ unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
         pd.ewma_score = pick.ewma_score;
     }
     if let (Some(key), Some(sticky)) = (&pick.new_cookie, selector.sticky()) {
-        // SAFETY: `r` is live and its response header not yet sent: nginx
-        // picks peers before it reads the upstream's response.
-        unsafe { issue_cookie(r, sticky, key) };
+        // nginx picks peers before it reads the upstream's response, so the
+        // response header is not sent yet.
+        issue_cookie(req, sticky, key);
     }
     Some(pick.endpoint)
 }
 
-/// Adds the sticky `Set-Cookie` if the request's location is listed.
-///
-/// # Safety
-/// `r` is a live request whose response header has not been sent.
-unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &StickySelector, key: &str) {
+/// Adds the sticky `Set-Cookie` if the request's location is listed. Called
+/// before the response header is sent.
+fn issue_cookie(req: &mut Request, sticky: &StickySelector, key: &str) {
     let text = |name: &str| {
-        // SAFETY: `r` is live (this function's contract); the value is
-        // copied out at once.
-        unsafe { variables::get(r, name) }
+        variables::get(req, name)
             .map(|v| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default()
     };
@@ -310,18 +299,14 @@ unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &StickySelector, key:
     // configuration that does not gets the location's own name.
     let mut location_path = text("location_path");
     if location_path.is_empty() {
-        // SAFETY: `r` is live (this function's contract); the shared borrow
-        // ends with the lookup.
-        if let Some(clcf) = NgxHttpCoreModule::location_conf(unsafe { &*r }) {
+        if let Some(clcf) = NgxHttpCoreModule::location_conf(req) {
             location_path = String::from_utf8_lossy(clcf.name.as_bytes()).into_owned();
         }
     }
     if !should_set_cookie(&sticky.cookie, &host, &server_name, &location_path) {
         return;
     }
-    // SAFETY: `r` is live (this function's contract); the value is copied
-    // out at once.
-    let user_agent = unsafe { variables::get(r, "http_user_agent") }.map(|v| String::from_utf8_lossy(v).into_owned());
+    let user_agent = variables::get(req, "http_user_agent").map(|v| String::from_utf8_lossy(v).into_owned());
     let expires_at = sticky.cookie.expires.map(|secs| {
         let mut buf = [0u8; 48];
         // SAFETY: ngx_http_cookie_time writes one date ("Thu, 01-Jan-70
@@ -339,9 +324,7 @@ unsafe fn issue_cookie(r: *mut ngx_http_request_t, sticky: &StickySelector, key:
         expires_at,
     };
     let value = set_cookie_value(&sticky.cookie, key, &sticky.backend_key, &ctx);
-    // SAFETY: `r` is live and its header unsent (this function's contract);
-    // no other reference to it is held here.
-    let _ = unsafe { Request::from_ngx_http_request(r) }.add_header_out("Set-Cookie", &value);
+    let _ = req.add_header_out("Set-Cookie", &value);
 }
 
 /// `peer.get` when the request has no backend: nginx calls it with the live
@@ -381,8 +364,12 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
         }
         slot.record_success();
         if backend.selector.learns_round_trips() {
-            // SAFETY: `pd.request` is the live request whose attempt ends.
-            if let Some(rtt) = unsafe { last_round_trip(pd.request) } {
+            // SAFETY: `pd.request` is the live request whose attempt ends;
+            // the state keeps the pointer because nginx hands the state, not
+            // the request, to peer.free. Nothing else references the request
+            // while this hook runs.
+            let req = unsafe { Request::from_ngx_http_request(pd.request) };
+            if let Some(rtt) = last_round_trip(req) {
                 slot.record_rtt(rtt, now_ms() as f64 / 1000.0);
             }
         }
@@ -391,13 +378,9 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
 
 /// Connect plus response time of the attempt just finished, in seconds, as
 /// ewma.lua adds `$upstream_connect_time` and `$upstream_response_time`.
-///
-/// # Safety
-/// `r` is a live request.
-unsafe fn last_round_trip(r: *mut ngx_http_request_t) -> Option<f64> {
-    // SAFETY: `r` is live (this function's contract); its `upstream` is
-    // null or the request's live upstream.
-    let u = unsafe { (*r).upstream.as_ref() }?;
+fn last_round_trip(req: &Request) -> Option<f64> {
+    // SAFETY: a live request's `upstream` is null or its live upstream.
+    let u = unsafe { req.as_ref().upstream.as_ref() }?;
     // SAFETY: `u->state` is null or the live entry of `u->state`'s array
     // for the attempt just finished.
     let state = unsafe { u.state.as_ref() }?;

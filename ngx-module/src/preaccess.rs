@@ -13,6 +13,7 @@ use ngx::ffi::{
     ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_conf_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_SERVICE_UNAVAILABLE,
     NGX_LOG_WARN,
 };
+use ngx::http::Request;
 use ngx::ngx_log_error;
 
 use crate::conf::{backend_name, upstream_conf, zone_of};
@@ -52,19 +53,17 @@ pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t) {
 /// The upstream the location proxies to. Both modules' location confs start
 /// with an `ngx_http_upstream_conf_t` whose first field is that upstream; this
 /// has held since grpc was added (1.13.10).
-///
-/// # Safety
-/// `r` is a live request: its `loc_conf` has an entry for every HTTP module,
-/// for as long as the returned iterator is used.
-unsafe fn location_upstream(
-    r: &ngx_http_request_t,
-) -> impl Iterator<Item = *mut ngx::ffi::ngx_http_upstream_srv_conf_t> + '_ {
+fn location_upstream(req: &Request) -> impl Iterator<Item = *mut ngx::ffi::ngx_http_upstream_srv_conf_t> + '_ {
+    let r = req.as_ref();
     UPSTREAM_USERS.iter().filter_map(move |slot| {
         let index = slot.load(Ordering::Relaxed);
         if index == ABSENT {
             return None;
         }
-        // SAFETY: r->loc_conf has an entry for every HTTP module's ctx_index.
+        // SAFETY: the live request `req` borrows (for as long as the
+        // iterator) has a `loc_conf` entry for every HTTP module's ctx_index,
+        // and `index` is the proxy or grpc module's, whose location conf
+        // starts with an `ngx_http_upstream_conf_t`.
         let conf = unsafe { (*r.loc_conf.add(index)).cast::<ngx_http_upstream_conf_t>().as_ref() }?;
         (!conf.upstream.is_null()).then_some(conf.upstream)
     })
@@ -74,26 +73,24 @@ unsafe fn location_upstream(
 /// event loop.
 pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     ffi_guard("preaccess handler", NGX_DECLINED as ngx_int_t, || {
-        // SAFETY: nginx runs phase handlers with a live request; this
-        // handler only reads the request's own fields through `req`.
-        let req = unsafe { &*r };
-        // SAFETY: `req` is live for the whole search, and the upstreams its
-        // location confs name are live srv confs of the running configuration.
-        let Some(conf) = (unsafe { location_upstream(req).find_map(|us| upstream_conf(us)) }) else {
+        // SAFETY: nginx runs phase handlers with a live request, on the
+        // event loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        // SAFETY: the upstreams the request's location confs name are live
+        // srv confs of the running configuration.
+        let Some(conf) = location_upstream(req).find_map(|us| unsafe { upstream_conf(us) }) else {
             return NGX_DECLINED as ngx_int_t;
         };
         let Some(zone) = zone_of(req) else {
             return NGX_DECLINED as ngx_int_t;
         };
-        // SAFETY: `r` is the live request nginx passed in.
-        if unsafe { peer::prepare(r, conf, &zone) }.is_some() {
+        if peer::prepare(req, conf, &zone).is_some() {
             return NGX_DECLINED as ngx_int_t;
         }
-        // SAFETY: `r` is the live request nginx passed in.
-        let name = String::from_utf8_lossy(unsafe { backend_name(r, conf) }.unwrap_or_default());
+        let name = String::from_utf8_lossy(backend_name(req, conf).unwrap_or_default());
         // (No canary could take it either: `prepare` follows canary rules.)
         // SAFETY: a live request's connection outlives it.
-        let log = unsafe { (*req.connection).log };
+        let log = unsafe { (*req.connection()).log };
         ngx_log_error!(
             NGX_LOG_WARN,
             log,

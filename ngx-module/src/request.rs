@@ -10,85 +10,67 @@ use std::slice;
 
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable, ngx_http_output_filter,
-    ngx_http_request_t, ngx_http_send_header, ngx_int_t, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t,
-    ngx_uint_t, NGX_ERROR, NGX_OK,
+    ngx_http_send_header, ngx_int_t, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t, ngx_uint_t, NGX_ERROR,
+    NGX_OK,
 };
 use ngx::http::Request;
 
 use crate::guard::ffi_guard;
 
 /// Sends `body` as `application/json` with `status`, plus an `Allow` header
-/// for 405 answers. Returns what the content phase should return.
-///
-/// # Safety
-/// `r` is a live request whose header has not been sent.
-pub unsafe fn send_json(r: *mut ngx_http_request_t, status: ngx_uint_t, body: &[u8], allow: Option<&str>) -> ngx_int_t {
-    // SAFETY: `r` is live and its header unsent (this function's contract).
-    unsafe {
-        match allow {
-            Some(allow) => send_json_with(r, status, body, &[("Allow", allow)]),
-            None => send_json_with(r, status, body, &[]),
-        }
+/// for 405 answers. Returns what the content phase should return. The
+/// header must not have been sent yet (nginx refuses to send it twice).
+pub fn send_json(req: &mut Request, status: ngx_uint_t, body: &[u8], allow: Option<&str>) -> ngx_int_t {
+    match allow {
+        Some(allow) => send_json_with(req, status, body, &[("Allow", allow)]),
+        None => send_json_with(req, status, body, &[]),
     }
 }
 
 /// [`send_json`] with extra response headers.
-///
-/// # Safety
-/// As [`send_json`].
-pub unsafe fn send_json_with(
-    r: *mut ngx_http_request_t,
-    status: ngx_uint_t,
-    body: &[u8],
-    headers: &[(&str, &str)],
-) -> ngx_int_t {
-    // SAFETY: `r` is live (this function's contract). The nginx functions
-    // called below with `r` work on the same request; `req` only reads and
-    // sets fields between those calls, on the event loop.
-    let req = unsafe { &mut *r };
-    req.headers_out.status = status;
-    req.headers_out.content_length_n = body.len() as _;
-    req.headers_out.content_type = ngx_str_t {
+pub fn send_json_with(req: &mut Request, status: ngx_uint_t, body: &[u8], headers: &[(&str, &str)]) -> ngx_int_t {
+    let fields = req.as_mut();
+    fields.headers_out.status = status;
+    fields.headers_out.content_length_n = body.len() as _;
+    fields.headers_out.content_type = ngx_str_t {
         len: 16,
         data: c"application/json".as_ptr().cast_mut().cast(),
     };
-    req.headers_out.content_type_len = 16;
-    req.headers_out.content_type_lowcase = ptr::null_mut();
+    fields.headers_out.content_type_len = 16;
+    fields.headers_out.content_type_lowcase = ptr::null_mut();
     for (name, value) in headers {
-        // SAFETY: `r` is live; the wrapper is a view of the same request,
-        // used for this one call.
-        if unsafe { Request::from_ngx_http_request(r) }
-            .add_header_out(name, value)
-            .is_none()
-        {
+        if req.add_header_out(name, value).is_none() {
             return NGX_ERROR as ngx_int_t;
         }
     }
-    // SAFETY: `r` is live and its header unsent (this function's contract).
-    let rc = unsafe { ngx_http_send_header(r) };
-    if rc == NGX_ERROR as ngx_int_t || rc > NGX_OK as ngx_int_t || req.header_only() != 0 || body.is_empty() {
+    // SAFETY: the pointer comes from `req`, the live request, which nothing
+    // else borrows during the call.
+    let rc = unsafe { ngx_http_send_header(ptr::from_mut(req.as_mut())) };
+    if rc == NGX_ERROR as ngx_int_t || rc > NGX_OK as ngx_int_t || req.header_only() || body.is_empty() {
         return rc;
     }
     // SAFETY: the request's pool is live as long as the request.
-    let buf: *mut ngx_buf_t = unsafe { ngx_create_temp_buf(req.pool, body.len()) };
+    let buf: *mut ngx_buf_t = unsafe { ngx_create_temp_buf(req.as_ref().pool, body.len()) };
     if buf.is_null() {
         return NGX_ERROR as ngx_int_t;
     }
+    let last_buf = if req.is_main() { 1 } else { 0 };
     // SAFETY: `buf` is the non-null buffer just allocated, with room for
     // `body.len()` bytes at `pos`, in the pool, so it cannot overlap `body`.
     unsafe {
         ptr::copy_nonoverlapping(body.as_ptr(), (*buf).pos, body.len());
         (*buf).last = (*buf).pos.add(body.len());
-        (*buf).set_last_buf(if r == req.main { 1 } else { 0 });
+        (*buf).set_last_buf(last_buf);
         (*buf).set_last_in_chain(1);
     }
     let mut chain = ngx_chain_t {
         buf,
         next: ptr::null_mut(),
     };
-    // SAFETY: `r` is live, its header was sent above, and `chain` outlives
-    // the call (the filters copy or keep the buffer, not the link).
-    unsafe { ngx_http_output_filter(r, &mut chain) }
+    // SAFETY: the pointer comes from `req`, the live request, whose header
+    // was sent above; `chain` outlives the call (the filters copy or keep the
+    // buffer, not the link).
+    unsafe { ngx_http_output_filter(ptr::from_mut(req.as_mut()), &mut chain) }
 }
 
 /// One piece of a request body: bytes nginx held in memory, or a range of
@@ -103,9 +85,9 @@ pub enum BodyPart {
 /// [`read_body_parts`] while the request (and so its temp file) is alive.
 ///
 /// # Safety
-/// `r` is a live request whose body was fully read.
-pub unsafe fn body_parts(r: &ngx_http_request_t) -> Vec<BodyPart> {
-    let rb = r.request_body;
+/// The request's body was fully read.
+pub unsafe fn body_parts(req: &Request) -> Vec<BodyPart> {
+    let rb = req.as_ref().request_body;
     let mut parts = Vec::new();
     if rb.is_null() {
         return parts;
@@ -163,14 +145,14 @@ pub fn read_body_parts(parts: &[BodyPart]) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The value of indexed variable `index`, or `None` when it is not found.
-///
-/// # Safety
-/// `r` is a live request; `index` came from `ngx_http_get_variable_index`.
-pub unsafe fn variable<'r>(r: *mut ngx_http_request_t, index: ngx_uint_t) -> Option<&'r [u8]> {
-    // SAFETY: `r` is live and `index` a valid variable index (this
-    // function's contract).
-    let v = unsafe { ngx_http_get_flushed_variable(r, index) };
+/// The value of indexed variable `index`, or `None` when it is not found
+/// (nginx checks the index). It is borrowed as long as `req`.
+pub fn variable(req: &Request, index: ngx_uint_t) -> Option<&[u8]> {
+    // SAFETY: the pointer comes from `req`, the live request; nginx checks
+    // `index` against the configuration's variables. Get handlers answer in
+    // the request's variable slots and pool, outside the struct `req` borrows
+    // (as for ngx's own `Request::get_complex_value(&self)`).
+    let v = unsafe { ngx_http_get_flushed_variable(ptr::from_ref(req.as_ref()).cast_mut(), index) };
     // SAFETY: a non-null result is the request's value slot for `index`,
     // in `r->variables`, live as long as the request.
     if v.is_null() || unsafe { (*v).not_found() != 0 || (*v).data.is_null() } {

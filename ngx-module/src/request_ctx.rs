@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use lua_compat::tried::TriedSet;
 use ngx::ffi::ngx_http_request_t;
+use ngx::http::Request;
 
 use crate::request::pool_box;
 use crate::worker_cache::WorkerBackend;
@@ -33,6 +34,10 @@ pub struct PeerData {
     /// both of which outlive this state (a copy would cost a malloc per request).
     pub requested: (*const u8, usize),
     pub tried: TriedSet,
+    /// The request this state belongs to. A pointer, not a borrow: the state
+    /// outlives the hook that made it, and nginx hands it back (as
+    /// `u->peer.data`) to `peer.get` and `peer.free`, which reach the request
+    /// only through it.
     pub request: *mut ngx_http_request_t,
     /// The chash key, rendered once per request.
     pub key: Option<Vec<u8>>,
@@ -62,32 +67,42 @@ pub struct BodyBudget {
 /// The slot's current contents.
 ///
 /// # Safety
-/// `r` is a live request whose `ctx` array nginx allocated.
-unsafe fn slot<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut RequestCtx> {
+/// No other reference to the request's state is live while the result is
+/// used, and the result does not outlive the request.
+unsafe fn slot<'a>(req: &Request) -> Option<&'a mut RequestCtx> {
     // SAFETY: `ctx` has one entry per HTTP module; ours is null or a
-    // `RequestCtx` placed by `attach`, which lives as long as the request.
-    unsafe { (*(*r).ctx.add(crate::module_ctx_index())).cast::<RequestCtx>().as_mut() }
+    // `RequestCtx` placed by `attach`, which lives as long as the request,
+    // outside the request struct. The caller makes the `&mut` unique (this
+    // function's contract).
+    unsafe {
+        (*req.as_ref().ctx.add(crate::module_ctx_index()))
+            .cast::<RequestCtx>()
+            .as_mut()
+    }
 }
 
 /// Points the slot at `ctx`.
 ///
 /// # Safety
-/// `r` is a live request; `ctx` lives as long as it.
-unsafe fn attach(r: *mut ngx_http_request_t, ctx: NonNull<RequestCtx>) {
-    // SAFETY: `r` is live (this function's contract) and `ctx` has one entry
-    // per HTTP module, ours at our ctx_index; `ctx` outlives the request, so
-    // the slot never dangles while nginx can reach it.
-    unsafe { *(*r).ctx.add(crate::module_ctx_index()) = ctx.as_ptr().cast() };
+/// `ctx` lives as long as the request.
+unsafe fn attach(req: &Request, ctx: NonNull<RequestCtx>) {
+    // SAFETY: a live request's `ctx` is an array outside the request struct,
+    // with an entry per HTTP module, ours at our ctx_index. `ctx` outlives
+    // the request (this function's contract); a state it replaces stays
+    // alive in the pool.
+    unsafe { *req.as_ref().ctx.add(crate::module_ctx_index()) = ctx.as_ptr().cast() };
 }
 
 /// The balancer state of a proxied request, if it has one.
 ///
 /// # Safety
-/// `r` is a live request.
-pub unsafe fn peer_data<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PeerData> {
-    // SAFETY: `r` is live (this function's contract), which is all `slot`
-    // requires.
-    match unsafe { slot(r) }? {
+/// No other reference to the request's state is live while the result is
+/// used (`peer.get` and `peer.free` reach the same state through
+/// `u->peer.data`), and the result does not outlive the request.
+pub unsafe fn peer_data<'a>(req: &Request) -> Option<&'a mut PeerData> {
+    // SAFETY: the caller keeps the result unique and within the request's
+    // life (this function's contract), which is all `slot` requires.
+    match unsafe { slot(req) }? {
         RequestCtx::Peer(p) => Some(p),
         RequestCtx::Write(_) => None,
     }
@@ -96,27 +111,24 @@ pub unsafe fn peer_data<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PeerDa
 /// The pending write of an API request, if it is one.
 ///
 /// # Safety
-/// `r` is a live request.
-pub unsafe fn pending_write<'r>(r: *mut ngx_http_request_t) -> Option<&'r mut PendingWrite> {
-    // SAFETY: `r` is live (this function's contract), which is all `slot`
-    // requires.
-    match unsafe { slot(r) }? {
+/// No other reference to the request's state is live while the result is
+/// used, and the result does not outlive the request.
+pub unsafe fn pending_write<'a>(req: &Request) -> Option<&'a mut PendingWrite> {
+    // SAFETY: the caller keeps the result unique and within the request's
+    // life (this function's contract), which is all `slot` requires.
+    match unsafe { slot(req) }? {
         RequestCtx::Write(w) => Some(w),
         RequestCtx::Peer(_) => None,
     }
 }
 
 /// Stores an API write's state in the request pool and the slot.
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn attach_write(r: *mut ngx_http_request_t, pending: PendingWrite) -> Option<NonNull<PendingWrite>> {
-    // SAFETY: `r` is live (this function's contract), so is its pool; the
-    // value is dropped by the pool's cleanup, after the last access through
-    // the slot.
-    let mut ctx = unsafe { pool_box((*r).pool, RequestCtx::Write(pending)) }?;
-    // SAFETY: `r` is live, and `ctx` lives in its pool, as long as it.
-    unsafe { attach(r, ctx) };
+pub fn attach_write(req: &Request, pending: PendingWrite) -> Option<NonNull<PendingWrite>> {
+    // SAFETY: a live request's pool is live; the value is dropped by the
+    // pool's cleanup, after the last access through the slot.
+    let mut ctx = unsafe { pool_box(req.as_ref().pool, RequestCtx::Write(pending)) }?;
+    // SAFETY: `ctx` lives in the request's pool, as long as the request.
+    unsafe { attach(req, ctx) };
     // SAFETY: `ctx` points at the value pool_box just wrote; nothing else
     // borrows it yet.
     match unsafe { ctx.as_mut() } {
@@ -128,21 +140,17 @@ pub unsafe fn attach_write(r: *mut ngx_http_request_t, pending: PendingWrite) ->
 /// Stores a proxied request's balancer state in the slot, in a box recycled
 /// per worker (see [`Recycled`]); the peer hook keeps the returned pointer
 /// as `u->peer.data`.
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn attach_peer(r: *mut ngx_http_request_t, data: PeerData) -> Option<NonNull<PeerData>> {
+pub fn attach_peer(req: &Request, data: PeerData) -> Option<NonNull<PeerData>> {
     let mut b = RECYCLED
         .with_borrow_mut(|free| free.pop())
         .unwrap_or_else(|| Box::new(None));
     let ctx = NonNull::from(b.insert(RequestCtx::Peer(data)));
-    // SAFETY: `r` is live (this function's contract), so is its pool; the
-    // pool's cleanup releases the box when the request ends.
-    unsafe { pool_box((*r).pool, Recycled(Some(b))) }?;
-    // SAFETY: `r` is live, and the box `ctx` points into is released only by
-    // the pool cleanup just registered, so it outlives every access through
-    // the slot.
-    unsafe { attach(r, ctx) };
+    // SAFETY: a live request's pool is live; the pool's cleanup releases the
+    // box when the request ends.
+    unsafe { pool_box(req.as_ref().pool, Recycled(Some(b))) }?;
+    // SAFETY: the box `ctx` points into is released only by the pool
+    // cleanup just registered, so it lives as long as the request.
+    unsafe { attach(req, ctx) };
     peer_in(ctx)
 }
 

@@ -3,12 +3,13 @@
 //! (`$proxy_alternative_upstream_name`; `$balancer_ewma_score` is computed
 //! by the peer hook). They are declared in [`crate::directives`].
 
+use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ngx::ffi::{
-    ngx_http_get_variable, ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, ngx_pnalloc, ngx_str_t,
-    ngx_uint_t, NGX_ERROR, NGX_OK,
+    ngx_http_get_variable, ngx_http_variable_value_t, ngx_int_t, ngx_pnalloc, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
 };
+use ngx::http::Request;
 
 /// Variables this module sets per request.
 #[derive(Clone, Copy)]
@@ -31,12 +32,10 @@ fn assign(v: &mut ngx_http_variable_value_t, data: *mut u8, len: usize) {
 }
 
 /// A copy of `value` in the request pool.
-///
-/// # Safety
-/// `r` is a live request.
-unsafe fn pool_copy(r: *mut ngx_http_request_t, value: &[u8]) -> Option<*mut u8> {
-    // SAFETY: `r` and so its pool are live (this function's contract).
-    let data = unsafe { ngx_pnalloc((*r).pool, value.len().max(1)) }.cast::<u8>();
+fn pool_copy(req: &Request, value: &[u8]) -> Option<*mut u8> {
+    // SAFETY: `req` is a live request, so its pool is live; allocating
+    // changes the pool, not the request.
+    let data = unsafe { ngx_pnalloc(req.as_ref().pool, value.len().max(1)) }.cast::<u8>();
     if data.is_null() {
         return None;
     }
@@ -48,17 +47,11 @@ unsafe fn pool_copy(r: *mut ngx_http_request_t, value: &[u8]) -> Option<*mut u8>
 
 /// Fills `v` with a copy of `value` in the request pool (a get handler's
 /// answer).
-///
-/// # Safety
-/// `r` is a live request; `v` its variable slot.
-pub unsafe fn fill(r: *mut ngx_http_request_t, v: *mut ngx_http_variable_value_t, value: &[u8]) -> ngx_int_t {
-    // SAFETY: `r` is live (this function's contract).
-    let Some(data) = (unsafe { pool_copy(r, value) }) else {
+pub fn fill(req: &Request, v: &mut ngx_http_variable_value_t, value: &[u8]) -> ngx_int_t {
+    let Some(data) = pool_copy(req, value) else {
         return NGX_ERROR as ngx_int_t;
     };
-    // SAFETY: `v` is the request's value slot nginx handed the get handler
-    // (this function's contract), not otherwise borrowed during the call.
-    assign(unsafe { &mut *v }, data, value.len());
+    assign(v, data, value.len());
     NGX_OK as ngx_int_t
 }
 
@@ -68,23 +61,19 @@ pub fn fill_empty(v: &mut ngx_http_variable_value_t) {
 }
 
 /// Sets one of our variables for this request.
-///
-/// # Safety
-/// `r` is a live request.
-pub unsafe fn set(r: *mut ngx_http_request_t, which: Own, value: &[u8]) {
+pub fn set(req: &Request, which: Own, value: &[u8]) {
     let index = OWN_INDEX[which as usize].load(Ordering::Relaxed);
-    // SAFETY: `r` is live (this function's contract).
-    if index == usize::MAX || unsafe { (*r).variables.is_null() } {
+    if index == usize::MAX || req.as_ref().variables.is_null() {
         return;
     }
-    // SAFETY: `r` is live (this function's contract).
-    let Some(data) = (unsafe { pool_copy(r, value) }) else {
+    let Some(data) = pool_copy(req, value) else {
         return;
     };
-    // SAFETY: `r` is live; its non-null `variables` has an entry per indexed
-    // variable, and `index` was given by ngx_http_get_variable_index. Nothing
-    // else borrows that entry during this call.
-    assign(unsafe { &mut *(*r).variables.add(index) }, data, value.len());
+    // SAFETY: a live request's non-null `variables` is its own array (not
+    // part of the request struct) with an entry per indexed variable of its
+    // configuration, and `index` was given by ngx_http_get_variable_index at
+    // postconfiguration. Nothing else borrows that entry during this call.
+    assign(unsafe { &mut *req.as_ref().variables.add(index) }, data, value.len());
 }
 
 /// nginx's `ngx_hash_key` (`key * 31 + c`), for variable lookups by name.
@@ -96,11 +85,9 @@ fn hash_key(name: &[u8]) -> ngx_uint_t {
 
 /// The value of variable `name` (without `$`), as `ngx.var[name]`: `None`
 /// when it is not found. Prefix variables (`http_*`, `cookie_*`, `arg_*`)
-/// work too.
-///
-/// # Safety
-/// `r` is a live request; the value lives in its pool.
-pub unsafe fn get<'r>(r: *mut ngx_http_request_t, name: &str) -> Option<&'r [u8]> {
+/// work too. The value lives in the request's pool or its configuration;
+/// it is borrowed as long as `req`.
+pub fn get<'r>(req: &'r Request, name: &str) -> Option<&'r [u8]> {
     let lower = name.to_ascii_lowercase();
     // Cookie names are looked up by what follows the prefix, as written.
     let lookup_name = if name.starts_with("cookie_") {
@@ -112,8 +99,11 @@ pub unsafe fn get<'r>(r: *mut ngx_http_request_t, name: &str) -> Option<&'r [u8]
         len: lookup_name.len(),
         data: lookup_name.as_ptr().cast_mut(),
     };
-    // SAFETY: `r` is live (this function's contract); `key_name` points at
-    // `lookup_name`, which nginx reads only during the call.
+    let r = ptr::from_ref(req.as_ref()).cast_mut();
+    // SAFETY: `r` is the live request `req` borrows; get handlers answer in
+    // its variable slots and pool, outside the struct (as ngx's own
+    // `Request::get_complex_value(&self)` assumes). nginx reads `key_name`
+    // (`lookup_name`) only during the call.
     let v = unsafe { ngx_http_get_variable(r, &mut key_name, hash_key(lower.as_bytes())) };
     // SAFETY: a non-null result is a value in the request's pool or its
     // indexed slots, live as long as the request.
