@@ -9,6 +9,7 @@ use std::ptr;
 use ngx::ffi::{ngx_http_upstream_srv_conf_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t};
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Request};
 
+use crate::variables::{self, Own};
 use crate::zone::Zone;
 use crate::Module;
 
@@ -18,15 +19,35 @@ pub struct MainConf {
     /// Set by `dynamic_balancer` or `dynamic_balancer_api`; a default zone is
     /// added only when the module is used.
     pub(crate) used: bool,
+    /// Indexes of the variables this module sets ([`variables::OWN_NAMES`]),
+    /// found at postconfiguration. Kept per configuration, not in a static:
+    /// a worker the master respawns after a failed reload runs the old
+    /// configuration, whose variables array the new indexes do not fit.
+    pub own_variables: [usize; variables::OWN_NAMES.len()],
+    /// `ctx_index` of the proxy and grpc modules in this configuration's
+    /// cycle ([`UNKNOWN`] when compiled out); per configuration for the
+    /// same reason, as a reload may load other modules.
+    pub upstream_users: [usize; 2],
 }
+
+/// An index not found in this configuration.
+pub const UNKNOWN: usize = usize::MAX;
 
 impl Default for MainConf {
     fn default() -> Self {
         MainConf {
             shm_zone: ptr::null_mut(),
             used: false,
+            own_variables: [UNKNOWN; variables::OWN_NAMES.len()],
+            upstream_users: [UNKNOWN; 2],
         }
     }
+}
+
+/// The index of our variable `which` in the request's configuration.
+pub fn own_variable(req: &Request, which: Own) -> Option<usize> {
+    let index = Module::main_conf(req)?.own_variables[which as usize];
+    (index != UNKNOWN).then_some(index)
 }
 
 impl MainConf {

@@ -7,7 +7,6 @@
 
 use std::ffi::{c_char, c_void};
 use std::ptr;
-use std::sync::atomic::Ordering;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
@@ -551,7 +550,12 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
 /// # Safety
 /// As [`declare_variables`].
 pub unsafe fn index_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
-    for (name, slot) in variables::OWN_NAMES.iter().zip(&variables::OWN_INDEX) {
+    // SAFETY: `cf` is live (this function's contract); the main conf is in
+    // its pool and nothing else borrows it during postconfiguration.
+    let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    for (name, slot) in variables::OWN_NAMES.iter().zip(mcf.own_variables.iter_mut()) {
         // SAFETY: `cf` and its pool are live (this function's contract).
         let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
         // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
@@ -559,7 +563,7 @@ pub unsafe fn index_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         if i == NGX_ERROR as ngx_int_t {
             return NGX_ERROR as ngx_int_t;
         }
-        slot.store(i as usize, Ordering::Relaxed);
+        *slot = i as usize;
     }
     NGX_OK as ngx_int_t
 }

@@ -101,9 +101,14 @@ impl HttpModule for Module {
             } {
                 return NGX_ERROR as ngx_int_t;
             }
+            // SAFETY: `cf` is live for this call; the main conf is in its pool
+            // and nothing else borrows it during postconfiguration.
+            let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+                return NGX_ERROR as ngx_int_t;
+            };
             // SAFETY: `cf->cycle` is the cycle being configured; its modules
             // array was set before any configuration was parsed.
-            unsafe { preaccess::discover_upstream_users((*cf).cycle) };
+            unsafe { preaccess::discover_upstream_users((*cf).cycle, mcf) };
             // SAFETY: postconfiguration runs once per configuration, before
             // any request, on nginx's only thread at that point.
             unsafe { body_limit::install() };

@@ -23,7 +23,7 @@ use ngx::http::Request;
 use ngx::ngx_log_error;
 
 use crate::canary;
-use crate::conf::{backend_name, upstream_conf, zone_of, UpstreamConf};
+use crate::conf::{backend_name, own_variable, upstream_conf, zone_of, UpstreamConf};
 use crate::guard::ffi_guard;
 use crate::request_ctx::{self, PeerData};
 use crate::variables::{self, Own};
@@ -44,7 +44,9 @@ pub fn prepare(req: &mut Request, conf: &UpstreamConf, zone: &Zone) -> Option<No
         return None;
     }
     if is_canary {
-        variables::set(req, Own::AlternativeUpstream, &backend.name);
+        if let Some(index) = own_variable(req, Own::AlternativeUpstream) {
+            variables::set(req, index, &backend.name);
+        }
     }
     let data = PeerData {
         backend,

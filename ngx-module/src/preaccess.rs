@@ -7,35 +7,35 @@
 //! `dynamic_balancer` one, checks the backend first.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ngx::ffi::{
     ngx_cycle_t, ngx_http_request_t, ngx_http_upstream_conf_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_SERVICE_UNAVAILABLE,
     NGX_LOG_WARN,
 };
-use ngx::http::Request;
+use ngx::http::{HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 
-use crate::conf::{backend_name, upstream_conf, zone_of};
+use crate::conf::{backend_name, upstream_conf, zone_of, MainConf, UNKNOWN};
 use crate::guard::ffi_guard;
 use crate::peer;
+use crate::Module;
 
-const ABSENT: usize = usize::MAX;
-
-/// `ctx_index` of the proxy and grpc modules, found by name at configuration
-/// time (they may be compiled out, so we do not link to their symbols).
-static UPSTREAM_USERS: [AtomicUsize; 2] = [AtomicUsize::new(ABSENT), AtomicUsize::new(ABSENT)];
+/// The modules whose locations proxy through an upstream. Their
+/// `ctx_index` is found by name at configuration time (they may be compiled
+/// out, so we do not link to their symbols) and kept in the configuration's
+/// [`MainConf::upstream_users`].
 const UPSTREAM_USER_NAMES: [&CStr; 2] = [c"ngx_http_proxy_module", c"ngx_http_grpc_module"];
 
-/// Finds the proxy and grpc modules in `cycle`.
+/// Finds the proxy and grpc modules in `cycle`, for `mcf` (that cycle's
+/// main conf).
 ///
 /// # Safety
 /// `cycle` is the cycle being configured, with its modules array set.
-pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t) {
+pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t, mcf: &mut MainConf) {
     // SAFETY: `cycle` is live and its `modules` array holds `modules_n`
     // entries (this function's contract).
     let modules = unsafe { std::slice::from_raw_parts((*cycle).modules, (*cycle).modules_n) };
-    for (slot, wanted) in UPSTREAM_USERS.iter().zip(UPSTREAM_USER_NAMES) {
+    for (slot, wanted) in mcf.upstream_users.iter_mut().zip(UPSTREAM_USER_NAMES) {
         // SAFETY: the non-null entries of the cycle's modules array are the
         // loaded modules, live for the cycle; a module's `name` is null or a
         // NUL-terminated string set by ngx_preinit_modules.
@@ -44,9 +44,9 @@ pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t) {
                 .iter()
                 .filter(|m| !m.is_null() && !(***m).name.is_null())
                 .find(|m| CStr::from_ptr((***m).name) == wanted)
-                .map_or(ABSENT, |m| (**m).ctx_index)
+                .map_or(UNKNOWN, |m| (**m).ctx_index)
         };
-        slot.store(found, Ordering::Relaxed);
+        *slot = found;
     }
 }
 
@@ -55,9 +55,9 @@ pub unsafe fn discover_upstream_users(cycle: *const ngx_cycle_t) {
 /// has held since grpc was added (1.13.10).
 fn location_upstream(req: &Request) -> impl Iterator<Item = *mut ngx::ffi::ngx_http_upstream_srv_conf_t> + '_ {
     let r = req.as_ref();
-    UPSTREAM_USERS.iter().filter_map(move |slot| {
-        let index = slot.load(Ordering::Relaxed);
-        if index == ABSENT {
+    let users = Module::main_conf(req).map_or([UNKNOWN; 2], |m| m.upstream_users);
+    users.into_iter().filter_map(move |index| {
+        if index == UNKNOWN {
             return None;
         }
         // SAFETY: the live request `req` borrows (for as long as the

@@ -4,7 +4,6 @@
 //! by the peer hook). They are declared in [`crate::directives`].
 
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ngx::ffi::{
     ngx_http_get_variable, ngx_http_variable_value_t, ngx_int_t, ngx_pnalloc, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK,
@@ -18,8 +17,6 @@ pub enum Own {
 }
 
 pub const OWN_NAMES: [&str; 1] = ["proxy_alternative_upstream_name"];
-/// Filled by `directives::index_variables` at postconfiguration.
-pub static OWN_INDEX: [AtomicUsize; 1] = [AtomicUsize::new(usize::MAX)];
 
 /// Points `v` at `len` bytes at `data`, found and cacheable: the one place
 /// this module writes a variable value.
@@ -60,10 +57,10 @@ pub fn fill_empty(v: &mut ngx_http_variable_value_t) {
     assign(v, c"".as_ptr().cast_mut().cast(), 0);
 }
 
-/// Sets one of our variables for this request.
-pub fn set(req: &Request, which: Own, value: &[u8]) {
-    let index = OWN_INDEX[which as usize].load(Ordering::Relaxed);
-    if index == usize::MAX || req.as_ref().variables.is_null() {
+/// Sets variable `index` (one of ours, see `conf::own_variable`) for this
+/// request.
+pub fn set(req: &Request, index: usize, value: &[u8]) {
+    if req.as_ref().variables.is_null() {
         return;
     }
     let Some(data) = pool_copy(req, value) else {
@@ -72,7 +69,7 @@ pub fn set(req: &Request, which: Own, value: &[u8]) {
     // SAFETY: a live request's non-null `variables` is its own array (not
     // part of the request struct) with an entry per indexed variable of its
     // configuration, and `index` was given by ngx_http_get_variable_index at
-    // postconfiguration. Nothing else borrows that entry during this call.
+    // postconfiguration of that same configuration (see `conf::own_variable`). Nothing else borrows that entry during this call.
     assign(unsafe { &mut *req.as_ref().variables.add(index) }, data, value.len());
 }
 
