@@ -75,10 +75,9 @@ pub unsafe extern "C" fn ewma_score_variable(
         // SAFETY: nginx calls a get handler with a live request, on the
         // event loop, and holds no reference into it meanwhile.
         let req = unsafe { Request::from_ngx_http_request(r) };
-        // SAFETY: the ctx slot holds null or what `request_ctx` stored
-        // there; the state is only read, here, while no peer hook runs.
-        let text = unsafe { request_ctx::peer_data(req) }
-            .and_then(|pd| pd.ewma_score)
+        // SAFETY: no `&mut` to the request's state is live while nginx
+        // evaluates a variable: `pick` holds none while it reads variables.
+        let text = unsafe { request_ctx::peer_ewma_score(req) }
             .map(|s| s.to_string())
             .unwrap_or_default();
         // SAFETY: `v` is the value slot nginx handed this get handler, not
@@ -182,21 +181,22 @@ fn now_ms() -> u64 {
 /// upstream's live peer connection and the `data` `init_peer` set.
 unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
     ffi_guard("get peer", NGX_ERROR as ngx_int_t, || {
-        // SAFETY: init_peer installs get_peer only with `data` pointing at
-        // the request's PeerData, which lives as long as the request and is
-        // not otherwise borrowed while nginx calls this hook.
-        let pd = unsafe { &mut *data.cast::<PeerData>() };
+        let state = data.cast::<PeerData>();
         // SAFETY: nginx passes its live `u->peer`, which it does not touch
         // while the hook runs.
         let pc = unsafe { &mut *pc };
         // When every endpoint was tried yet nginx grants one more try (a
         // cached keepalive connection turned out closed), the selection's
         // last tier takes any endpoint, as stock round-robin reconnects.
-        // SAFETY: `pd.request` is the live request nginx is connecting for,
-        // which nothing else references while this hook runs.
-        let Some(i) = (unsafe { pick(pd) }) else {
+        // SAFETY: init_peer installs get_peer only with `data` pointing at
+        // the request's PeerData, live as long as the request, whose
+        // `request` is the live request nginx is connecting for.
+        let Some(i) = (unsafe { pick(state) }) else {
             return NGX_BUSY as ngx_int_t;
         };
+        // SAFETY: as above; `pick` returned, so no other reference to the
+        // state is live.
+        let pd = unsafe { &mut *state };
         pd.tried.insert(i);
         pd.current = Some(i);
         let backend = &pd.backend;
@@ -248,38 +248,57 @@ impl Endpoints for Live<'_> {
 /// The endpoint for the next attempt, by the backend's selector (which
 /// applies the retry and health tiers); a new sticky session gets its cookie.
 ///
+/// Variables are read (the hash key, the sticky cookie) while no reference
+/// to the state is held: nginx may evaluate `$balancer_ewma_score`, which
+/// reads the same state, in the middle of them.
+///
 /// # Safety
-/// `pd.request` is the live request `pd` belongs to, and nothing else
-/// references that request during the call.
-unsafe fn pick(pd: &mut PeerData) -> Option<usize> {
-    let backend = Rc::clone(&pd.backend);
+/// `state` points at a live request's `PeerData`, not otherwise borrowed,
+/// and its `request` is that live request, not otherwise referenced during
+/// the call.
+unsafe fn pick(state: *mut PeerData) -> Option<usize> {
+    let (request, backend, has_key) = {
+        // SAFETY: a short shared borrow of the live state (this function's
+        // contract), ended before any variable is read.
+        let pd = unsafe { &*state };
+        (pd.request, Rc::clone(&pd.backend), pd.key.is_some())
+    };
     let selector = &backend.selector;
-    // SAFETY: `pd.request` is live and otherwise unreferenced (this
-    // function's contract); the state keeps the pointer because nginx hands
-    // the state, not the request, to peer.get.
-    let req = unsafe { Request::from_ngx_http_request(pd.request) };
-    if let Some(template) = selector.hash_key() {
-        pd.key
-            .get_or_insert_with(|| template.render(|name| variables::get(req, name)));
-    }
+    // SAFETY: `request` is live and otherwise unreferenced (this function's
+    // contract); the state keeps the pointer because nginx hands the state,
+    // not the request, to peer.get.
+    let req = unsafe { Request::from_ngx_http_request(request) };
+    let rendered = match selector.hash_key() {
+        Some(template) if !has_key => Some(template.render(|name| variables::get(req, name))),
+        _ => None,
+    };
     let cookie = selector
         .cookie_variable()
         .and_then(|name| variables::get(req, name))
         .map(String::from_utf8_lossy);
-    let attempt = Attempt {
-        hash_key: pd.key.as_deref().unwrap_or_default(),
-        cookie: cookie.as_deref(),
-        retry: !pd.tried.is_empty(),
-        now_ms: now_ms(),
+    let pick = {
+        // SAFETY: the state is live and, with the variables read, no other
+        // reference to it is live until this borrow ends.
+        let pd = unsafe { &mut *state };
+        if rendered.is_some() {
+            pd.key = rendered;
+        }
+        let attempt = Attempt {
+            hash_key: pd.key.as_deref().unwrap_or_default(),
+            cookie: cookie.as_deref(),
+            retry: !pd.tried.is_empty(),
+            now_ms: now_ms(),
+        };
+        let live = Live {
+            backend: &backend,
+            now_ms: attempt.now_ms,
+        };
+        let pick = select(selector, &attempt, &live, &pd.tried)?;
+        if pick.ewma_score.is_some() {
+            pd.ewma_score = pick.ewma_score;
+        }
+        pick
     };
-    let live = Live {
-        backend: &backend,
-        now_ms: attempt.now_ms,
-    };
-    let pick = select(selector, &attempt, &live, &pd.tried)?;
-    if pick.ewma_score.is_some() {
-        pd.ewma_score = pick.ewma_score;
-    }
     if let (Some(key), Some(sticky)) = (&pick.new_cookie, selector.sticky()) {
         // nginx picks peers before it reads the upstream's response, so the
         // response header is not sent yet.

@@ -108,6 +108,21 @@ pub unsafe fn peer_data<'a>(req: &Request) -> Option<&'a mut PeerData> {
     }
 }
 
+/// The EWMA score of the request's last pick, read without taking the
+/// state mutably: `$balancer_ewma_score` may be evaluated while the peer hook
+/// renders a hash key or reads a cookie (see `peer::pick`).
+///
+/// # Safety
+/// No mutable reference to the request's state is live during the call.
+pub unsafe fn peer_ewma_score(req: &Request) -> Option<f64> {
+    // SAFETY: only a shared read of the state, with no `&mut` to it live
+    // (this function's contract); the reference ends with the call.
+    match unsafe { slot(req) }.map(|c| &*c)? {
+        RequestCtx::Peer(p) => p.ewma_score,
+        RequestCtx::Write(_) => None,
+    }
+}
+
 /// The pending write of an API request, if it is one.
 ///
 /// # Safety
