@@ -27,6 +27,9 @@
 //!   holder's death;
 //! - [`api`]: routing and response bodies of the `/configuration` API.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod address;
 pub mod algorithm;
 pub mod api;
