@@ -99,6 +99,17 @@ pub fn dead_port() -> u16 {
 }
 
 /// A backend object as ingress-nginx sends it.
+/// A primary `web` on `primary` with `web-canary` on `canary` as its only
+/// alternative, the canary shaped by `traffic`: the body of a POST.
+pub fn primary_with_canary(primary: &Upstream, canary: &Upstream, traffic: serde_json::Value) -> serde_json::Value {
+    let mut p = backend("web", &[primary.endpoint()]);
+    p["alternativeBackends"] = serde_json::json!(["web-canary"]);
+    let mut c = backend("web-canary", &[canary.endpoint()]);
+    c["noServer"] = serde_json::json!(true);
+    c["trafficShapingPolicy"] = traffic;
+    serde_json::json!([p, c])
+}
+
 pub fn backend(name: &str, endpoints: &[serde_json::Value]) -> serde_json::Value {
     serde_json::json!({
         "name": name,

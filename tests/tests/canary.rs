@@ -1,7 +1,7 @@
 //! Canary routing, rule by rule, in ingress-nginx's order.
 
 use serde_json::{json, Value};
-use tests::{backend, Nginx, Upstream};
+use tests::{backend, primary_with_canary, Nginx, Upstream};
 
 struct Setup {
     ng: Nginx,
@@ -24,12 +24,11 @@ fn setup(traffic: Value) -> Setup {
         .location_extra("set $location_path \"/\"; add_header X-Alt $proxy_alternative_upstream_name always;")
         .start();
     let (primary, canary) = (Upstream::start(), Upstream::start());
-    let mut p = backend("web", &[primary.endpoint()]);
-    p["alternativeBackends"] = json!(["web-canary"]);
-    let mut c = backend("web-canary", &[canary.endpoint()]);
-    c["noServer"] = json!(true);
-    c["trafficShapingPolicy"] = traffic;
-    assert_eq!(ng.post_backends(&json!([p, c])).status, 201);
+    assert_eq!(
+        ng.post_backends(&primary_with_canary(&primary, &canary, traffic))
+            .status,
+        201
+    );
     Setup { ng, primary, canary }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::json;
-use tests::{backend, Nginx, NginxBuilder, Upstream};
+use tests::{backend, primary_with_canary, Nginx, NginxBuilder, Upstream};
 
 #[test]
 fn configuration_survives_reload_without_repost() {
@@ -106,12 +106,8 @@ fn a_worker_respawned_after_a_failed_reload_keeps_its_configuration() {
         .location_extra("add_header X-Alt $proxy_alternative_upstream_name always;")
         .start();
     let (primary, canary) = (Upstream::start(), Upstream::start());
-    let mut p = backend("web", &[primary.endpoint()]);
-    p["alternativeBackends"] = json!(["web-canary"]);
-    let mut c = backend("web-canary", &[canary.endpoint()]);
-    c["noServer"] = json!(true);
-    c["trafficShapingPolicy"] = json!({"weight": 100});
-    assert_eq!(ng.post_backends(&json!([p, c])).status, 201);
+    let body = primary_with_canary(&primary, &canary, json!({"weight": 100}));
+    assert_eq!(ng.post_backends(&body).status, 201);
     let routed = |ng: &Nginx| {
         let r = ng.get("web");
         (r.status, r.header("X-Alt").unwrap_or("").to_string(), r.body)
