@@ -16,8 +16,6 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::tried::TriedSet;
-
 /// Largest weighted backend picked with nginx's O(n) smooth algorithm.
 pub const SMOOTH_LIMIT: usize = 64;
 
@@ -89,27 +87,6 @@ impl RoundRobin {
         RoundRobin { weights, mode }
     }
 
-    pub fn len(&self) -> usize {
-        self.weights.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.weights.is_empty()
-    }
-
-    pub fn weight(&self, i: usize) -> u32 {
-        self.weights[i] as u32
-    }
-
-    /// Picks the next endpoint for which `usable` holds and that is not in
-    /// `tried`; `None` once none is left.
-    pub fn pick_where(&mut self, tried: &TriedSet, usable: impl Fn(usize) -> bool) -> Option<usize> {
-        if tried.len() >= self.weights.len() {
-            return None;
-        }
-        self.pick_accepted(|i| !tried.contains(i) && usable(i))
-    }
-
     /// Picks the next endpoint `eligible` takes; `None` if it takes none.
     /// Only eligible endpoints are credited their weight, as nginx's
     /// `ngx_http_upstream_get_peer` skips tried and down peers.
@@ -155,17 +132,31 @@ impl RoundRobin {
             }
         }
     }
-
-    /// Picks the next endpoint not in `tried`.
-    pub fn pick(&mut self, tried: &TriedSet) -> Option<usize> {
-        self.pick_where(tried, |_| true)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tried::TriedSet;
     use proptest::prelude::*;
+
+    /// The tried-set forms the tests drive the wheel with (the module goes
+    /// through `pick_accepted`, from `selection::select`).
+    impl RoundRobin {
+        /// Picks the next endpoint for which `usable` holds and that is not in
+        /// `tried`; `None` once none is left.
+        fn pick_where(&mut self, tried: &TriedSet, usable: impl Fn(usize) -> bool) -> Option<usize> {
+            if tried.len() >= self.weights.len() {
+                return None;
+            }
+            self.pick_accepted(|i| !tried.contains(i) && usable(i))
+        }
+
+        /// Picks the next endpoint not in `tried`.
+        fn pick(&mut self, tried: &TriedSet) -> Option<usize> {
+            self.pick_where(tried, |_| true)
+        }
+    }
 
     fn picks(rr: &mut RoundRobin, count: usize) -> Vec<usize> {
         (0..count).map(|_| rr.pick(&TriedSet::new()).unwrap()).collect()

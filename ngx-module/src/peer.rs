@@ -225,7 +225,7 @@ impl Live<'_> {
 }
 
 impl Endpoints for Live<'_> {
-    fn len(&self) -> usize {
+    fn count(&self) -> usize {
         self.backend.endpoints.len()
     }
 

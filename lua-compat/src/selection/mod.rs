@@ -56,11 +56,8 @@ use crate::tried::TriedSet;
 /// the state every worker shares (passive health, connections, EWMA). The
 /// nginx module implements it over the zone's endpoint table.
 pub trait Endpoints {
-    /// How many endpoints the backend has; they are `0..len()`.
-    fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    /// How many endpoints the backend has; they are `0..count()`.
+    fn count(&self) -> usize;
     /// Passive health has not taken endpoint `i` out of rotation.
     fn healthy(&self, i: usize) -> bool;
     /// Connections open to endpoint `i` (least_conn).
@@ -145,7 +142,7 @@ pub fn select(
     tried: &TriedSet,
 ) -> Option<Pick> {
     // `is_empty` first: the first attempt skips the population count.
-    if tried.is_empty() || tried.len() < endpoints.len() {
+    if tried.is_empty() || tried.len() < endpoints.count() {
         let untried = |i: usize| !tried.contains(i);
         if let Some(p) = selector.pick(attempt, endpoints, |i| untried(i) && endpoints.healthy(i)) {
             return Some(p);
@@ -258,7 +255,7 @@ pub(crate) mod testing {
 
     /// How often each endpoint is picked over `rounds` plain requests.
     pub fn tally(selector: &Selector, table: &Table, rounds: usize) -> Vec<usize> {
-        let mut counts = vec![0; table.len()];
+        let mut counts = vec![0; table.count()];
         for _ in 0..rounds {
             counts[first(selector, table, &TriedSet::new())] += 1;
         }
@@ -284,7 +281,7 @@ pub(crate) mod testing {
     }
 
     impl Endpoints for Table {
-        fn len(&self) -> usize {
+        fn count(&self) -> usize {
             self.down.len()
         }
         fn healthy(&self, i: usize) -> bool {

@@ -97,7 +97,7 @@ impl Selection for StickySelector {
     }
 
     fn pick(&self, attempt: &Attempt<'_>, endpoints: &impl Endpoints, accept: impl Accept) -> Option<Pick> {
-        let n = endpoints.len();
+        let n = endpoints.count();
         let from_cookie = attempt
             .cookie
             .and_then(|c| parse_cookie_value(c).0)
