@@ -69,7 +69,8 @@ pub fn set(req: &Request, index: usize, value: &[u8]) {
     // SAFETY: a live request's non-null `variables` is its own array (not
     // part of the request struct) with an entry per indexed variable of its
     // configuration, and `index` was given by ngx_http_get_variable_index at
-    // postconfiguration of that same configuration (see `conf::own_variable`). Nothing else borrows that entry during this call.
+    // postconfiguration of that same configuration (see
+    // `conf::own_variable`). Nothing else borrows that entry during this call.
     assign(unsafe { &mut *req.as_ref().variables.add(index) }, data, value.len());
 }
 
