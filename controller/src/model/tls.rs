@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use k8s_openapi::api::core::v1::Secret;
 
-use super::values::is_object_name;
+use super::values::{is_namespace, is_object_name};
 
 /// A TLS Secret ready to be written: its file name and contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,8 +32,9 @@ pub fn from_secret(secrets: &[Secret], ns: &str, name: &str) -> Result<Certifica
     let (Some(crt), Some(key)) = (data.and_then(|d| d.get("tls.crt")), data.and_then(|d| d.get("tls.key"))) else {
         return Err(format!("Secret {ns}/{name} is missing or has no tls.crt/tls.key"));
     };
-    if !is_object_name(name) {
-        return Err(format!("{name:?} is not a Secret name"));
+    // Both go into a file name in the certificate directory.
+    if !is_object_name(name) || !is_namespace(ns) {
+        return Err(format!("{ns:?}/{name:?} is not a Secret's namespace and name"));
     }
     let checked = check(&crt.0, &key.0).map_err(|e| format!("Secret {ns}/{name}: {e}; TLS not served"))?;
     let digest = Sha256::digest(&checked.pem);
@@ -113,6 +114,34 @@ pub mod tests {
     use openssl::nid::Nid;
     use openssl::pkey::Private;
     use openssl::x509::X509NameBuilder;
+
+    #[test]
+    fn a_secret_whose_namespace_or_name_would_escape_the_directory_is_refused() {
+        let (crt, key) = self_signed("a.example", -1, 30);
+        let secret = |ns: &str, name: &str| {
+            let mut s = Secret::default();
+            s.metadata.namespace = Some(ns.into());
+            s.metadata.name = Some(name.into());
+            s.data = Some(
+                [
+                    ("tls.crt".to_string(), k8s_openapi::ByteString(crt.clone())),
+                    ("tls.key".to_string(), k8s_openapi::ByteString(key.clone())),
+                ]
+                .into(),
+            );
+            s
+        };
+        let ok = from_secret(&[secret("team-a", "web")], "team-a", "web").unwrap();
+        assert!(
+            ok.file.starts_with("team-a-web-") && ok.file.ends_with(".pem"),
+            "{}",
+            ok.file
+        );
+        for (ns, name) in [("../..", "web"), ("team-a/..", "web"), ("team-a", "../web")] {
+            let err = from_secret(&[secret(ns, name)], ns, name).unwrap_err();
+            assert!(err.contains("namespace and name"), "{ns}/{name}: {err}");
+        }
+    }
 
     fn key() -> PKey<Private> {
         let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();

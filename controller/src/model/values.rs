@@ -291,6 +291,12 @@ impl Origin {
     }
 }
 
+/// A Kubernetes namespace name (DNS-1123 label: lowercase letters, digits
+/// and inner hyphens, at most 63).
+pub fn is_namespace(s: &str) -> bool {
+    lua_compat::validate::is_dns_label(s) && !s.bytes().any(|b| b.is_ascii_uppercase())
+}
+
 /// A Kubernetes object name (DNS-1123 subdomain), used for derived names.
 pub fn is_object_name(s: &str) -> bool {
     !s.is_empty()

@@ -14,6 +14,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
+use crate::model::values::{is_namespace, is_object_name};
 use crate::snapshot::Snapshot;
 
 /// Reads a directory into snapshots, remembering each file's last good parse.
@@ -124,6 +125,17 @@ pub fn add_document(
         .ok_or_else(|| format!("a {kind:?} document has no metadata"))?;
     meta.entry("namespace").or_insert_with(|| Value::from("default"));
     let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    // What the apiserver enforces in a cluster: these names end up in
+    // backend names, nginx.conf and file names (certificates).
+    let namespace = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+    if !is_namespace(namespace) {
+        return Err(format!(
+            "{kind} {name:?}: namespace {namespace:?} is not a DNS-1123 label"
+        ));
+    }
+    if !is_object_name(&name) {
+        return Err(format!("{kind} {name:?}: the name is not a DNS-1123 subdomain"));
+    }
     let what = |e: serde_json::Error| format!("{kind} {name}: {e}");
     match kind.as_str() {
         "Ingress" => {
@@ -204,5 +216,42 @@ pub async fn run(mut dir: ManifestDir, tx: watch::Sender<Arc<Snapshot>>, settle:
         }
         tokio::time::sleep(settle).await;
         while ev_rx.try_recv().is_ok() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(yaml: &str) -> Result<Snapshot, String> {
+        let mut snap = Snapshot::default();
+        for doc in parse_text(yaml)? {
+            add_document(&mut snap, doc, 0, &("ns".into(), "cm".into()))?;
+        }
+        Ok(snap)
+    }
+
+    #[test]
+    fn names_the_apiserver_would_refuse_are_refused() {
+        let secret = |ns: &str, name: &str| {
+            format!("kind: Secret\nmetadata: {{namespace: {ns:?}, name: {name:?}}}\ndata: {{}}\n")
+        };
+        assert_eq!(add(&secret("team-a", "tls.crt-2")).unwrap().secrets.len(), 1);
+        for (ns, name) in [
+            ("../../etc", "x"),
+            ("Team", "x"),
+            ("a\nb", "x"),
+            ("team", "../x"),
+            ("team", "x{y}"),
+            ("team", "X"),
+            ("team", ""),
+            (&"n".repeat(64), "x"),
+        ] {
+            let err = add(&secret(ns, name)).unwrap_err();
+            assert!(err.contains("DNS-1123"), "{ns:?}/{name:?}: {err}");
+        }
+        // No namespace means `default`, as kubectl applies it.
+        let snap = add("kind: Service\nmetadata: {name: web}\n").unwrap();
+        assert_eq!(snap.services[0].metadata.namespace.as_deref(), Some("default"));
     }
 }
