@@ -3,8 +3,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -19,6 +20,11 @@ pub enum LogFormat {
     about = "Ingress controller for nginx with ngx_http_dynamic_balancer_module: reloads only on structural change, pushes backends live"
 )]
 pub struct Args {
+    /// Without a subcommand the controller runs; the subcommands inspect a
+    /// running one (for `kubectl exec`).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Read Ingresses, Services, EndpointSlices, Secrets, IngressClasses and
     /// the ConfigMap from this directory of YAML files instead of a cluster.
     #[arg(long, value_name = "DIR")]
@@ -80,12 +86,13 @@ pub struct Args {
     #[arg(long, default_value = "nginx")]
     pub nginx_binary: PathBuf,
 
-    /// Path of ngx_http_dynamic_balancer_module.so, for `load_module`.
-    #[arg(long, value_name = "FILE")]
-    pub nginx_module: PathBuf,
+    /// Path of ngx_http_dynamic_balancer_module.so, for `load_module`
+    /// (required to run the controller).
+    #[arg(long, value_name = "FILE", env = "DYNBAL_NGINX_MODULE")]
+    pub nginx_module: Option<PathBuf>,
 
     /// Where nginx.conf, TLS files and logs go; also nginx's prefix.
-    #[arg(long, default_value = "/etc/nginx")]
+    #[arg(long, default_value = "/etc/nginx", env = "DYNBAL_CONF_DIR", global = true)]
     pub conf_dir: PathBuf,
 
     /// Drive an nginx someone else runs: its master pid is read from this
@@ -94,7 +101,7 @@ pub struct Args {
     pub nginx_pid_file: Option<PathBuf>,
 
     /// Base URL of the module's API (default http://127.0.0.1:<api-port>).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", global = true)]
     pub status_url: Option<String>,
 
     /// A replacement for the built-in nginx.conf template (minijinja).
@@ -112,7 +119,7 @@ pub struct Args {
     pub https_port: u16,
 
     /// Loopback port of the module's /configuration API.
-    #[arg(long, default_value_t = 10246)]
+    #[arg(long, default_value_t = 10246, env = "DYNBAL_API_PORT", global = true)]
     pub api_port: u16,
 
     /// Size of the module's shared zone.
@@ -120,8 +127,66 @@ pub struct Args {
     pub zone_size: String,
 
     /// Where /metrics, /healthz and /readyz are served.
-    #[arg(long, default_value = "127.0.0.1:10254")]
+    #[arg(
+        long,
+        default_value = "127.0.0.1:10254",
+        env = "DYNBAL_METRICS_ADDRESS",
+        global = true
+    )]
     pub metrics_address: SocketAddr,
+
+    /// Name of the Lease used to elect the replica that writes Ingress
+    /// status (in `POD_NAMESPACE`, else the ConfigMap's namespace).
+    #[arg(long, default_value = "ingress-controller-leader")]
+    pub election_id: String,
+
+    /// How long the leader's Lease holds without renewal; the leader renews
+    /// within half of it and every replica looks every quarter of it.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub election_ttl: Duration,
+
+    /// Publish this Service's addresses (LoadBalancer IPs and hostnames,
+    /// external IPs) in the status of our Ingresses, as namespace/name.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub publish_service: Option<String>,
+
+    /// Publish these addresses (comma-separated IPs or hostnames) in the
+    /// status of our Ingresses; overrides --publish-service.
+    #[arg(long, value_name = "ADDRESSES", value_delimiter = ',')]
+    pub publish_status_address: Vec<String>,
+
+    /// Empty the status of our Ingresses when the last replica stops.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub update_status_on_shutdown: bool,
+
+    /// After SIGTERM, how long /readyz fails while nginx keeps serving, so
+    /// that endpoints and load balancers stop sending new connections
+    /// before nginx begins its graceful stop (bounded by
+    /// `worker-shutdown-timeout` from the ConfigMap).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_grace_period: Duration,
+
+    /// Serve the validating admission webhook on this address (TLS), e.g.
+    /// `:8443`, as ingress-nginx's flag of the same name.
+    #[arg(long, value_name = "ADDRESS")]
+    pub validating_webhook: Option<String>,
+
+    /// PEM certificate of the webhook's TLS server.
+    #[arg(long, value_name = "FILE", default_value = "/usr/local/certificates/cert")]
+    pub validating_webhook_certificate: PathBuf,
+
+    /// PEM key of the webhook's TLS server.
+    #[arg(long, value_name = "FILE", default_value = "/usr/local/certificates/key")]
+    pub validating_webhook_key: PathBuf,
+
+    /// How long the webhook may spend on one review (model and `nginx -t`)
+    /// before it answers with a denial that says so.
+    #[arg(long, default_value = "8s", value_parser = parse_duration)]
+    pub validating_webhook_timeout: Duration,
+
+    /// Output of the inspection subcommands.
+    #[arg(long, value_enum, default_value = "table", global = true)]
+    pub output: Output,
 
     /// How long a structural change waits for further changes before it is
     /// rendered, so a burst of edits costs one reload.
@@ -138,6 +203,71 @@ pub struct Args {
 
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// Inspection commands: they read a running controller's state through
+/// its local endpoints (`kubectl exec POD -- ingress-controller backends`).
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The backends in the module's shared zone.
+    Backends {
+        /// Only this backend.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// The TLS certificates nginx serves: hosts, subject, SANs, expiry and
+    /// SHA-256 fingerprint (never the keys).
+    Certs,
+    /// The running nginx.conf, or one host's server block.
+    Conf {
+        #[arg(long)]
+        host: Option<String>,
+    },
+    /// Readiness, workers, configuration generation and reload counts.
+    Status,
+    /// One-shot jobs that create the webhook's certificate Secret and patch
+    /// the caBundle of its ValidatingWebhookConfiguration (what
+    /// ingress-nginx's kube-webhook-certgen image does).
+    #[command(subcommand)]
+    Certgen(Certgen),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Certgen {
+    /// Creates the Secret (ca, cert, key) unless it exists.
+    Create {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        secret_name: String,
+        /// DNS names of the webhook Service, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        host: Vec<String>,
+    },
+    /// Sets the caBundle of a ValidatingWebhookConfiguration from the Secret.
+    Patch {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        secret_name: String,
+        #[arg(long)]
+        webhook_name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// Go-style durations as ingress-nginx's flags take them (`30s`, `1m`,
+/// `500ms`), or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration (30s, 1m, 500ms): {e}"))
 }
 
 impl Args {

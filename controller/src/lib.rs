@@ -8,8 +8,13 @@
 //! - [`sync`]: the two paths, structural (render, test, reload) and dynamic
 //!   (per-backend pushes), which never wait on each other.
 
+pub mod admission;
+pub mod certgen;
 pub mod diff;
 pub mod events;
+pub mod ingress_status;
+pub mod inspect;
+pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod nginx;

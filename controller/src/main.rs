@@ -1,9 +1,10 @@
 //! `ingress-controller`: see the crate docs and README.md.
 
 mod cli;
+mod inspect_cmd;
 mod status_server;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,19 +14,20 @@ use controller::events::Events;
 use controller::metrics::Metrics;
 use controller::model::class::ClassFilter;
 use controller::model::{AddressPolicy, BuildOptions, Listen};
-use controller::nginx::{ApiClient, Mode, Nginx};
+use controller::nginx::{reaper, ApiClient, Mode, Nginx};
 use controller::render::{RenderContext, Renderer};
 use controller::snapshot::Snapshot;
 use controller::source::{cluster, manifests};
 use controller::state::{Settings, Shared};
 use controller::sync;
+use controller::{admission, ingress_status, leader};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use cli::{Args, LogFormat};
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -39,7 +41,11 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match rt.block_on(run(args)) {
+    let result = match args.command.take() {
+        Some(command) => rt.block_on(inspect_cmd::run(command, &args)),
+        None => rt.block_on(run(args)),
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -52,7 +58,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let conf_dir = std::path::absolute(&args.conf_dir)?;
     std::fs::create_dir_all(conf_dir.join("logs")).with_context(|| format!("creating {}", conf_dir.display()))?;
     let ssl_dir = conf_dir.join("ssl");
-    let module = std::path::absolute(&args.nginx_module)?;
+    let Some(module) = args.nginx_module.as_deref() else {
+        anyhow::bail!("--nginx-module FILE is required to run the controller");
+    };
+    let module = std::path::absolute(module)?;
     if !module.exists() {
         anyhow::bail!("--nginx-module {} does not exist", module.display());
     }
@@ -92,7 +101,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             (controller::token::generate(&file)?, file)
         }
     };
-    let client = match &args.manifests {
+    let kube_client = match &args.manifests {
         Some(_) => None,
         None => {
             let config = match &args.kubeconfig {
@@ -107,6 +116,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Some(kube::Client::try_from(config)?)
         }
     };
+    let client = kube_client.clone();
+    let config_map_ns = config_map.0.clone();
+    let publish = if !args.publish_status_address.is_empty() {
+        for a in &args.publish_status_address {
+            if !controller::model::values::is_status_address(a) {
+                anyhow::bail!("--publish-status-address: {a:?} is neither an IP address nor a DNS name");
+            }
+        }
+        Some(ingress_status::Publish::Addresses(args.publish_status_address.clone()))
+    } else {
+        args.publish_service
+            .as_deref()
+            .map(|s| cli::split_ref(s, "--publish-service"))
+            .transpose()?
+            .map(|(namespace, name)| ingress_status::Publish::Service { namespace, name })
+    };
     let shared = Arc::new(Shared {
         events: client.clone().map(Events::new),
         metrics: Metrics::new(),
@@ -114,7 +139,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         nginx: nginx.clone(),
         api: ApiClient::new(&status_url, Some(api_token)),
         stopping: AtomicBool::new(false),
+        worker_shutdown_timeout: AtomicU64::new(240),
     });
+    tokio::spawn(reaper::run_if_init());
 
     let display = |p: &std::path::Path| p.display().to_string();
     let settings = Settings {
@@ -198,6 +225,57 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut rx_first = rx.clone();
     let _ = rx_first.changed().await;
 
+    if let Some(addr) = &args.validating_webhook {
+        let validator = admission::Validator::new(
+            settings.build.clone(),
+            settings.render.clone(),
+            Renderer::new(args.template.as_deref())?,
+            args.nginx_binary.clone(),
+            rx.clone(),
+            args.validating_webhook_timeout,
+        );
+        let tls = admission::server::tls_config(&args.validating_webhook_certificate, &args.validating_webhook_key)?;
+        let addr = if addr.starts_with(':') {
+            format!("0.0.0.0{addr}")
+        } else {
+            addr.clone()
+        };
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding the webhook on {addr}"))?;
+        tracing::info!("validating admission webhook on https://{addr}");
+        let router = admission::server::router(Arc::new(validator));
+        tokio::spawn(admission::server::serve(listener, tls, router));
+    }
+
+    // Leader election and Ingress status, in cluster mode.
+    let (leading_tx, leading_rx) = watch::channel(false);
+    let election = match &kube_client {
+        Some(client) => {
+            let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| config_map_ns.clone());
+            let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                format!("{}-{}", host.trim(), std::process::id())
+            });
+            let cfg = leader::LeaseConfig::from_ttl(namespace, args.election_id.clone(), identity, args.election_ttl);
+            tokio::spawn(leader::run(client.clone(), cfg.clone(), leading_tx));
+            let status_opts = ingress_status::StatusOptions {
+                publish: publish.clone(),
+                class: settings.build.class.clone(),
+                period: Duration::from_secs(60),
+            };
+            tokio::spawn(ingress_status::task(
+                client.clone(),
+                status_opts.clone(),
+                rx.clone(),
+                leading_rx.clone(),
+            ));
+            Some((client.clone(), cfg, status_opts))
+        }
+        None => None,
+    };
+
+    let snapshots = rx.clone();
     let sync_task = tokio::spawn(sync::run(settings, renderer, shared.clone(), rx));
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -207,8 +285,41 @@ async fn run(args: Args) -> anyhow::Result<()> {
         r = source => format!("the source stopped: {r:?}"),
         r = sync_task => format!("the sync loop stopped: {r:?}"),
     };
-    tracing::info!("{reason}; shutting down");
-    shared.stopping.store(true, Ordering::Release);
-    nginx.stop(Duration::from_secs(10)).await;
+    shutdown(&args, &reason, &shared, election, leading_rx, snapshots).await;
     Ok(())
+}
+
+/// The graceful stop, in the order a rolling update needs: /readyz fails
+/// at once (endpoints and load balancers stop sending new connections)
+/// while nginx keeps serving for `--shutdown-grace-period`; then the leader
+/// clears status if it is the last replica and hands its Lease over; then
+/// nginx quits gracefully (SIGQUIT: it stops accepting, finishes requests in
+/// flight within `worker-shutdown-timeout`, and exits).
+async fn shutdown(
+    args: &Args,
+    reason: &str,
+    shared: &Shared,
+    election: Option<(kube::Client, leader::LeaseConfig, ingress_status::StatusOptions)>,
+    leading: watch::Receiver<bool>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+) {
+    tracing::info!(
+        grace_s = args.shutdown_grace_period.as_secs_f64(),
+        "{reason}; /readyz now fails, nginx keeps serving through the grace period"
+    );
+    shared.stopping.store(true, Ordering::Release);
+    tokio::time::sleep(args.shutdown_grace_period).await;
+    if let Some((client, cfg, status_opts)) = election {
+        if *leading.borrow() {
+            if args.update_status_on_shutdown && status_opts.publish.is_some() {
+                let snap = snapshots.borrow().clone();
+                ingress_status::clear_on_shutdown(&client, &status_opts, &snap).await;
+            }
+            let api = kube::Api::namespaced(client, &cfg.namespace);
+            leader::release(&api, &cfg).await;
+        }
+    }
+    let timeout = Duration::from_secs(shared.worker_shutdown_timeout.load(Ordering::Acquire)) + Duration::from_secs(5);
+    tracing::info!(timeout_s = timeout.as_secs(), "stopping nginx gracefully");
+    shared.nginx.stop(timeout).await;
 }

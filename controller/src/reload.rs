@@ -398,6 +398,10 @@ pub async fn task(
                 m.last_reload_successful_timestamp.set(unix_now());
                 m.config_hash.set(hash);
                 m.reload_duration.observe(elapsed.as_secs_f64());
+                shared.worker_shutdown_timeout.store(
+                    u64::from(structure.global.worker_shutdown_timeout.0),
+                    std::sync::atomic::Ordering::Release,
+                );
                 tracing::info!(
                     elapsed_ms = elapsed.as_millis() as u64,
                     servers = structure.servers.len(),

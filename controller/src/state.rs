@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,8 +32,12 @@ pub struct Shared {
     pub ready: AtomicBool,
     pub nginx: Arc<Nginx>,
     pub api: ApiClient,
-    /// Set at shutdown so the supervisor stops restarting nginx.
+    /// Set at shutdown: /readyz fails and the supervisor stops restarting
+    /// nginx.
     pub stopping: AtomicBool,
+    /// `worker-shutdown-timeout` of the running configuration, in seconds:
+    /// how long a graceful stop may take.
+    pub worker_shutdown_timeout: AtomicU64,
     /// Kubernetes Events, in cluster mode.
     pub events: Option<Events>,
 }

@@ -38,9 +38,13 @@ async fn healthz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     }
 }
 
-/// Ready once the first configuration is loaded and the backends pushed.
+/// Ready once the first configuration is loaded and the backends pushed;
+/// not ready again from SIGTERM on, so that traffic drains before nginx
+/// stops.
 async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Acquire) {
+    if s.stopping.load(Ordering::Acquire) {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else if s.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "waiting for the first configuration\n")

@@ -305,6 +305,12 @@ pub fn is_object_name(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
+/// An address for `status.loadBalancer.ingress`: an IP, or a DNS name
+/// without a wildcard.
+pub fn is_status_address(s: &str) -> bool {
+    s.parse::<std::net::IpAddr>().is_ok() || (!s.starts_with('*') && Host::parse(s).is_ok())
+}
+
 /// A list of CIDRs (or bare addresses), comma separated, as the
 /// allow/deny source-range annotations take them.
 pub fn parse_cidrs(s: &str) -> Result<Vec<String>, Invalid> {

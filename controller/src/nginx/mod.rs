@@ -2,6 +2,7 @@
 
 mod api_client;
 mod process;
+pub mod reaper;
 
 pub use api_client::{ApiClient, PushError, Status, WorkerStatus};
 pub use process::{Mode, Nginx};

@@ -57,17 +57,26 @@ impl Nginx {
 
     /// `nginx -t` on `conf`; the error text is nginx's own.
     pub async fn test(&self, conf: &Path) -> anyhow::Result<()> {
-        let out = Command::new(&self.binary)
-            .arg("-p")
-            .arg(&self.prefix)
-            .arg("-c")
-            .arg(conf)
-            .arg("-t")
-            .arg("-q")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .with_context(|| format!("running {} -t", self.binary.display()))?;
+        let child = super::reaper::spawn(
+            Command::new(&self.binary)
+                .arg("-p")
+                .arg(&self.prefix)
+                .arg("-c")
+                .arg(conf)
+                .arg("-t")
+                .arg("-q")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true),
+        )
+        .with_context(|| format!("running {} -t", self.binary.display()))?;
+        let pid = child.id();
+        let out = child.wait_with_output().await;
+        if let Some(pid) = pid {
+            super::reaper::forget(pid);
+        }
+        let out = out.with_context(|| format!("running {} -t", self.binary.display()))?;
         if !out.status.success() {
             bail!("nginx -t failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
@@ -76,18 +85,20 @@ impl Nginx {
 
     /// Starts the master in the foreground (the template says `daemon off`).
     pub fn start(&self) -> anyhow::Result<u32> {
-        let child = Command::new(&self.binary)
-            .arg("-p")
-            .arg(&self.prefix)
-            .arg("-c")
-            .arg(&self.conf)
-            .stdin(Stdio::null())
-            // Its own process group, so the workers of a master that died
-            // can be found and stopped before a new master binds the ports.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", self.binary.display()))?;
+        let child = super::reaper::spawn(
+            Command::new(&self.binary)
+                .arg("-p")
+                .arg(&self.prefix)
+                .arg("-c")
+                .arg(&self.conf)
+                .stdin(Stdio::null())
+                // Its own process group, so the workers of a master that
+                // died can be found and stopped before a new master binds
+                // the ports.
+                .process_group(0)
+                .kill_on_drop(true),
+        )
+        .with_context(|| format!("starting {}", self.binary.display()))?;
         let pid = child.id().unwrap_or(0);
         self.group.store(pid as i32, Ordering::Release);
         *self.child.lock() = Some(child);
@@ -138,6 +149,8 @@ impl Nginx {
                 match guard.as_mut().map(Child::try_wait) {
                     Some(Ok(Some(status))) => {
                         guard.take();
+                        // tokio has waited for it: the pid may be reused.
+                        super::reaper::forget(self.group.load(Ordering::Acquire) as u32);
                         self.kill_orphaned_workers();
                         Some(status.to_string())
                     }

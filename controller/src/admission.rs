@@ -1,0 +1,277 @@
+//! The validating admission webhook (ingress-nginx's `--validating-webhook`).
+//!
+//! The apiserver sends every Ingress create/update here before storing it.
+//! The review runs what the controller itself would run: the model on the
+//! current cluster state with the candidate Ingress in place, then
+//! `nginx -t` on the rendered configuration, all within a time budget. An
+//! Ingress is denied, with the reason, when:
+//! - any of its values is refused by the model (an annotation out of range,
+//!   a snippet while snippets are off, a path nginx cannot take, a host or
+//!   path another Ingress already owns): the running controller would
+//!   ignore it and report it, so refusing it up front is the kinder answer;
+//! - nginx refuses the configuration with it, which the running controller
+//!   would answer with a quarantine.
+//!
+//! This complements the quarantine of the structural path: nothing that
+//! passed admission can block reloads, and an Ingress created while the
+//! webhook was unreachable (`failurePolicy: Ignore`) is still quarantined.
+//!
+//! Reviews are serialized (one `nginx -t` at a time on a small node) and
+//! Ingresses of other classes are admitted untouched.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::DynamicObject;
+use tokio::sync::{watch, Mutex};
+
+use crate::model::{self, BuildOptions};
+use crate::render::{RenderContext, Renderer};
+use crate::snapshot::{key, Snapshot};
+
+pub struct Validator {
+    pub build: BuildOptions,
+    pub render: RenderContext,
+    pub renderer: Renderer,
+    pub nginx_binary: std::path::PathBuf,
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// The whole review must end within this.
+    pub budget: Duration,
+    lock: Mutex<()>,
+}
+
+impl Validator {
+    pub fn new(
+        build: BuildOptions,
+        render: RenderContext,
+        renderer: Renderer,
+        nginx_binary: std::path::PathBuf,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        budget: Duration,
+    ) -> Self {
+        Validator {
+            build,
+            render,
+            renderer,
+            nginx_binary,
+            snapshots,
+            budget,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// Answers one AdmissionReview.
+    pub async fn review(&self, review: AdmissionReview<DynamicObject>) -> AdmissionReview<DynamicObject> {
+        let req: AdmissionRequest<DynamicObject> = match review.try_into() {
+            Ok(r) => r,
+            Err(e) => {
+                return AdmissionResponse::invalid(format!("not an AdmissionReview request: {e}")).into_review();
+            }
+        };
+        let resp = AdmissionResponse::from(&req);
+        let Some(obj) = req.object.as_ref() else {
+            // DELETE and CONNECT carry no object: nothing to check.
+            return resp.into_review();
+        };
+        let ingress: Ingress = match serde_json::to_value(obj).and_then(serde_json::from_value) {
+            Ok(i) => i,
+            Err(e) => return resp.deny(format!("not an Ingress: {e}")).into_review(),
+        };
+        let started = Instant::now();
+        let verdict = match tokio::time::timeout(self.budget, self.check(ingress)).await {
+            Ok(v) => v,
+            Err(_) => Err(format!("validation did not finish within {:?}; try again", self.budget)),
+        };
+        tracing::info!(
+            ingress = %format!("{}/{}", req.namespace.as_deref().unwrap_or(""), req.name),
+            allowed = verdict.is_ok(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "admission review"
+        );
+        match verdict {
+            Ok(()) => resp.into_review(),
+            Err(reason) => resp.deny(reason).into_review(),
+        }
+    }
+
+    /// `Ok` to admit, `Err(reason)` to deny.
+    pub async fn check(&self, mut ingress: Ingress) -> Result<(), String> {
+        let _one_at_a_time = self.lock.lock().await;
+        let current = self.snapshots.borrow().clone();
+        if ingress.metadata.namespace.is_none() {
+            ingress.metadata.namespace = Some("default".into());
+        }
+        if !self.build.class.accepts(&ingress, &current.classes) {
+            return Ok(());
+        }
+        let me = key(&ingress.metadata);
+        let mut snap = (*current).clone();
+        snap.ingresses.retain(|i| key(&i.metadata) != me);
+        snap.ingresses.push(ingress);
+
+        let opts = self.build.clone();
+        let model = tokio::task::spawn_blocking(move || model::build(&snap, &opts))
+            .await
+            .map_err(|_| "the model builder failed on this Ingress".to_string())?;
+        let object = format!("Ingress {me}");
+        let refused: Vec<String> = model
+            .problems
+            .iter()
+            .filter(|p| p.object == object)
+            .map(|p| format!("{}: {}", p.what, p.reason))
+            .collect();
+        if !refused.is_empty() {
+            return Err(refused.join("; "));
+        }
+        let Some(structure) = model.structure.as_ref() else {
+            return Ok(());
+        };
+        self.nginx_test(structure, &model.certificates).await
+    }
+
+    /// Renders into a private scratch directory (its own certificate files,
+    /// logs and pid path) and runs `nginx -t` there; the running
+    /// configuration's files are never touched.
+    async fn nginx_test(
+        &self,
+        structure: &model::Structure,
+        certificates: &std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), String> {
+        let scratch = tempfile::Builder::new()
+            .prefix("admission-")
+            .tempdir()
+            .map_err(|e| format!("no scratch directory: {e}"))?;
+        let dir = scratch.path();
+        let ssl = dir.join("ssl");
+        let mut ctx = self.render.clone();
+        ctx.ssl_dir = ssl.display().to_string();
+        ctx.error_log = dir.join("error.log").display().to_string();
+        ctx.pid_file = dir.join("nginx.pid").display().to_string();
+        ctx.access_log = dir.join("access.log").display().to_string();
+        let text = self
+            .renderer
+            .render(structure, &ctx)
+            .map_err(|e| format!("rendering failed: {e:#}"))?;
+        crate::reload::write_certificates(&ssl, certificates).map_err(|e| format!("{e:#}"))?;
+        let conf = dir.join("nginx.conf");
+        std::fs::write(&conf, &text).map_err(|e| format!("writing the candidate: {e}"))?;
+        std::fs::create_dir_all(dir.join("logs")).map_err(|e| e.to_string())?;
+        let nginx = crate::nginx::Nginx::new(
+            self.nginx_binary.clone(),
+            dir.to_path_buf(),
+            conf.clone(),
+            crate::nginx::Mode::Supervised,
+        );
+        match nginx.test(&conf).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let msg = format!("{e:#}");
+                // nginx names the scratch file; the path means nothing to
+                // the user, the line's content does.
+                let line = offending_line(&msg, &text).unwrap_or_default();
+                Err(format!("nginx refuses the configuration: {msg}{line}"))
+            }
+        }
+    }
+}
+
+/// The rendered line nginx's message points at (`... nginx.conf:123`), to
+/// quote it in the denial.
+fn offending_line(message: &str, text: &str) -> Option<String> {
+    let at = message.rfind("nginx.conf:")? + "nginx.conf:".len();
+    let n: usize = message[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()?;
+    let line = text.lines().nth(n.checked_sub(1)?)?.trim();
+    Some(format!(" (the line: {line})"))
+}
+
+/// The webhook's HTTPS server: one task per connection (a slow TLS
+/// handshake cannot hold up the others), each bounded in time.
+pub mod server {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use anyhow::Context as _;
+    use axum::extract::State;
+    use axum::routing::post;
+    use axum::{Json, Router};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::service::TowerToHyperService;
+    use kube::core::admission::AdmissionReview;
+    use kube::core::DynamicObject;
+    use tokio_rustls::rustls;
+
+    use super::Validator;
+
+    async fn validate(
+        State(v): State<Arc<Validator>>,
+        Json(review): Json<AdmissionReview<DynamicObject>>,
+    ) -> Json<AdmissionReview<DynamicObject>> {
+        Json(v.review(review).await)
+    }
+
+    pub fn router(v: Arc<Validator>) -> Router {
+        // Any path: the chart registers `/networking/v1/ingresses`, as
+        // ingress-nginx's chart does.
+        Router::new()
+            .route("/networking/v1/ingresses", post(validate))
+            .route("/", post(validate))
+            .with_state(v)
+    }
+
+    pub fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<rustls::ServerConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .with_context(|| format!("reading {}", cert.display()))?
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("parsing {}", cert.display()))?;
+        let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading {}", key.display()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .context("the webhook's certificate and key do not match")?;
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(cfg)
+    }
+
+    /// Serves until the process ends.
+    pub async fn serve(listener: tokio::net::TcpListener, tls: rustls::ServerConfig, router: Router) {
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let acceptor = acceptor.clone();
+            let service = TowerToHyperService::new(router.clone());
+            tokio::spawn(async move {
+                let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "webhook TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+                let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .into_owned();
+                // The apiserver's own timeout is at most 30 s.
+                let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
+            });
+        }
+    }
+}

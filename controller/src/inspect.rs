@@ -1,0 +1,308 @@
+//! The inspection commands (`ingress-controller backends|certs|conf|status`),
+//! ingress-nginx's kubectl plugin in spirit: run inside the controller's
+//! container (`kubectl exec`), they read the module's API (with the token
+//! in `<conf-dir>/api-token`), the controller's `/metrics` and `/readyz`,
+//! and the files in the conf dir. Tables for people, `--output json` for
+//! scripts. Formatting is pure and tested; fetching is thin.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Left-aligned columns, two spaces apart, as `kubectl get` prints them.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// One row per backend: name, algorithm, endpoints (address:port, weight).
+pub fn backends_table(backends: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = backends
+        .iter()
+        .map(|b| {
+            let endpoints: Vec<String> = b["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    let addr = e["address"].as_str().unwrap_or("?");
+                    let port = e["port"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| e["port"].to_string());
+                    if addr.contains(':') {
+                        format!("[{addr}]:{port}")
+                    } else {
+                        format!("{addr}:{port}")
+                    }
+                })
+                .collect();
+            let algorithm = b["upstreamHashByConfig"]["upstream-hash-by"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(|h| format!("chash {h}"))
+                .or_else(|| b["load-balance"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "round_robin".into());
+            let canary = b["trafficShapingPolicy"]["weight"]
+                .as_i64()
+                .filter(|w| *w > 0)
+                .map(|w| format!("{w}%"))
+                .unwrap_or_else(|| "-".into());
+            vec![
+                b["name"].as_str().unwrap_or("?").to_string(),
+                algorithm,
+                canary,
+                endpoints.len().to_string(),
+                if endpoints.is_empty() {
+                    "-".into()
+                } else {
+                    endpoints.join(",")
+                },
+            ]
+        })
+        .collect();
+    table(&["NAME", "ALGORITHM", "CANARY", "N", "ENDPOINTS"], &rows)
+}
+
+/// What `certs` shows of one certificate file: never the key.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CertInfo {
+    pub file: String,
+    pub subject: String,
+    pub sans: Vec<String>,
+    pub not_after: String,
+    pub sha256: String,
+}
+
+/// Parses the first certificate of a PEM bundle (certificate chain + key,
+/// as the controller writes them).
+pub fn cert_info(file: &str, pem: &[u8]) -> anyhow::Result<CertInfo> {
+    let x509 = openssl::x509::X509::from_pem(pem).context("no PEM certificate")?;
+    let subject = x509
+        .subject_name()
+        .entries()
+        .map(|e| {
+            let key = e.object().nid().short_name().unwrap_or("?");
+            let value = e.data().to_string().unwrap_or_default();
+            format!("{key}={value}")
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let sans = x509
+        .subject_alt_names()
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| {
+                    n.dnsname().map(str::to_string).or_else(|| {
+                        n.ipaddress().and_then(|ip| match ip.len() {
+                            4 => Some(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(ip).ok()?).to_string()),
+                            16 => Some(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(ip).ok()?).to_string()),
+                            _ => None,
+                        })
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let digest = x509.digest(openssl::hash::MessageDigest::sha256())?;
+    Ok(CertInfo {
+        file: file.to_string(),
+        subject,
+        sans,
+        not_after: x509.not_after().to_string(),
+        sha256: digest.iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":"),
+    })
+}
+
+pub fn certs_table(certs: &[CertInfo]) -> String {
+    let rows: Vec<Vec<String>> = certs
+        .iter()
+        .map(|c| {
+            vec![
+                c.file.clone(),
+                c.sans.join(","),
+                c.not_after.clone(),
+                c.sha256.chars().take(23).collect(),
+            ]
+        })
+        .collect();
+    table(&["FILE", "HOSTS", "NOT AFTER", "SHA-256 (PREFIX)"], &rows)
+}
+
+/// The certificates in the controller's ssl directory, sorted by file.
+pub fn read_certs(ssl_dir: &Path) -> anyhow::Result<Vec<CertInfo>> {
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(ssl_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", ssl_dir.display())),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !name.ends_with(".pem") || name.starts_with('.') {
+            continue;
+        }
+        let pem = std::fs::read(entry.path())?;
+        match cert_info(&name, &pem) {
+            Ok(info) => out.push(info),
+            Err(e) => tracing::warn!(file = %name, error = %e, "unreadable certificate"),
+        }
+    }
+    out.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(out)
+}
+
+/// The `server { ... }` block(s) whose `server_name` names `host`, cut
+/// from a rendered nginx.conf by brace depth (the renderer quotes every
+/// value, so braces inside strings do not occur unescaped).
+pub fn server_blocks(conf: &str, host: &str) -> String {
+    let lines: Vec<&str> = conf.lines().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let trimmed = lines[i].trim_start();
+        if trimmed.starts_with("server {") || trimmed == "server{" {
+            let mut depth = 0i32;
+            let start = i;
+            let mut end = i;
+            for (j, l) in lines.iter().enumerate().skip(i) {
+                depth += l.matches('{').count() as i32 - l.matches('}').count() as i32;
+                end = j;
+                if depth <= 0 {
+                    break;
+                }
+            }
+            let block = &lines[start..=end];
+            let names = block
+                .iter()
+                .find(|l| l.trim_start().starts_with("server_name "))
+                .map(|l| l.trim().trim_start_matches("server_name").trim_end_matches(';'))
+                .unwrap_or("");
+            if names.split_whitespace().any(|n| n.trim_matches('"') == host) {
+                out.push_str(&block.join("\n"));
+                out.push('\n');
+            }
+            i = end + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Selected counters from the controller's OpenMetrics text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (key, value) = l.rsplit_once(' ')?;
+        let bare = key.split('{').next()?;
+        (bare == name).then(|| value.parse().ok()).flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tables_align_columns() {
+        let t = table(
+            &["NAME", "N"],
+            &[vec!["a".into(), "1".into()], vec!["longer".into(), "22".into()]],
+        );
+        assert_eq!(t, "NAME    N\na       1\nlonger  22\n");
+    }
+
+    #[test]
+    fn backends_show_algorithm_canary_and_endpoints() {
+        let b = vec![
+            json!({"name": "ns-web-80", "endpoints": [{"address": "10.0.0.1", "port": "80"}, {"address": "fd00::1", "port": "80"}]}),
+            json!({"name": "ns-c-80", "load-balance": "ewma", "trafficShapingPolicy": {"weight": 20}, "endpoints": []}),
+            json!({"name": "ns-h-80", "upstreamHashByConfig": {"upstream-hash-by": "$remote_addr"}, "endpoints": []}),
+        ];
+        let t = backends_table(&b);
+        assert!(t.contains("ns-web-80  round_robin"), "{t}");
+        assert!(t.contains("10.0.0.1:80,[fd00::1]:80"), "{t}");
+        assert!(t.contains("ewma"), "{t}");
+        assert!(t.contains("20%"), "{t}");
+        assert!(t.contains("chash $remote_addr"), "{t}");
+    }
+
+    #[test]
+    fn one_host_block_is_cut_from_the_conf() {
+        let conf = "http {\n  server {\n    server_name \"a.test\";\n    location / {\n    }\n  }\n  server {\n    server_name \"b.test\";\n  }\n}\n";
+        let a = server_blocks(conf, "a.test");
+        assert!(
+            a.contains("a.test") && a.contains("location /") && !a.contains("b.test"),
+            "{a}"
+        );
+        assert!(server_blocks(conf, "c.test").is_empty());
+    }
+
+    #[test]
+    fn certificates_are_described_without_keys() {
+        let key = openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
+        let mut name = openssl::x509::X509NameBuilder::new().unwrap();
+        name.append_entry_by_text("CN", "web.test").unwrap();
+        let name = name.build();
+        let mut b = openssl::x509::X509::builder().unwrap();
+        b.set_version(2).unwrap();
+        b.set_subject_name(&name).unwrap();
+        b.set_issuer_name(&name).unwrap();
+        b.set_pubkey(&key).unwrap();
+        b.set_not_before(&openssl::asn1::Asn1Time::days_from_now(0).unwrap())
+            .unwrap();
+        b.set_not_after(&openssl::asn1::Asn1Time::days_from_now(30).unwrap())
+            .unwrap();
+        let san = openssl::x509::extension::SubjectAlternativeName::new()
+            .dns("web.test")
+            .ip("192.0.2.7")
+            .build(&b.x509v3_context(None, None))
+            .unwrap();
+        b.append_extension(san).unwrap();
+        b.sign(&key, openssl::hash::MessageDigest::sha256()).unwrap();
+        let mut pem = b.build().to_pem().unwrap();
+        pem.extend(key.private_key_to_pem_pkcs8().unwrap());
+        let info = cert_info("web.pem", &pem).unwrap();
+        assert_eq!(info.subject, "CN=web.test");
+        assert_eq!(info.sans, ["web.test", "192.0.2.7"]);
+        assert_eq!(info.sha256.len(), 32 * 3 - 1);
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(!json.contains("PRIVATE"), "{json}");
+    }
+
+    #[test]
+    fn metrics_are_read_by_name() {
+        let text = "# HELP x\nfoo_total 3\nbar{a=\"b\"} 2.5\n";
+        assert_eq!(metric(text, "foo_total"), Some(3.0));
+        assert_eq!(metric(text, "bar"), Some(2.5));
+        assert_eq!(metric(text, "baz"), None);
+    }
+}
