@@ -37,7 +37,7 @@ pub struct Controller {
 pub type Answer = (u16, String);
 
 /// A harness-only argument: start without `--allow-local-endpoints`.
-const STRICT: &str = "--harness-strict-endpoints";
+pub const STRICT: &str = "--harness-strict-endpoints";
 
 impl Controller {
     /// Writes `files` into a fresh manifest directory, starts the controller
@@ -72,19 +72,27 @@ impl Controller {
 
     /// Starts on a cluster (a kubeconfig) and waits until ready.
     pub fn start_on_cluster(kubeconfig: &str, extra_args: &[&str]) -> Controller {
+        Self::start_on_cluster_as(kubeconfig, extra_args, "ingress-controller-e2e")
+    }
+
+    /// As [`Controller::start_on_cluster`], as the Pod `pod_name` (its
+    /// identity in leader election).
+    pub fn start_on_cluster_as(kubeconfig: &str, extra_args: &[&str], pod_name: &str) -> Controller {
+        let c = Self::spawn_on_cluster(kubeconfig, extra_args, pod_name);
+        c.wait_ready();
+        c
+    }
+
+    /// Starts on a cluster without waiting for readiness.
+    pub fn spawn_on_cluster(kubeconfig: &str, extra_args: &[&str], pod_name: &str) -> Controller {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeconfig");
         std::fs::write(&path, kubeconfig).unwrap();
         let source = ["--kubeconfig".to_string(), path.display().to_string()];
         let manifests = dir.path().join("unused");
         // As a Deployment's downward API would: RELOAD events go to this Pod.
-        let env = [
-            ("POD_NAME", "ingress-controller-e2e"),
-            ("POD_NAMESPACE", "ingress-nginx"),
-        ];
-        let c = Self::spawn_in(dir, manifests, &source, extra_args, &env);
-        c.wait_ready();
-        c
+        let env = [("POD_NAME", pod_name), ("POD_NAMESPACE", "ingress-nginx")];
+        Self::spawn_in(dir, manifests, &source, extra_args, &env)
     }
 
     fn spawn_in(
@@ -232,6 +240,43 @@ impl Controller {
             .ok()
     }
 
+    /// Sends `sig` to the controller process.
+    pub fn signal(&self, sig: libc::c_int) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on the process we started and have not reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        }
+    }
+
+    /// Whether the controller process has exited (reaping it if so).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// `/readyz`'s status code (0: no answer).
+    pub fn readyz(&self) -> u16 {
+        get_url(&format!("http://127.0.0.1:{}/readyz", self.metrics_port)).map_or(0, |(s, _)| s)
+    }
+
+    /// Runs an inspection subcommand against this controller (as
+    /// `kubectl exec ... ingress-controller <args>` would); returns (exit
+    /// success, stdout, stderr).
+    pub fn inspect(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(controller_binary())
+            .args(args)
+            .arg("--conf-dir")
+            .arg(self.dir.path().join("nginx"))
+            .args(["--api-port", &self.api_port.to_string()])
+            .args(["--metrics-address", &format!("127.0.0.1:{}", self.metrics_port)])
+            .output()
+            .expect("running ingress-controller");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// SIGTERM, as Kubernetes stops a pod; waits for a graceful exit.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
@@ -291,10 +336,15 @@ pub trait Cluster {
 /// Replaces Service `name`'s EndpointSlices (as [`service`] writes them)
 /// with one per port in `ports`.
 pub fn set_endpoints(api: &impl Cluster, name: &str, ports: &[u16]) {
+    set_endpoints_at(api, "127.0.0.1", name, ports);
+}
+
+/// As [`set_endpoints`], for upstreams on `address`.
+pub fn set_endpoints_at(api: &impl Cluster, address: &str, name: &str, ports: &[u16]) {
     for i in 0..8 {
         api.delete("EndpointSlice", "demo", &format!("{name}-{i}"));
     }
-    api.apply_yaml(&service(name, ports));
+    api.apply_yaml(&service_at(address, name, ports));
 }
 
 /// Alternates Service `web` between `ups[0]` and `ups[1..]` for `rounds`
@@ -313,7 +363,12 @@ pub fn alternate_endpoints(
         } else {
             vec![&ups[0]]
         };
-        set_endpoints(api, "web", &set.iter().map(|u| u.port).collect::<Vec<_>>());
+        set_endpoints_at(
+            api,
+            &ups[0].address,
+            "web",
+            &set.iter().map(|u| u.port).collect::<Vec<_>>(),
+        );
         let want: BTreeSet<String> = set.iter().map(|u| u.identity.clone()).collect();
         assert!(
             wait_until(timeout, || c.seen("web.test", "/", 6) == want),
@@ -354,6 +409,12 @@ pub fn request(port: u16, host: &str, path: &str) -> Option<Answer> {
 /// Manifests for one Service `name` in namespace `demo` with an
 /// EndpointSlice listing `ports` on 127.0.0.1.
 pub fn service(name: &str, ports: &[u16]) -> String {
+    service_at("127.0.0.1", name, ports)
+}
+
+/// As [`service`], for upstreams on `address` (the pod network's, on a
+/// real apiserver, which refuses loopback endpoints).
+pub fn service_at(address: &str, name: &str, ports: &[u16]) -> String {
     // One slice per endpoint: test upstreams differ by port, and an
     // EndpointSlice's ports apply to all of its endpoints.
     let mut out = format!(
@@ -361,7 +422,7 @@ pub fn service(name: &str, ports: &[u16]) -> String {
     );
     for (i, port) in ports.iter().enumerate() {
         out.push_str(&format!(
-            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  namespace: demo\n  name: {name}-{i}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"127.0.0.1\"]}}]\n"
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  namespace: demo\n  name: {name}-{i}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\nports: [{{name: http, port: {port}}}]\nendpoints: [{{addresses: [\"{address}\"]}}]\n"
         ));
     }
     out

@@ -1,17 +1,20 @@
 //! A real kube-apiserver with etcd, for the e2e suite's real tier.
 //!
-//! Both come from Debian's packages: etcd-server 3.4, and kube-apiserver
-//! 1.20.2 built from Debian bookworm's `kubernetes` source package by
-//! `tests/kube-apiserver/build.sh`, because no newer apiserver can be had
-//! offline here. 1.20 has no `discovery.k8s.io/v1`, so the built-in
-//! v1beta1 is switched off and EndpointSlice v1 is registered as a CRD with
-//! the same group, kind and fields; kube's typed client cannot tell.
+//! Kubernetes 1.36 (kube-apiserver, built from the Go module proxy) and
+//! etcd 3.5 (Debian sid's package), both put in a cache outside the clone
+//! by `tests/kube/build.sh`, with helm and kubectl. The apiserver serves the
+//! native `discovery.k8s.io/v1`; authorization is RBAC, so the controller
+//! runs with the chart's ServiceAccount and a token from the TokenRequest
+//! API, and only what the chart grants works.
 //!
 //! The apiserver binds 127.0.0.1 with TLS (a CA made here with openssl) and
-//! token authentication; etcd listens on loopback ports of its own.
+//! token authentication (a static admin token for the test's own calls,
+//! ServiceAccount tokens for the controller); etcd listens on loopback
+//! ports of its own. Status writes are recorded in an audit log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -19,6 +22,26 @@ use serde_json::{json, Value};
 use crate::free_port;
 
 const TOKEN: &str = "e2e-admin-token";
+
+/// `helm install ingress ... -n ingress-nginx`: the release the tests use.
+pub const RELEASE: &str = "ingress";
+pub const RELEASE_NAMESPACE: &str = "ingress-nginx";
+/// The chart's fullname for that release.
+pub const CHART_FULLNAME: &str = "ingress-dynamic-balancer";
+
+/// What the chart gives the controller.
+pub struct ChartIdentity {
+    pub kubeconfig: String,
+    pub token: String,
+    /// Flags as the chart's Deployment passes them.
+    pub args: Vec<String>,
+}
+
+impl ChartIdentity {
+    pub fn args(&self) -> Vec<&str> {
+        self.args.iter().map(String::as_str).collect()
+    }
+}
 
 pub struct RealApiServer {
     etcd: Child,
@@ -30,9 +53,55 @@ pub struct RealApiServer {
     agent: ureq::Agent,
 }
 
-/// `build/kube-apiserver/bin/kube-apiserver`, built by the script.
-pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/kube-apiserver/bin/kube-apiserver")
+/// The directory of the tier's binaries (kube-apiserver, etcd, helm,
+/// kubectl), built or found by `tests/kube/build.sh` once per process.
+pub fn tier_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kube/build.sh");
+        let out = Command::new(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("running tests/kube/build.sh");
+        assert!(out.status.success(), "tests/kube/build.sh failed (see above)");
+        let dir = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        let dir = PathBuf::from(dir);
+        assert!(
+            dir.join("kube-apiserver").exists(),
+            "no kube-apiserver in {}",
+            dir.display()
+        );
+        dir
+    })
+}
+
+/// `helm` from the tier.
+pub fn helm() -> Command {
+    Command::new(tier_bin().join("helm"))
+}
+
+/// The chart, rendered by `helm template` with `--set` values.
+pub fn helm_template(release: &str, namespace: &str, sets: &[&str]) -> String {
+    let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/dynamic-balancer");
+    let mut cmd = helm();
+    cmd.args(["template", release])
+        .arg(&chart)
+        .args(["--namespace", namespace]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().expect("helm");
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -64,18 +133,10 @@ fn collection(kind: &str, namespace: &str) -> String {
 }
 
 impl RealApiServer {
-    /// Builds kube-apiserver on first use (the script caches it), then
-    /// starts etcd and the apiserver.
+    /// Builds the tier on first use (the script caches it), then starts
+    /// etcd and the apiserver.
     pub fn start() -> RealApiServer {
-        let bin = binary();
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kube-apiserver/build.sh");
-        let status = Command::new(&script)
-            .status()
-            .expect("running tests/kube-apiserver/build.sh");
-        assert!(
-            status.success() && bin.exists(),
-            "building kube-apiserver failed (see above)"
-        );
+        let bin = tier_bin().join("kube-apiserver");
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         openssl(
@@ -135,10 +196,17 @@ impl RealApiServer {
         openssl(d, &["genrsa", "-out", "sa.key", "2048"]);
         openssl(d, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
         std::fs::write(d.join("tokens.csv"), format!("{TOKEN},e2e-admin,1,system:masters\n")).unwrap();
+        // Who writes Ingress status, and with which token (each
+        // TokenRequest token has its own credential id).
+        std::fs::write(
+            d.join("audit.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources:\n  - group: networking.k8s.io\n    resources: [ingresses/status]\n  verbs: [patch, update]\n- level: None\n",
+        )
+        .unwrap();
 
         let (client, peer, port) = (free_port(), free_port(), free_port());
         let log = |name: &str| std::fs::File::create(d.join(name)).unwrap();
-        let etcd = Command::new("etcd")
+        let etcd = Command::new(tier_bin().join("etcd"))
             .args(["--name", "e2e", "--data-dir"])
             .arg(d.join("etcd"))
             .args(["--listen-client-urls", &format!("http://127.0.0.1:{client}")])
@@ -150,7 +218,7 @@ impl RealApiServer {
             .stdout(log("etcd.log"))
             .stderr(log("etcd.log"))
             .spawn()
-            .expect("etcd (apt-get install etcd-server)");
+            .expect("etcd from tests/kube/build.sh");
         let path = |f: &str| d.join(f).display().to_string();
         let command: Vec<String> = [
             bin.display().to_string(),
@@ -167,7 +235,8 @@ impl RealApiServer {
             format!("--service-account-key-file={}", path("sa.pub")),
             format!("--service-account-signing-key-file={}", path("sa.key")),
             "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--runtime-config=discovery.k8s.io/v1beta1=false".into(),
+            format!("--audit-policy-file={}", path("audit.yaml")),
+            format!("--audit-log-path={}", path("audit.log")),
             "--enable-priority-and-fairness=false".into(),
         ]
         .into();
@@ -192,7 +261,6 @@ impl RealApiServer {
             agent,
         };
         server.wait_ready();
-        server.register_endpointslice_crd();
         server
     }
 
@@ -213,12 +281,23 @@ impl RealApiServer {
         format!("https://127.0.0.1:{}{path}", self.port)
     }
 
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.call_with(TOKEN, method, path, body, "application/json")
+    }
+
+    pub fn call_with(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        content_type: &str,
+    ) -> (u16, Value) {
         let req = ureq::http::Request::builder()
             .method(method)
             .uri(self.url(path))
-            .header("Authorization", format!("Bearer {TOKEN}"))
-            .header("Content-Type", "application/json")
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", content_type)
             .body(body.map(Value::to_string).unwrap_or_default())
             .unwrap();
         match self.agent.run(req) {
@@ -243,44 +322,121 @@ impl RealApiServer {
         }
     }
 
-    fn register_endpointslice_crd(&self) {
-        let crd = json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": "endpointslices.discovery.k8s.io",
-                         "annotations": {"api-approved.kubernetes.io": "unapproved, e2e stand-in for the built-in v1"}},
-            "spec": {
-                "group": "discovery.k8s.io",
-                "scope": "Namespaced",
-                "names": {"plural": "endpointslices", "singular": "endpointslice", "kind": "EndpointSlice", "listKind": "EndpointSliceList"},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                              "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-            }
-        });
-        let (code, body) = self.call(
-            "POST",
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            Some(&crd),
-        );
-        assert!(code == 201 || code == 409, "CRD: {code} {body}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.call("GET", "/apis/discovery.k8s.io/v1/endpointslices", None).0 != 200 {
-            assert!(
-                Instant::now() < deadline,
-                "the EndpointSlice CRD was not served:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    /// A kubeconfig with the CA file and the admin's bearer token.
+    pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with_token(TOKEN)
     }
 
-    /// A kubeconfig with the CA file and the bearer token.
-    pub fn kubeconfig(&self) -> String {
+    /// A kubeconfig for any bearer token.
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster: {{server: \"https://127.0.0.1:{}\", certificate-authority: \"{}\"}}\nusers:\n- name: admin\n  user: {{token: {TOKEN}}}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: admin}}\ncurrent-context: e2e\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster: {{server: \"https://127.0.0.1:{}\", certificate-authority: \"{}\"}}\nusers:\n- name: user\n  user: {{token: {token}}}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: user}}\ncurrent-context: e2e\n",
             self.port,
             self.dir.path().join("ca.crt").display()
         )
+    }
+
+    /// Installs the chart's objects as `helm install ingress -n ingress-nginx`
+    /// would (the webhook off unless `sets` turns it on), and returns the
+    /// controller's identity: a kubeconfig with a token of the chart's
+    /// ServiceAccount, and the flags the chart's Deployment passes.
+    pub fn install_chart(&self, sets: &[&str]) -> ChartIdentity {
+        let mut all = vec!["controller.admissionWebhooks.enabled=false"];
+        all.extend_from_slice(sets);
+        let yaml = helm_template(RELEASE, RELEASE_NAMESPACE, &all);
+        self.kubectl(&["create", "namespace", RELEASE_NAMESPACE], None);
+        self.apply_manifests(&yaml);
+        let token = self.service_account_token(RELEASE_NAMESPACE, CHART_FULLNAME);
+        ChartIdentity {
+            kubeconfig: self.kubeconfig_with_token(&token),
+            token,
+            args: vec![
+                format!("--configmap={RELEASE_NAMESPACE}/{CHART_FULLNAME}-controller"),
+                format!("--election-id={CHART_FULLNAME}-leader"),
+                "--ingress-class=nginx".into(),
+                "--controller-class=k8s.io/ingress-nginx".into(),
+            ],
+        }
+    }
+
+    /// The admin kubeconfig as a file, for kubectl.
+    pub fn kubeconfig_file(&self) -> PathBuf {
+        let path = self.dir.path().join("admin.kubeconfig");
+        if !path.exists() {
+            std::fs::write(&path, self.kubeconfig()).unwrap();
+        }
+        path
+    }
+
+    /// Runs the tier's kubectl as admin; returns (success, stdout + stderr).
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+        use std::io::Write as _;
+        let mut child = Command::new(tier_bin().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_file())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    /// `kubectl apply --server-side` of a YAML stream: a server-side dry run
+    /// first (every object validated, nothing stored), then for real.
+    pub fn apply_manifests(&self, yaml: &str) {
+        for dry in [true, false] {
+            let mut args = vec!["apply", "--server-side", "--field-manager=e2e", "-f", "-"];
+            if dry {
+                args.push("--dry-run=server");
+            }
+            let (ok, out) = self.kubectl(&args, Some(yaml));
+            assert!(ok, "kubectl {args:?}:\n{out}");
+        }
+    }
+
+    /// A token for a ServiceAccount from the TokenRequest API, as the
+    /// kubelet mounts one into a Pod.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        let (code, body) = self.call(
+            "POST",
+            &format!("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"),
+            Some(
+                &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                         "spec": {"expirationSeconds": 3600}}),
+            ),
+        );
+        assert_eq!(code, 201, "TokenRequest for {namespace}/{name}: {body}");
+        body["status"]["token"].as_str().unwrap().to_string()
+    }
+
+    /// A call with another identity's token: (status, body).
+    pub fn call_as(&self, token: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.call_with(token, method, path, body, "application/json")
+    }
+
+    /// The object at `path` (admin).
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, None)
+    }
+
+    /// The audit log's events (JSON lines).
+    pub fn audit_events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// Creates or replaces an object, creating its namespace first.

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod controller;
 pub mod kube_apiserver;
 pub mod nginx;
+pub mod pod_network;
 pub mod process;
 pub mod upstream;
 

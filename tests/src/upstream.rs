@@ -12,6 +12,8 @@ use std::time::Duration;
 use tiny_http::{Header, Response, Server};
 
 pub struct Upstream {
+    /// The address it listens on (127.0.0.1, ::1, or the pod address).
+    pub address: String,
     pub port: u16,
     pub identity: String,
     server: Arc<Server>,
@@ -29,6 +31,25 @@ impl Upstream {
     /// Listens on `[::1]`.
     pub fn start_v6() -> Upstream {
         Self::start_on(true, Duration::ZERO, None)
+    }
+
+    /// Listens on the pod network's address (see [`crate::pod_network`]),
+    /// which a real apiserver accepts in an EndpointSlice.
+    pub fn start_in_pod_network() -> Upstream {
+        let (server, port) = loop {
+            let port = crate::free_port();
+            let addr = format!("{}:{port}", crate::pod_network::POD_IP);
+            if let Ok(server) = crate::pod_network::inside(move || Server::http(addr).map_err(|e| e.to_string())) {
+                break (Arc::new(server), port);
+            }
+        };
+        Self::serve(
+            server,
+            crate::pod_network::POD_IP.to_string(),
+            port,
+            format!("pod-{port}"),
+            Duration::ZERO,
+        )
     }
 
     /// Answers every request after `delay` (each request on its own thread,
@@ -59,6 +80,11 @@ impl Upstream {
         } else {
             format!("up-{port}")
         };
+        let address = if ipv6 { "::1" } else { "127.0.0.1" };
+        Self::serve(server, address.to_string(), port, identity, delay)
+    }
+
+    fn serve(server: Arc<Server>, address: String, port: u16, identity: String, delay: Duration) -> Upstream {
         let hits = Arc::new(AtomicUsize::new(0));
         let peers = Arc::new(Mutex::new(Vec::new()));
         let thread = {
@@ -83,6 +109,7 @@ impl Upstream {
             })
         };
         Upstream {
+            address,
             port,
             identity,
             server,
@@ -94,12 +121,7 @@ impl Upstream {
 
     /// `{"address": .., "port": ".."}` as ingress-nginx sends it.
     pub fn endpoint(&self) -> serde_json::Value {
-        let address = if self.identity.starts_with("up6-") {
-            "::1"
-        } else {
-            "127.0.0.1"
-        };
-        serde_json::json!({"address": address, "port": self.port.to_string()})
+        serde_json::json!({"address": self.address, "port": self.port.to_string()})
     }
 
     pub fn hits(&self) -> usize {
