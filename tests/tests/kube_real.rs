@@ -184,6 +184,17 @@ fn the_chart_applies_to_kubernetes_1_36() {
         assert!(out.contains(want), "{want} missing:\n{out}");
     }
 
+    // The static manifests (their own namespace, every object) apply too.
+    let static_yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/static/dynamic-balancer.yaml"
+    ))
+    .unwrap();
+    // A server-side dry run does not create the Namespace its first
+    // document declares, so the namespaced objects need it beforehand.
+    api.kubectl(&["create", "namespace", "dynamic-balancer"], None);
+    api.apply_manifests(&static_yaml);
+
     // The ServiceMonitor needs the Prometheus Operator's CRD, which this
     // apiserver does not have: rendered and checked, not applied.
     let sm = tests::kube_apiserver::helm_template(
@@ -205,6 +216,33 @@ fn the_chart_applies_to_kubernetes_1_36() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Deployment or DaemonSet"));
+}
+
+/// `deploy/static/` is what `deploy/static/render.sh` makes of the chart
+/// now: a change to the chart without rendering again fails here.
+#[test]
+fn static_manifests_match_the_chart() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("fresh.yaml");
+    let out = std::process::Command::new(format!("{root}/deploy/static/render.sh"))
+        .env("STATIC_OUT", &fresh)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let committed = std::fs::read_to_string(format!("{root}/deploy/static/dynamic-balancer.yaml")).unwrap();
+    let fresh = std::fs::read_to_string(&fresh).unwrap();
+    if committed != fresh {
+        let first = committed
+            .lines()
+            .zip(fresh.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(committed.lines().count().min(fresh.lines().count()));
+        panic!(
+            "deploy/static/dynamic-balancer.yaml drifted from the chart (first difference at line {}): run deploy/static/render.sh",
+            first + 1
+        );
+    }
 }
 
 /// What the chart's identity may not do: write Ingress specs, read single
