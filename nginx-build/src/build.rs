@@ -177,14 +177,20 @@ fn nginx_source_conf(objs: &Path) -> Option<PathBuf> {
 }
 
 fn install_debian_packages() -> Result<(), String> {
+    install_packages(DEBIAN_PACKAGES)
+}
+
+/// Installs the Debian packages of `packages` that are missing (apt-get,
+/// as root or through sudo).
+pub fn install_packages(packages: &[&str]) -> Result<(), String> {
     if !Path::new("/usr/bin/dpkg-query").exists() {
         eprintln!(
             "nginx-build: not a Debian system; make sure these are installed: {}",
-            DEBIAN_PACKAGES.join(" ")
+            packages.join(" ")
         );
         return Ok(());
     }
-    let missing: Vec<&str> = DEBIAN_PACKAGES
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| {

@@ -10,6 +10,9 @@
 //!   directory (`controller/manifests/demo`), which runs nginx with the
 //!   module, with three demo upstreams, until Ctrl-C.
 //! - `paths` prints where the artifacts are.
+//! - `image` builds everything, then the OCI image
+//!   (`build/image/ingress-controller-<version>.oci.tar`, see `image.rs`);
+//!   `image --assemble-only` makes the image from what is already built.
 //! - `asan` builds nginx and the module with AddressSanitizer into
 //!   `build/nginx-asan`; `asan-test [TESTS...]` also runs the end-to-end
 //!   suites against them and fails on any sanitizer report.
@@ -17,6 +20,7 @@
 mod asan;
 mod build;
 mod demo;
+mod image;
 
 use std::process::ExitCode;
 
@@ -28,12 +32,16 @@ fn main() -> ExitCode {
             build::Artifacts::locate().print();
             Ok(())
         }
+        Some("image") if args.get(1).map(String::as_str) == Some("--assemble-only") => {
+            image::assemble_and_commit().map(|i| i.print())
+        }
+        Some("image") => image::build().map(|i| i.print()),
         Some("demo") => build::build().and_then(|a| demo::run(&a, &args[1..])),
         Some("asan") => build::build_variant(build::Variant::Asan).map(|a| a.print()),
         Some("asan-test") => build::build_variant(build::Variant::Asan).and_then(|a| asan::test(&a, &args[1..])),
         Some("-h" | "--help") => {
             println!(
-                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | asan | asan-test [TESTS...]]"
+                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | asan | asan-test [TESTS...]]"
             );
             Ok(())
         }

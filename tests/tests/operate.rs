@@ -79,7 +79,7 @@ fn sigterm_drains_then_stops_without_failing_requests_in_flight() {
         "requests in flight at SIGTERM failed: {:?}\n{}",
         answers
             .iter()
-            .filter(|a| !a.as_ref().is_some_and(|(s, _)| *s == 200))
+            .filter(|a| a.as_ref().is_none_or(|(s, _)| *s != 200))
             .collect::<Vec<_>>(),
         c.log()
     );
