@@ -15,6 +15,7 @@ pub mod events;
 pub mod ingress_status;
 pub mod inspect;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod nginx;

@@ -26,6 +26,11 @@ use tokio::sync::watch;
 
 use cli::{Args, LogFormat};
 
+/// See `controller::memory`: RSS at 10,000 Ingresses 175 MB instead of
+/// glibc's 270 MB.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let mut args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());

@@ -280,6 +280,8 @@ pub async fn task(shared: Arc<Shared>, mut models: watch::Receiver<Arc<Model>>, 
                 if !shared.ready.swap(true, Ordering::AcqRel) {
                     tracing::info!(backends = model.backends.len(), "first configuration applied; ready");
                 }
+                // The request bodies of a full push are gone.
+                crate::memory::release_free_memory();
             }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "pushing backends failed; will retry with a full push");

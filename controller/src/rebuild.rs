@@ -52,7 +52,10 @@ pub async fn task(
         }
         reported = now;
         shared.metrics.invalid_values.set(model.problems.len() as i64);
-        models.send_replace(Arc::new(model));
+        // The previous model is dropped here (unless a task still holds
+        // it): give its pages back.
+        drop(models.send_replace(Arc::new(model)));
+        crate::memory::release_free_memory();
         tokio::select! {
             r = snapshots.changed() => if r.is_err() { return },
             r = quarantine.changed() => if r.is_err() { return },

@@ -422,6 +422,7 @@ pub async fn task(
                     r.referenced = referenced;
                 });
                 applied = Some(structure);
+                crate::memory::release_free_memory();
                 applied_prints = model.fingerprints.clone();
                 failed = None;
                 if let Some(events) = shared.events.clone() {

@@ -22,7 +22,10 @@ pub struct ManifestDir {
     dir: PathBuf,
     /// `namespace/name` of the controller's ConfigMap.
     config_map: (String, String),
-    last_good: BTreeMap<PathBuf, Vec<Value>>,
+    /// The text of each file's last successful parse. Text, not parsed
+    /// documents: a generic JSON tree of 10,000 Ingresses costs several
+    /// times their typed form, and it is needed only when a file breaks.
+    last_good: BTreeMap<PathBuf, String>,
 }
 
 fn is_manifest(p: &Path) -> bool {
@@ -67,23 +70,37 @@ impl ManifestDir {
         };
         files.sort();
         self.last_good.retain(|p, _| files.contains(p));
-        for path in &files {
-            match std::fs::read_to_string(path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| parse_text(&text))
-            {
-                Ok(docs) => {
-                    self.last_good.insert(path.clone(), docs);
-                }
-                Err(e) => problems.push(format!("{}: {e}; keeping its last good contents", path.display())),
-            }
-        }
         let mut snap = Snapshot::default();
         let mut order = 0i64;
-        for (path, docs) in &self.last_good {
+        for path in &files {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) => {
+                    problems.push(format!("{}: {e}; keeping its last good contents", path.display()));
+                    match self.last_good.get(path) {
+                        Some(t) => t.clone(),
+                        None => continue,
+                    }
+                }
+            };
+            let docs = match parse_text(&text) {
+                Ok(docs) => {
+                    self.last_good.insert(path.clone(), text);
+                    docs
+                }
+                Err(e) => {
+                    problems.push(format!("{}: {e}; keeping its last good contents", path.display()));
+                    match self.last_good.get(path).map(|t| parse_text(t)) {
+                        Some(Ok(docs)) => docs,
+                        _ => continue,
+                    }
+                }
+            };
+            // Each document moves into its typed object; no generic tree
+            // outlives this loop.
             for doc in docs {
                 order += 1;
-                if let Err(e) = add_document(&mut snap, doc.clone(), order, &self.config_map) {
+                if let Err(e) = add_document(&mut snap, doc, order, &self.config_map) {
                     problems.push(format!("{}: {e}", path.display()));
                 }
             }

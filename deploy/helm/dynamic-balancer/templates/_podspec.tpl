@@ -50,6 +50,9 @@ spec:
         {{- if $c.watchIngressWithoutClass }}
         - --watch-ingress-without-class
         {{- end }}
+        {{- if $c.allowSnippetAnnotations }}
+        - --allow-snippet-annotations
+        {{- end }}
         {{- if $c.scope.enabled }}
         - --watch-namespace={{ include "db.watchNamespace" . }}
         {{- end }}
