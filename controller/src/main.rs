@@ -263,19 +263,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 format!("{}-{}", host.trim(), std::process::id())
             });
             let cfg = leader::LeaseConfig::from_ttl(namespace, args.election_id.clone(), identity, args.election_ttl);
-            tokio::spawn(leader::run(client.clone(), cfg.clone(), leading_tx));
+            let elector = tokio::spawn(leader::run(client.clone(), cfg.clone(), leading_tx));
             let status_opts = ingress_status::StatusOptions {
                 publish: publish.clone(),
                 class: settings.build.class.clone(),
                 period: Duration::from_secs(60),
             };
-            tokio::spawn(ingress_status::task(
+            let status_task = tokio::spawn(ingress_status::task(
                 client.clone(),
                 status_opts.clone(),
                 rx.clone(),
                 leading_rx.clone(),
             ));
-            Some((client.clone(), cfg, status_opts))
+            Some(Election {
+                client: client.clone(),
+                lease: cfg,
+                status: status_opts,
+                tasks: [elector, status_task],
+            })
         }
         None => None,
     };
@@ -294,6 +299,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Leader election and the status task, in cluster mode.
+struct Election {
+    client: kube::Client,
+    lease: leader::LeaseConfig,
+    status: ingress_status::StatusOptions,
+    tasks: [tokio::task::JoinHandle<()>; 2],
+}
+
 /// The graceful stop, in the order a rolling update needs: /readyz fails
 /// at once (endpoints and load balancers stop sending new connections)
 /// while nginx keeps serving for `--shutdown-grace-period`; then the leader
@@ -304,7 +317,7 @@ async fn shutdown(
     args: &Args,
     reason: &str,
     shared: &Shared,
-    election: Option<(kube::Client, leader::LeaseConfig, ingress_status::StatusOptions)>,
+    election: Option<Election>,
     leading: watch::Receiver<bool>,
     snapshots: watch::Receiver<Arc<Snapshot>>,
 ) {
@@ -314,14 +327,19 @@ async fn shutdown(
     );
     shared.stopping.store(true, Ordering::Release);
     tokio::time::sleep(args.shutdown_grace_period).await;
-    if let Some((client, cfg, status_opts)) = election {
+    if let Some(e) = election {
+        // Neither may act after this point: the status task would publish
+        // again what is cleared, the elector take back the Lease.
+        for task in &e.tasks {
+            task.abort();
+        }
         if *leading.borrow() {
-            if args.update_status_on_shutdown && status_opts.publish.is_some() {
+            if args.update_status_on_shutdown && e.status.publish.is_some() {
                 let snap = snapshots.borrow().clone();
-                ingress_status::clear_on_shutdown(&client, &status_opts, &snap).await;
+                ingress_status::clear_on_shutdown(&e.client, &e.status, &snap).await;
             }
-            let api = kube::Api::namespaced(client, &cfg.namespace);
-            leader::release(&api, &cfg).await;
+            let api = kube::Api::namespaced(e.client, &e.lease.namespace);
+            leader::release(&api, &e.lease).await;
         }
     }
     let timeout = Duration::from_secs(shared.worker_shutdown_timeout.load(Ordering::Acquire)) + Duration::from_secs(5);

@@ -457,6 +457,24 @@ fn one_leader_writes_status_and_another_takes_over() {
     let mut runs = writers.clone();
     runs.dedup();
     assert!(runs.len() <= 2, "status writers interleaved: {writers:?}");
+
+    // The last replica stops gracefully (--update-status-on-shutdown, on by
+    // default): it empties the status it published and hands the Lease
+    // back; the other class's Ingress is still untouched.
+    let alive = if leader == "ctl-a" { &mut b } else { &mut a };
+    alive.signal(libc::SIGTERM);
+    assert!(
+        wait_until(Duration::from_secs(15), || alive.exited().is_some()),
+        "{}",
+        alive.log()
+    );
+    assert!(
+        published(&api, "web").is_empty() && published(&api, "two").is_empty(),
+        "{:?}\n{}",
+        published(&api, "web"),
+        alive.log()
+    );
+    assert_eq!(lease_holder(&api), None, "the Lease is released");
 }
 
 /// The apiserver calls the webhook (TLS, certificate from `certgen`, CA
