@@ -46,6 +46,8 @@ impl ChartIdentity {
 pub struct RealApiServer {
     etcd: Child,
     apiserver: Child,
+    /// kube-controller-manager, when a test asked for it.
+    controller_manager: Option<Child>,
     /// How the apiserver was started, for [`RealApiServer::restart`].
     command: Vec<String>,
     dir: tempfile::TempDir,
@@ -128,6 +130,7 @@ fn collection(kind: &str, namespace: &str) -> String {
         "ConfigMap" => ns("/api/v1", "configmaps"),
         "EndpointSlice" => ns("/apis/discovery.k8s.io/v1", "endpointslices"),
         "Namespace" => "/api/v1/namespaces".into(),
+        "Pod" => ns("/api/v1", "pods"),
         other => panic!("no collection for {other}"),
     }
 }
@@ -255,6 +258,7 @@ impl RealApiServer {
         let server = RealApiServer {
             etcd,
             apiserver,
+            controller_manager: None,
             command,
             dir,
             port,
@@ -262,6 +266,36 @@ impl RealApiServer {
         };
         server.wait_ready();
         server
+    }
+
+    /// Starts kube-controller-manager 1.36 with the controllers that make
+    /// EndpointSlices from Services and Pods (`endpointslice`) and give
+    /// every namespace its `default` ServiceAccount (`serviceaccount`), so
+    /// that Pods can be created. There is no kubelet: a test sets a Pod's
+    /// IP and readiness through its `status` subresource, as a kubelet
+    /// would.
+    pub fn start_controller_manager(&mut self) {
+        let d = self.dir.path();
+        let log = std::fs::File::create(d.join("kcm.log")).unwrap();
+        let child = Command::new(tier_bin().join("kube-controller-manager"))
+            .arg(format!("--kubeconfig={}", self.kubeconfig_file().display()))
+            .args([
+                "--controllers=endpointslice,serviceaccount",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--concurrent-service-endpoint-syncs=2",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("kube-controller-manager");
+        self.controller_manager = Some(child);
+    }
+
+    pub fn controller_manager_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kcm.log")).unwrap_or_default()
     }
 
     /// Stops the apiserver and starts it again on the same etcd and port:
@@ -488,6 +522,10 @@ fn spawn_apiserver(command: &[String], dir: &Path) -> Child {
 
 impl Drop for RealApiServer {
     fn drop(&mut self) {
+        if let Some(kcm) = self.controller_manager.as_mut() {
+            let _ = kcm.kill();
+            let _ = kcm.wait();
+        }
         for child in [&mut self.apiserver, &mut self.etcd] {
             let _ = child.kill();
             let _ = child.wait();

@@ -52,6 +52,20 @@ impl Upstream {
         )
     }
 
+    /// Listens on `ip:port` in the pod network (one of
+    /// [`crate::pod_network::POD_IPS`]); `None` if the port is taken there.
+    pub fn start_on_pod_ip(ip: &str, port: u16) -> Option<Upstream> {
+        let addr = format!("{ip}:{port}");
+        let server = crate::pod_network::inside(move || Server::http(addr).map_err(|e| e.to_string())).ok()?;
+        Some(Self::serve(
+            Arc::new(server),
+            ip.to_string(),
+            port,
+            format!("pod-{ip}"),
+            Duration::ZERO,
+        ))
+    }
+
     /// Answers every request after `delay` (each request on its own thread,
     /// so slow answers overlap, as a stalled pod's would).
     pub fn start_slow(delay: Duration) -> Upstream {

@@ -657,3 +657,101 @@ fn the_admission_webhook_refuses_bad_ingresses() {
     );
     assert_eq!(code, 201, "{body}");
 }
+
+/// EndpointSlices made by kube-controller-manager 1.36 from a Service's
+/// selector and real Pod objects, whose IP and readiness are set through
+/// the `status` subresource as a kubelet sets them: traffic follows Pod
+/// readiness and deletion, with no reload.
+#[test]
+fn endpoint_slices_from_pods_follow_readiness() {
+    use tests::pod_network::POD_IPS;
+    let mut api = RealApiServer::start();
+    api.start_controller_manager();
+    let id = api.install_chart(&[]);
+    let ips = &POD_IPS[4..7];
+    // One port free on the three pod addresses: the Service's targetPort.
+    let (port, pods) = (0..50)
+        .find_map(|_| {
+            let port = tests::free_port();
+            let ups: Vec<Upstream> = ips
+                .iter()
+                .filter_map(|ip| Upstream::start_on_pod_ip(ip, port))
+                .collect();
+            (ups.len() == ips.len()).then_some((port, ups))
+        })
+        .expect("a port free on every pod address");
+    let (code, body) = api.call(
+        "POST",
+        "/api/v1/nodes",
+        Some(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}})),
+    );
+    assert_eq!(code, 201, "{body}");
+    api.apply_yaml(INGRESS_CLASS);
+    api.apply_yaml(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{namespace: demo, name: web}}\nspec:\n  selector: {{app: web}}\n  ports: [{{name: http, port: 80, targetPort: {port}}}]\n"
+    ));
+    api.apply_yaml(&ingress("web", "web.test", "/", "web", &[]));
+    // The serviceaccount controller gives the namespace its default
+    // ServiceAccount, without which no Pod is admitted.
+    assert!(
+        wait_until(Duration::from_secs(30), || api
+            .get("/api/v1/namespaces/demo/serviceaccounts/default")
+            .0
+            == 200),
+        "{}",
+        api.controller_manager_log()
+    );
+    let set_ready = |name: &str, ip: &str, ready: bool| {
+        let status = json!({"status": {
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": tests::pod_network::NODE_IP,
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+        }});
+        let (code, body) = api.call_with(
+            "e2e-admin-token",
+            "PATCH",
+            &format!("/api/v1/namespaces/demo/pods/{name}/status"),
+            Some(&status),
+            "application/merge-patch+json",
+        );
+        assert_eq!(code, 200, "{body}");
+    };
+    for (i, ip) in ips.iter().enumerate() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("web-{i}"), "namespace": "demo", "labels": {"app": "web"}},
+            "spec": {"nodeName": "node-1", "automountServiceAccountToken": false,
+                     "containers": [{"name": "web", "image": "registry.example/web:1",
+                                     "ports": [{"name": "http", "containerPort": port}]}]}});
+        let (code, body) = api.call("POST", "/api/v1/namespaces/demo/pods", Some(&pod));
+        assert_eq!(code, 201, "{body}");
+        set_ready(&format!("web-{i}"), ip, true);
+    }
+    let c = Controller::start_on_cluster(&id.kubeconfig, &flags(&id, &[]));
+    let all: BTreeSet<String> = pods.iter().map(|u| u.identity.clone()).collect();
+    assert!(
+        wait_until(Duration::from_secs(30), || c.seen("web.test", "/", 12) == all),
+        "{:?}\n{}\n{}",
+        c.seen("web.test", "/", 12),
+        c.log(),
+        api.controller_manager_log()
+    );
+
+    // A Pod turns unready: its endpoint leaves the slice, traffic follows.
+    set_ready("web-1", ips[1], false);
+    let without_1: BTreeSet<String> = [&pods[0], &pods[2]].iter().map(|u| u.identity.clone()).collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || c.seen("web.test", "/", 12) == without_1),
+        "{}",
+        c.log()
+    );
+    // Ready again, then another Pod is deleted.
+    set_ready("web-1", ips[1], true);
+    assert!(wait_until(Duration::from_secs(20), || c.seen("web.test", "/", 12) == all));
+    api.delete("Pod", "demo", "web-2");
+    let without_2: BTreeSet<String> = pods[..2].iter().map(|u| u.identity.clone()).collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || c.seen("web.test", "/", 12) == without_2),
+        "{}",
+        c.log()
+    );
+    assert_eq!(c.reloads(), 1.0, "Pod churn never reloads");
+}
