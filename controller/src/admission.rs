@@ -5,12 +5,22 @@
 //! current cluster state with the candidate Ingress in place, then
 //! `nginx -t` on the rendered configuration, all within a time budget. An
 //! Ingress is denied, with the reason, when:
-//! - any of its values is refused by the model (an annotation out of range,
-//!   a snippet while snippets are off, a path nginx cannot take, a host or
-//!   path another Ingress already owns): the running controller would
-//!   ignore it and report it, so refusing it up front is the kinder answer;
+//! - the model refuses one of its values ([`refuses`]: an annotation out of
+//!   range, a snippet while snippets are off, a host, path or service
+//!   reference nginx cannot take, a host and path another Ingress already
+//!   owns): the running controller would drop it and report it, so refusing
+//!   it up front is the kinder answer;
 //! - nginx refuses the configuration with it, which the running controller
 //!   would answer with a quarantine.
+//!
+//! What ingress-nginx admits stays admitted, even where this controller
+//! only logs it: annotations it does not implement (a migration must not be
+//! blocked by them), TLS Secrets that do not exist yet (cert-manager creates
+//! them after the Ingress), canaries waiting for their primary. The one
+//! exception is access control this controller does not implement
+//! (`auth-url`, `auth-type`, ...): such an Ingress fails closed, every path
+//! answering 503, so it is refused with that reason rather than admitted
+//! into an outage.
 //!
 //! This complements the quarantine of the structural path: nothing that
 //! passed admission can block reloads, and an Ingress created while the
@@ -119,7 +129,7 @@ impl Validator {
         let refused: Vec<String> = model
             .problems
             .iter()
-            .filter(|p| p.object == object)
+            .filter(|p| p.object == object && refuses(p))
             .map(|p| format!("{}: {}", p.what, p.reason))
             .collect();
         if !refused.is_empty() {
@@ -177,6 +187,19 @@ impl Validator {
     }
 }
 
+/// Whether a problem the model reports about an Ingress refuses it at
+/// admission (see the module docs); the others are admitted and reported
+/// as the running controller reports them.
+pub fn refuses(report: &model::Report) -> bool {
+    let reason = report.reason.as_str();
+    let pending_or_unsupported = reason.starts_with("not supported by this controller")
+        || reason.starts_with("ignored: it needs")
+        || reason.starts_with("resource backends are not supported")
+        || report.what == "spec.tls.secretName"
+        || report.what == "canary";
+    !pending_or_unsupported
+}
+
 /// The rendered line nginx's message points at (`... nginx.conf:123`), to
 /// quote it in the denial.
 fn offending_line(message: &str, text: &str) -> Option<String> {
@@ -189,6 +212,63 @@ fn offending_line(message: &str, text: &str) -> Option<String> {
         .ok()?;
     let line = text.lines().nth(n.checked_sub(1)?)?.trim();
     Some(format!(" (the line: {line})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(what: &str, reason: &str) -> model::Report {
+        model::Report {
+            object: "Ingress demo/web".into(),
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn refused_values_deny_and_what_ingress_nginx_admits_passes() {
+        for denied in [
+            report(
+                "nginx.ingress.kubernetes.io/proxy-read-timeout",
+                "not a number of seconds: \"soon\"",
+            ),
+            report(
+                "spec.rules",
+                "host a.test path / (Prefix) is already served by Ingress demo/other; ignored",
+            ),
+            report("spec.rules.http.paths.path", "a path must start with /"),
+            report("backend", "invalid service reference \"Bad_Name\""),
+            report(
+                "nginx.ingress.kubernetes.io/auth-url",
+                "access control is not implemented by this controller: the Ingress fails closed (its paths answer 503) until the annotation is removed",
+            ),
+        ] {
+            assert!(refuses(&denied), "{denied}");
+        }
+        for admitted in [
+            report(
+                "nginx.ingress.kubernetes.io/proxy-buffer-size",
+                "not supported by this controller; ignored",
+            ),
+            report(
+                "nginx.ingress.kubernetes.io/session-cookie-name",
+                "ignored: it needs affinity: cookie",
+            ),
+            report("spec.tls.secretName", "Secret demo/web-tls: not found"),
+            report("canary", "no primary Ingress serves host a.test path /; canary ignored"),
+        ] {
+            assert!(!refuses(&admitted), "{admitted}");
+        }
+    }
+
+    #[test]
+    fn the_offending_line_is_quoted() {
+        let text = "events {}\nhttp {\n    bogus on;\n}\n";
+        let msg = "nginx: [emerg] unknown directive \"bogus\" in /tmp/x/nginx.conf:3";
+        assert_eq!(offending_line(msg, text).as_deref(), Some(" (the line: bogus on;)"));
+        assert_eq!(offending_line("no line here", text), None);
+    }
 }
 
 /// The webhook's HTTPS server: one task per connection (a slow TLS

@@ -201,6 +201,17 @@ pub struct Args {
     #[arg(long, default_value = "notice")]
     pub error_log_level: String,
 
+    /// nginx's error log: a file, or `stderr` (nginx writes to the standard
+    /// error it inherits from the controller: the container's log).
+    /// Default `<conf-dir>/logs/error.log`.
+    #[arg(long, value_name = "FILE|stderr")]
+    pub nginx_error_log: Option<String>,
+
+    /// nginx's access log (when the ConfigMap enables it): a file, or
+    /// `/dev/stdout` in a container. Default `<conf-dir>/logs/access.log`.
+    #[arg(long, value_name = "FILE")]
+    pub nginx_access_log: Option<String>,
+
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
 }

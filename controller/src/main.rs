@@ -178,9 +178,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         render: RenderContext {
             module_path: display(&module),
             pid_file: display(&pid_file),
-            error_log: display(&conf_dir.join("logs/error.log")),
+            error_log: args
+                .nginx_error_log
+                .clone()
+                .unwrap_or_else(|| display(&conf_dir.join("logs/error.log"))),
             error_log_level: args.error_log_level.clone(),
-            access_log: display(&conf_dir.join("logs/access.log")),
+            access_log: args
+                .nginx_access_log
+                .clone()
+                .unwrap_or_else(|| display(&conf_dir.join("logs/access.log"))),
             zone_size: args.zone_size.clone(),
             ssl_dir: display(&ssl_dir),
             supervised,

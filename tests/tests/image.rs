@@ -164,6 +164,10 @@ fn the_image_runs_unprivileged_read_only_and_routes() {
         "--allow-local-endpoints",
         "--shutdown-grace-period",
         "1s",
+        "--nginx-error-log",
+        "stderr",
+        "--nginx-access-log",
+        "/dev/stdout",
     ]);
     let container = Container(name.clone());
     ok(&run);
@@ -186,6 +190,15 @@ fn the_image_runs_unprivileged_read_only_and_routes() {
         request(http, "web.test", "/").map(|a| a.1),
         Some(up.identity.clone()),
         "{}",
+        logs()
+    );
+    // nginx's own logs reach the container's log, as the chart runs it.
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let l = logs();
+            l.contains("start worker process") && l.contains("\"GET / HTTP/1.1\" 200")
+        }),
+        "nginx's logs are not in the container's log:\n{}",
         logs()
     );
 

@@ -66,6 +66,9 @@ spec:
         - --metrics-address=0.0.0.0:{{ $c.metrics.port }}
         - --shutdown-grace-period={{ $c.shutdownGracePeriod }}
         - --log-format=json
+        # nginx's logs go to the container's log, as ingress-nginx's do.
+        - --nginx-error-log=stderr
+        - --nginx-access-log=/dev/stdout
         {{- if $c.admissionWebhooks.enabled }}
         - --validating-webhook=:{{ $c.admissionWebhooks.port }}
         - --validating-webhook-certificate=/usr/local/certificates/cert
