@@ -119,7 +119,7 @@ impl Validator {
         let me = key(&ingress.metadata);
         let mut snap = (*current).clone();
         snap.ingresses.retain(|i| key(&i.metadata) != me);
-        snap.ingresses.push(ingress);
+        snap.ingresses.push(Arc::new(ingress));
 
         let opts = self.build.clone();
         let model = tokio::task::spawn_blocking(move || model::build(&snap, &opts))

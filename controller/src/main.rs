@@ -26,8 +26,8 @@ use tokio::sync::watch;
 
 use cli::{Args, LogFormat};
 
-/// See `controller::memory`: RSS at 10,000 Ingresses 175 MB instead of
-/// glibc's 270 MB.
+/// See `controller::memory`: with it, RSS at 10,000 Ingresses fell from
+/// 273 MB to 175 MB before any other change.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -2,7 +2,7 @@
 //! model of 10,000 Ingresses, an nginx.conf of 11 MB, then quiet until the
 //! next change.
 //!
-//! With glibc's malloc the controller held 270 MB at 10,000 Ingresses of
+//! With glibc's malloc the controller held 270 MB at 10,000 Ingresses, of
 //! which only 60-80 MB were live: the YAML trees, the rendered text and
 //! the request bodies of a full push are freed between long-lived small
 //! objects of the model, on several threads' arenas, and neither

@@ -103,7 +103,7 @@ fn ingress(annotations: BTreeMap<String, String>, host: &str, path: &str) -> Ing
 
 fn render(ing: Ingress) -> String {
     let snap = Snapshot {
-        ingresses: vec![ing],
+        ingresses: vec![ing.into()],
         ..Default::default()
     };
     let model = build(&snap, &options());

@@ -56,7 +56,7 @@ impl<'s> Index<'s> {
         let services = snap
             .services
             .iter()
-            .map(|s| ((ns_of(&s.metadata), s.metadata.name.clone().unwrap_or_default()), s))
+            .map(|s| ((ns_of(&s.metadata), s.metadata.name.clone().unwrap_or_default()), &**s))
             .collect();
         let mut slices: HashMap<(String, String), Vec<&EndpointSlice>> = HashMap::new();
         for slice in &snap.slices {

@@ -1,5 +1,7 @@
 //! Which Ingresses belong to this controller, with ingress-nginx's rules.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 /// The legacy annotation that predates `spec.ingressClassName`.
@@ -22,7 +24,7 @@ impl ClassFilter {
     /// IngressClass whose controller is ours; an Ingress with neither is
     /// ours if our IngressClass is the cluster default, or with
     /// `--watch-ingress-without-class`.
-    pub fn accepts(&self, ing: &Ingress, classes: &[IngressClass]) -> bool {
+    pub fn accepts(&self, ing: &Ingress, classes: &[Arc<IngressClass>]) -> bool {
         if let Some(legacy) = ing
             .metadata
             .annotations

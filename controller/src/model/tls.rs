@@ -24,7 +24,7 @@ pub struct Certificate {
 
 /// Finds Secret `ns/name` among `secrets` and checks it (see [`check`]).
 /// Writes nothing; the error says what is wrong, for an Event.
-pub fn from_secret(secrets: &[Secret], ns: &str, name: &str) -> Result<Certificate, String> {
+pub fn from_secret(secrets: &[std::sync::Arc<Secret>], ns: &str, name: &str) -> Result<Certificate, String> {
     let found = secrets.iter().find(|s| {
         s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(name)
     });
@@ -131,14 +131,14 @@ pub mod tests {
             );
             s
         };
-        let ok = from_secret(&[secret("team-a", "web")], "team-a", "web").unwrap();
+        let ok = from_secret(&[secret("team-a", "web").into()], "team-a", "web").unwrap();
         assert!(
             ok.file.starts_with("team-a-web-") && ok.file.ends_with(".pem"),
             "{}",
             ok.file
         );
         for (ns, name) in [("../..", "web"), ("team-a/..", "web"), ("team-a", "../web")] {
-            let err = from_secret(&[secret(ns, name)], ns, name).unwrap_err();
+            let err = from_secret(&[secret(ns, name).into()], ns, name).unwrap_err();
             assert!(err.contains("namespace and name"), "{ns}/{name}: {err}");
         }
     }

@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 
@@ -37,11 +37,11 @@ struct Stores {
 
 impl Stores {
     fn snapshot(&self) -> Snapshot {
-        fn all<K: Clone + Resource + 'static>(s: &Store<K>) -> Vec<K>
+        fn all<K: Clone + Resource + 'static>(s: &Store<K>) -> Vec<Arc<K>>
         where
             K::DynamicType: std::hash::Hash + Eq + Clone,
         {
-            s.state().iter().map(|k| (**k).clone()).collect()
+            s.state()
         }
         Snapshot {
             ingresses: all(&self.ingresses),
@@ -49,7 +49,7 @@ impl Stores {
             services: all(&self.services),
             slices: all(&self.slices),
             secrets: all(&self.secrets),
-            config_map: self.config_maps.state().first().map(|c| (**c).clone()),
+            config_map: self.config_maps.state().first().cloned(),
         }
     }
 
@@ -72,7 +72,15 @@ where
 {
     let (store, writer) = reflector::store();
     let kind = K::kind(&Default::default()).to_string();
-    let ticks = reflector::reflector(writer, watcher(api, config).default_backoff()).filter_map(move |ev| {
+    // What the model never reads is dropped before the store keeps it:
+    // managedFields (server-side apply bookkeeping, often larger than the
+    // object) and kubectl's last-applied copy of the whole object. At 10,000
+    // Ingresses, Services and EndpointSlices that is most of the stores.
+    let slim = watcher(api, config).default_backoff().modify(|obj: &mut K| {
+        obj.managed_fields_mut().clear();
+        obj.annotations_mut().remove(LAST_APPLIED);
+    });
+    let ticks = reflector::reflector(writer, slim).filter_map(move |ev| {
         let kind = kind.clone();
         async move {
             match ev {
@@ -87,6 +95,8 @@ where
     });
     (store, ticks)
 }
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where

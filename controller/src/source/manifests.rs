@@ -162,11 +162,11 @@ pub fn add_document(
             ing.metadata
                 .creation_timestamp
                 .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default()));
-            snap.ingresses.push(ing);
+            snap.ingresses.push(Arc::new(ing));
         }
-        "IngressClass" => snap.classes.push(serde_json::from_value(doc).map_err(what)?),
-        "Service" => snap.services.push(serde_json::from_value(doc).map_err(what)?),
-        "EndpointSlice" => snap.slices.push(serde_json::from_value(doc).map_err(what)?),
+        "IngressClass" => snap.classes.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+        "Service" => snap.services.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+        "EndpointSlice" => snap.slices.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
         "Secret" => {
             let mut secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(doc).map_err(what)?;
             // stringData is write-only in the API; fold it in as the
@@ -177,14 +177,14 @@ pub fn add_document(
                     data.insert(k, k8s_openapi::ByteString(v.into_bytes()));
                 }
             }
-            snap.secrets.push(secret);
+            snap.secrets.push(Arc::new(secret));
         }
         "ConfigMap" => {
             let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(doc).map_err(what)?;
             let ours = cm.metadata.namespace.as_deref() == Some(&*config_map.0)
                 && cm.metadata.name.as_deref() == Some(&*config_map.1);
             if ours {
-                snap.config_map = Some(cm);
+                snap.config_map = Some(Arc::new(cm));
             }
         }
         other => {

@@ -232,6 +232,7 @@ impl<'s> Builder<'s> {
                     .is_none_or(|ns| i.metadata.namespace.as_deref() == Some(ns))
             })
             .filter(|i| self.opts.class.accepts(i, &self.snap.classes))
+            .map(|i| &**i)
             .collect();
         v.sort_by(|a, b| {
             let t = |i: &Ingress| i.metadata.creation_timestamp.as_ref().map(|t| t.0);
