@@ -250,42 +250,24 @@ async fn others_running(client: &kube::Client) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceSpec, ServiceStatus};
     use k8s_openapi::api::networking::v1::{IngressLoadBalancerStatus, IngressStatus};
 
     fn svc(type_: &str, lb: &[&str], external: &[&str], cluster_ip: &str) -> Service {
-        Service {
-            spec: Some(ServiceSpec {
-                type_: Some(type_.into()),
-                external_ips: (!external.is_empty()).then(|| external.iter().map(|s| s.to_string()).collect()),
-                cluster_ip: Some(cluster_ip.into()),
-                external_name: (type_ == "ExternalName").then(|| "lb.example.com".into()),
-                ..Default::default()
-            }),
-            status: Some(ServiceStatus {
-                load_balancer: Some(LoadBalancerStatus {
-                    ingress: Some(
-                        lb.iter()
-                            .map(|a| {
-                                if a.parse::<std::net::IpAddr>().is_ok() {
-                                    LoadBalancerIngress {
-                                        ip: Some(a.to_string()),
-                                        ..Default::default()
-                                    }
-                                } else {
-                                    LoadBalancerIngress {
-                                        hostname: Some(a.to_string()),
-                                        ..Default::default()
-                                    }
-                                }
-                            })
-                            .collect(),
-                    ),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
+        let lb: Vec<serde_json::Value> = lb
+            .iter()
+            .map(|a| match a.parse::<std::net::IpAddr>() {
+                Ok(_) => json!({"ip": a}),
+                Err(_) => json!({"hostname": a}),
+            })
+            .collect();
+        let mut spec = json!({"type": type_, "clusterIP": cluster_ip});
+        if !external.is_empty() {
+            spec["externalIPs"] = json!(external);
         }
+        if type_ == "ExternalName" {
+            spec["externalName"] = json!("lb.example.com");
+        }
+        serde_json::from_value(json!({"spec": spec, "status": {"loadBalancer": {"ingress": lb}}})).unwrap()
     }
 
     fn flat(v: &[IngressLoadBalancerIngress]) -> Vec<String> {

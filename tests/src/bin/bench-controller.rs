@@ -255,26 +255,18 @@ fn scale(n: usize) {
     });
     assert!(ready, "not ready:\n{}", c.log());
     let elapsed = started.elapsed();
-    let kb = |pid: u32, k: &str| -> u64 {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
-    };
-    let at_ready = kb(c.pid(), "VmRSS:");
+    let at_ready = rss_kb(c.pid(), "VmRSS:");
     // Steady state: once the first push and reload are behind it.
     std::thread::sleep(Duration::from_secs(3));
     let workers = c.worker_pids();
-    let worker_rss: Vec<u64> = workers.iter().map(|p| kb(*p as u32, "VmRSS:")).collect();
-    let master_rss = c.nginx_master_pid().map_or(0, |p| kb(p as u32, "VmRSS:"));
+    let worker_rss: Vec<u64> = workers.iter().map(|p| rss_kb(*p as u32, "VmRSS:")).collect();
+    let master_rss = c.nginx_master_pid().map_or(0, |p| rss_kb(p as u32, "VmRSS:"));
     println!(
         "{n} Ingresses: first configuration applied in {:.2} s; controller RSS {} kB at ready, {} kB 3 s later (peak {} kB); nginx.conf {} kB; nginx master RSS {} kB, workers {:?} kB",
         elapsed.as_secs_f64(),
         at_ready,
-        kb(c.pid(), "VmRSS:"),
-        kb(c.pid(), "VmHWM:"),
+        rss_kb(c.pid(), "VmRSS:"),
+        rss_kb(c.pid(), "VmHWM:"),
         c.conf().len() / 1024,
         master_rss,
         worker_rss
