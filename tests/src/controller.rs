@@ -296,10 +296,18 @@ impl Controller {
             let _ = child.kill();
             status = child.wait().ok();
         }
-        // Never leave an nginx behind, whatever happened to the controller.
-        if let Some(pid) = master {
-            // SAFETY: the master we saw in our own temp prefix.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+        // Never leave an nginx behind, whatever happened to the controller
+        // (one killed with SIGKILL leaves its nginx running): the master and
+        // its workers, which share the process group the controller gave
+        // the master. Killing the master alone would orphan the workers.
+        if let Some(pid) = master.filter(|p| *p > 1) {
+            // SAFETY: kill(2) on the process group of the master we saw in
+            // our own temp prefix (the controller makes it a group leader),
+            // then on the master itself in case it is not.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+            }
         }
         status
     }
