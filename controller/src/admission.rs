@@ -113,6 +113,14 @@ impl Validator {
         if ingress.metadata.namespace.is_none() {
             ingress.metadata.namespace = Some("default".into());
         }
+        // The webhook port takes requests from anyone in the cluster, not
+        // only the apiserver: names are checked as the apiserver would
+        // before they reach the model, the renderer or a file name.
+        let ns = ingress.metadata.namespace.as_deref().unwrap_or_default();
+        let name = ingress.metadata.name.as_deref().unwrap_or_default();
+        if !model::values::is_namespace(ns) || !model::values::is_object_name(name) {
+            return Err(format!("{ns:?}/{name:?} is not a Kubernetes namespace and object name"));
+        }
         if !self.build.class.accepts(&ingress, &current.classes) {
             return Ok(());
         }
@@ -187,10 +195,18 @@ impl Validator {
     }
 }
 
+const ANNOTATION_PREFIX: &str = "nginx.ingress.kubernetes.io/";
+
 /// Whether a problem the model reports about an Ingress refuses it at
 /// admission (see the module docs); the others are admitted and reported
 /// as the running controller reports them.
 pub fn refuses(report: &model::Report) -> bool {
+    // Access control that is not honoured fails closed: refused whatever
+    // its message says, so no rewording can make it look "unsupported".
+    let annotation = report.what.strip_prefix(ANNOTATION_PREFIX).unwrap_or("");
+    if model::annotations::is_access_control(annotation) {
+        return true;
+    }
     let reason = report.reason.as_str();
     let pending_or_unsupported = reason.starts_with("not supported by this controller")
         || reason.starts_with("ignored: it needs")
@@ -203,13 +219,7 @@ pub fn refuses(report: &model::Report) -> bool {
 /// The rendered line nginx's message points at (`... nginx.conf:123`), to
 /// quote it in the denial.
 fn offending_line(message: &str, text: &str) -> Option<String> {
-    let at = message.rfind("nginx.conf:")? + "nginx.conf:".len();
-    let n: usize = message[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .ok()?;
+    let n = crate::reload::message_line(message, "nginx.conf")?;
     let line = text.lines().nth(n.checked_sub(1)?)?.trim();
     Some(format!(" (the line: {line})"))
 }
@@ -243,6 +253,9 @@ mod tests {
                 "nginx.ingress.kubernetes.io/auth-url",
                 "access control is not implemented by this controller: the Ingress fails closed (its paths answer 503) until the annotation is removed",
             ),
+            // Whatever the message says, unhonoured access control refuses.
+            report("nginx.ingress.kubernetes.io/auth-type", "not supported by this controller; ignored"),
+            report("nginx.ingress.kubernetes.io/satisfy", "ignored: it needs auth-type"),
         ] {
             assert!(refuses(&denied), "{denied}");
         }
@@ -259,6 +272,41 @@ mod tests {
             report("canary", "no primary Ingress serves host a.test path /; canary ignored"),
         ] {
             assert!(!refuses(&admitted), "{admitted}");
+        }
+    }
+
+    #[tokio::test]
+    async fn hostile_names_are_refused_before_the_model() {
+        let (_tx, rx) = watch::channel(Arc::new(Snapshot::default()));
+        let v = Validator::new(
+            BuildOptions::default(),
+            RenderContext {
+                module_path: "m.so".into(),
+                pid_file: "p".into(),
+                error_log: "e".into(),
+                error_log_level: "notice".into(),
+                access_log: "a".into(),
+                zone_size: "1m".into(),
+                ssl_dir: "s".into(),
+                supervised: true,
+                api_token_file: None,
+            },
+            Renderer::new(None).unwrap(),
+            "nginx".into(),
+            rx,
+            Duration::from_secs(1),
+        );
+        for (ns, name) in [
+            ("demo", "x\n    load_module /tmp/evil.so;"),
+            ("../..", "web"),
+            ("demo", "a{b}"),
+            ("demo", ""),
+        ] {
+            let mut ing = Ingress::default();
+            ing.metadata.namespace = Some(ns.into());
+            ing.metadata.name = Some(name.into());
+            let err = v.check(ing).await.unwrap_err();
+            assert!(err.contains("not a Kubernetes"), "{err}");
         }
     }
 

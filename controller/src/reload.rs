@@ -156,18 +156,25 @@ pub fn prune_certificates(dir: &Path, keep: &BTreeMap<String, Vec<u8>>) {
     }
 }
 
+/// The line number nginx's message gives in the file whose name ends with
+/// `file` (`... in /path/<file>:123`).
+pub fn message_line(message: &str, file: &str) -> Option<usize> {
+    let marker = format!("{file}:");
+    let at = message.rfind(&marker)? + marker.len();
+    message[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
 /// The Ingress whose rendered lines nginx's message points at
 /// (`... in /path/.nginx.conf.candidate:123`): the nearest `# ns/name`
 /// comment above that line, which the template writes before every
 /// location.
 pub fn blamed_ingress(message: &str, text: &str, known: &BTreeSet<String>) -> Option<String> {
-    let at = message.rfind(".candidate:")? + ".candidate:".len();
-    let line: usize = message[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .ok()?;
+    let line = message_line(message, ".candidate")?;
     let lines: Vec<&str> = text.lines().collect();
     lines[..line.min(lines.len())]
         .iter()
