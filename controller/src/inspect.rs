@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
+use lua_compat::wire::Backend;
 use serde::Serialize;
-use serde_json::Value;
 
 /// Left-aligned columns, two spaces apart, as `kubectl get` prints them.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -40,41 +40,34 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// One row per backend: name, algorithm, endpoints (address:port, weight).
-pub fn backends_table(backends: &[Value]) -> String {
+/// One row per backend: name, algorithm, canary weight, endpoints. The
+/// module's answer is read as the wire contract's own type, so the table
+/// and the module agree on every field name.
+pub fn backends_table(backends: &[Backend]) -> String {
     let rows: Vec<Vec<String>> = backends
         .iter()
         .map(|b| {
-            let endpoints: Vec<String> = b["endpoints"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|e| {
-                    let addr = e["address"].as_str().unwrap_or("?");
-                    let port = e["port"]
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| e["port"].to_string());
-                    if addr.contains(':') {
-                        format!("[{addr}]:{port}")
-                    } else {
-                        format!("{addr}:{port}")
-                    }
+            let endpoints: Vec<String> = b
+                .endpoints
+                .iter()
+                .map(|e| match e.address.parse::<std::net::IpAddr>() {
+                    Ok(std::net::IpAddr::V6(_)) => format!("[{}]:{}", e.address, e.port.0),
+                    _ => format!("{}:{}", e.address, e.port.0),
                 })
                 .collect();
-            let algorithm = b["upstreamHashByConfig"]["upstream-hash-by"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .map(|h| format!("chash {h}"))
-                .or_else(|| b["load-balance"].as_str().map(str::to_string))
-                .unwrap_or_else(|| "round_robin".into());
-            let canary = b["trafficShapingPolicy"]["weight"]
-                .as_i64()
-                .filter(|w| *w > 0)
-                .map(|w| format!("{w}%"))
-                .unwrap_or_else(|| "-".into());
+            let algorithm = if !b.upstream_hash_by.hash_by.is_empty() {
+                format!("chash {}", b.upstream_hash_by.hash_by)
+            } else if b.load_balance.is_empty() {
+                "round_robin".into()
+            } else {
+                b.load_balance.clone()
+            };
+            let canary = match b.traffic_shaping.weight {
+                w if w > 0 => format!("{w}%"),
+                _ => "-".into(),
+            };
             vec![
-                b["name"].as_str().unwrap_or("?").to_string(),
+                b.name.clone(),
                 algorithm,
                 canary,
                 endpoints.len().to_string(),
@@ -242,11 +235,12 @@ mod tests {
 
     #[test]
     fn backends_show_algorithm_canary_and_endpoints() {
-        let b = vec![
-            json!({"name": "ns-web-80", "endpoints": [{"address": "10.0.0.1", "port": "80"}, {"address": "fd00::1", "port": "80"}]}),
-            json!({"name": "ns-c-80", "load-balance": "ewma", "trafficShapingPolicy": {"weight": 20}, "endpoints": []}),
-            json!({"name": "ns-h-80", "upstreamHashByConfig": {"upstream-hash-by": "$remote_addr"}, "endpoints": []}),
-        ];
+        let b: Vec<Backend> = serde_json::from_value(json!([
+            {"name": "ns-web-80", "endpoints": [{"address": "10.0.0.1", "port": "80"}, {"address": "fd00::1", "port": "80"}]},
+            {"name": "ns-c-80", "load-balance": "ewma", "trafficShapingPolicy": {"weight": 20}, "endpoints": []},
+            {"name": "ns-h-80", "upstreamHashByConfig": {"upstream-hash-by": "$remote_addr"}, "endpoints": []},
+        ]))
+        .unwrap();
         let t = backends_table(&b);
         assert!(t.contains("ns-web-80  round_robin"), "{t}");
         assert!(t.contains("10.0.0.1:80,[fd00::1]:80"), "{t}");

@@ -59,20 +59,26 @@ fn print(args: &Args, value: &Value, table: impl FnOnce() -> String) -> anyhow::
 
 async fn backends(args: &Args, name: Option<&str>) -> anyhow::Result<()> {
     let token = token(args)?;
-    let url = match name {
-        Some(n) => format!("{}/configuration/backends/{n}", api_base(args)),
-        None => format!("{}/configuration/backends", api_base(args)),
-    };
-    let (code, body) = get_json(&url, Some(&token)).await?;
+    let mut url = reqwest::Url::parse(&format!("{}/configuration/backends", api_base(args)))
+        .context("--status-url is not a URL")?;
+    if let Some(n) = name {
+        // One path segment, percent-encoded: a name cannot reach another route.
+        url.path_segments_mut()
+            .map_err(|()| anyhow::anyhow!("--status-url cannot take a path"))?
+            .push(n);
+    }
+    let (code, body) = get_json(url.as_str(), Some(&token)).await?;
     if code != 200 {
         anyhow::bail!("{url}: {code} {body}");
     }
-    let list = match &body {
-        Value::Array(a) => a.clone(),
+    let list = match body {
+        Value::Array(a) => a,
         Value::Null => Vec::new(),
-        one => vec![one.clone()],
+        one => vec![one],
     };
-    print(args, &Value::Array(list.clone()), || inspect::backends_table(&list))
+    let typed: Vec<lua_compat::wire::Backend> =
+        serde_json::from_value(Value::Array(list.clone())).context("decoding the module's backends")?;
+    print(args, &Value::Array(list), || inspect::backends_table(&typed))
 }
 
 fn certs(args: &Args) -> anyhow::Result<()> {
