@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::free_port;
+use crate::{free_port, openssl};
 
 const TOKEN: &str = "e2e-admin-token";
 
@@ -104,19 +104,6 @@ pub fn helm_template(release: &str, namespace: &str, sets: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// (plural path, namespaced) of the kinds the tests create.

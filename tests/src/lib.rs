@@ -128,3 +128,18 @@ pub fn backend(name: &str, endpoints: &[serde_json::Value]) -> serde_json::Value
 pub fn dead_endpoint() -> serde_json::Value {
     serde_json::json!({"address": "127.0.0.1", "port": dead_port().to_string()})
 }
+
+/// Runs `openssl` in `dir` (certificates for the tests); panics with its
+/// message on failure.
+pub fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::controller::{ingress, request, service, wait_until, Controller, INGRESS_CLASS};
+use tests::openssl;
 use tests::upstream::Upstream;
 
 /// SIGTERM with requests in flight: /readyz fails at once, nginx keeps
@@ -98,15 +99,6 @@ fn sigterm_drains_then_stops_without_failing_requests_in_flight() {
     assert!(
         log.contains("stopping nginx gracefully") && log.contains("nginx stopped"),
         "{log}"
-    );
-}
-
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new("openssl").current_dir(dir).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 
