@@ -123,6 +123,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let client = kube_client.clone();
     let config_map_ns = config_map.0.clone();
+    if !controller::model::values::is_object_name(&args.election_id) {
+        anyhow::bail!("--election-id {:?} is not a Kubernetes object name", args.election_id);
+    }
+    // client-go's floor: a shorter lease makes every replica poll the
+    // apiserver in a tight loop (ttl/4) and leaders flap on any hiccup.
+    if args.election_ttl < Duration::from_secs(2) {
+        anyhow::bail!("--election-ttl must be at least 2s, got {:?}", args.election_ttl);
+    }
     let publish = if !args.publish_status_address.is_empty() {
         for a in &args.publish_status_address {
             if !controller::model::values::is_status_address(a) {
