@@ -27,6 +27,16 @@ pub enum Action<'a> {
     DeleteBackend(&'a str),
     Status,
     Health,
+    ListCertificates,
+    GetCertificate(&'a str),
+    PutCertificate(&'a str),
+    DeleteCertificate(&'a str),
+    /// `GET /configuration/servers`: the host → certificate id map.
+    GetServers,
+    /// `PUT /configuration/servers`: replaces the map.
+    PutServers,
+    /// `POST /configuration/servers`: ingress-nginx's additive body.
+    PostServers,
 }
 
 /// Why a request has no action.
@@ -41,6 +51,8 @@ pub enum RouteError {
 const BACKENDS: &str = "/configuration/backends";
 const STATUS: &str = "/configuration/status";
 const HEALTH: &str = "/configuration/health";
+const CERTIFICATES: &str = "/configuration/certificates";
+const SERVERS: &str = "/configuration/servers";
 
 /// Maps a method and a decoded URI path (no query string) to an action.
 pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
@@ -56,6 +68,31 @@ pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
             Method::Get if path == STATUS => Ok(Action::Status),
             Method::Get => Ok(Action::Health),
             _ => Err(RouteError::MethodNotAllowed("GET")),
+        };
+    }
+    if path == SERVERS {
+        return match method {
+            Method::Get => Ok(Action::GetServers),
+            Method::Put => Ok(Action::PutServers),
+            Method::Post => Ok(Action::PostServers),
+            _ => Err(RouteError::MethodNotAllowed("GET, PUT, POST")),
+        };
+    }
+    if path == CERTIFICATES || path == "/configuration/certificates/" {
+        return match method {
+            Method::Get => Ok(Action::ListCertificates),
+            _ => Err(RouteError::MethodNotAllowed("GET")),
+        };
+    }
+    if let Some(id) = path.strip_prefix(CERTIFICATES).and_then(|rest| rest.strip_prefix('/')) {
+        if id.is_empty() || id.contains('/') {
+            return Err(RouteError::NotFound);
+        }
+        return match method {
+            Method::Get => Ok(Action::GetCertificate(id)),
+            Method::Put => Ok(Action::PutCertificate(id)),
+            Method::Delete => Ok(Action::DeleteCertificate(id)),
+            _ => Err(RouteError::MethodNotAllowed("GET, PUT, DELETE")),
         };
     }
     match path.strip_prefix(BACKENDS).and_then(|rest| rest.strip_prefix('/')) {
@@ -223,6 +260,33 @@ pub fn json_array<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificate_routes() {
+        assert_eq!(
+            route(Method::Get, "/configuration/certificates"),
+            Ok(Action::ListCertificates)
+        );
+        assert_eq!(
+            route(Method::Put, "/configuration/certificates/a_b"),
+            Ok(Action::PutCertificate("a_b"))
+        );
+        assert_eq!(
+            route(Method::Delete, "/configuration/certificates/x"),
+            Ok(Action::DeleteCertificate("x"))
+        );
+        assert_eq!(
+            route(Method::Get, "/configuration/certificates/x/y"),
+            Err(RouteError::NotFound)
+        );
+        assert_eq!(
+            route(Method::Post, "/configuration/certificates"),
+            Err(RouteError::MethodNotAllowed("GET"))
+        );
+        assert_eq!(route(Method::Post, "/configuration/servers"), Ok(Action::PostServers));
+        assert_eq!(route(Method::Put, "/configuration/servers"), Ok(Action::PutServers));
+        assert_eq!(route(Method::Get, "/configuration/servers"), Ok(Action::GetServers));
+    }
 
     #[test]
     fn routes() {

@@ -25,6 +25,7 @@
 //! - [`tried`]: the per-request set of endpoints already tried;
 //! - [`shm_rwlock`]: the zone's reader-writer lock, which survives a
 //!   holder's death;
+//! - [`certificates`]: certificate ids, servers maps, the SNI lookup order;
 //! - [`api`]: routing and response bodies of the `/configuration` API.
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -34,6 +35,7 @@ pub mod address;
 pub mod algorithm;
 pub mod api;
 pub mod canary;
+pub mod certificates;
 pub mod chash;
 pub mod dns;
 pub mod endpoint_state;

@@ -23,11 +23,12 @@ use ngx::ffi::{
 use ngx::http::{HttpModuleLocationConf, Request};
 use ngx::ngx_log_error;
 
+use crate::api_certificates::{self, CertOutcome, CertWrite};
 use crate::conf::zone_of;
 use crate::guard::ffi_guard;
 use crate::offload::offload;
 use crate::request::{body_parts, read_body_parts, send_json, send_json_with, BodyPart};
-use crate::request_ctx::{self, BodyBudget, PendingWrite};
+use crate::request_ctx::{self, BodyBudget, BodyTarget, PendingWrite};
 use crate::store::{apply, now_ms, Change, StoreError};
 use crate::zone::Zone;
 use crate::Module;
@@ -53,6 +54,9 @@ enum Write {
     Replace(Vec<BodyPart>),
     Put(String, Vec<BodyPart>),
     Delete(String),
+    /// A certificate or servers write with its body (if any).
+    Cert(BodyTarget, Vec<BodyPart>),
+    DeleteCertificate(String),
 }
 
 struct WriteJob {
@@ -75,6 +79,7 @@ enum WriteOutcome {
     Invalid(ValidationError),
     Store(StoreError, String),
     Unreadable(String),
+    Certificates(CertOutcome),
 }
 
 /// The location handler: nginx calls it in the content phase with a live
@@ -136,11 +141,16 @@ fn handle(req: &mut Request) -> Handled {
     };
     let path = String::from_utf8_lossy(req.as_ref().uri.as_bytes()).into_owned();
     let action = route(method, &path);
-    if let Ok(Action::ReplaceBackends) = action {
-        return Handled::Return(start_write(req, None));
-    }
-    if let Ok(Action::PutBackend(name)) = action {
-        return Handled::Return(start_write(req, Some(name.to_string())));
+    let body_target = match &action {
+        Ok(Action::ReplaceBackends) => Some(BodyTarget::ReplaceBackends),
+        Ok(Action::PutBackend(name)) => Some(BodyTarget::PutBackend(name.to_string())),
+        Ok(Action::PutCertificate(id)) => Some(BodyTarget::PutCertificate(id.to_string())),
+        Ok(Action::PutServers) => Some(BodyTarget::PutServers),
+        Ok(Action::PostServers) => Some(BodyTarget::PostServers),
+        _ => None,
+    };
+    if let Some(target) = body_target {
+        return Handled::Return(start_write(req, target));
     }
     // SAFETY: the pointer comes from `req`, the live request, in its content
     // handler; nothing else borrows it during the call.
@@ -181,7 +191,28 @@ fn handle(req: &mut Request) -> Handled {
                 write: Write::Delete(name.to_string()),
             })
         }
-        Ok(Action::ReplaceBackends | Action::PutBackend(_)) => unreachable!("handled above"),
+        Ok(Action::ListCertificates) => {
+            let body = api_certificates::listing(&zone, None).unwrap_or_default();
+            send_json(req, OK, &body, None)
+        }
+        Ok(Action::GetCertificate(id)) => match api_certificates::listing(&zone, Some(id)) {
+            Some(body) => send_json(req, OK, &body, None),
+            None => error(req, NOT_FOUND, &format!("no certificate {id:?}"), None),
+        },
+        Ok(Action::GetServers) => send_json(req, OK, &api_certificates::servers(&zone), None),
+        Ok(Action::DeleteCertificate(id)) => {
+            return Handled::Delete(WriteJob {
+                zone,
+                write: Write::DeleteCertificate(id.to_string()),
+            })
+        }
+        Ok(
+            Action::ReplaceBackends
+            | Action::PutBackend(_)
+            | Action::PutCertificate(_)
+            | Action::PutServers
+            | Action::PostServers,
+        ) => unreachable!("handled above"),
     })
 }
 
@@ -245,7 +276,7 @@ fn refuse(req: &mut Request) -> Option<ngx_int_t> {
 /// Checks the declared size and reads the body; the write goes on in
 /// `body_ready`. Called in the content phase, before the header is sent and
 /// the body read.
-fn start_write(req: &mut Request, put_name: Option<String>) -> ngx_int_t {
+fn start_write(req: &mut Request, target: BodyTarget) -> ngx_int_t {
     let max = Module::location_conf(req).map_or(0, |c| c.max_body);
     if max > 0 && req.as_ref().headers_in.content_length_n > max {
         // As nginx does for its own 413: no "100 Continue", drop the body,
@@ -260,7 +291,7 @@ fn start_write(req: &mut Request, put_name: Option<String>) -> ngx_int_t {
         return too_large(req, max);
     }
     let pending = PendingWrite {
-        put_name,
+        target,
         budget: BodyBudget::default(),
     };
     if request_ctx::attach_write(req, pending).is_none() {
@@ -322,9 +353,10 @@ unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
         };
         // SAFETY: the request's body was fully read.
         let parts = unsafe { body_parts(req) };
-        let write = match pending.put_name.take() {
-            None => Write::Replace(parts),
-            Some(name) => Write::Put(name, parts),
+        let write = match pending.target.clone() {
+            BodyTarget::ReplaceBackends => Write::Replace(parts),
+            BodyTarget::PutBackend(name) => Write::Put(name, parts),
+            cert => Write::Cert(cert, parts),
         };
         // SAFETY: the pointer comes from `req`, the live request, which is
         // not used after (`offload` takes a pointer, see there); the read's
@@ -354,6 +386,21 @@ fn run_write(job: WriteJob) -> WriteOutcome {
     let mut dns_warnings = Vec::new();
     let mut resolve = crate::external_names::write_resolver(&mut dns_warnings);
     let (change, what, name) = match job.write {
+        Write::DeleteCertificate(id) => {
+            return WriteOutcome::Certificates(api_certificates::run(&job.zone, CertWrite::Delete(id)))
+        }
+        Write::Cert(target, parts) => {
+            let body = match read_body_parts(&parts) {
+                Ok(body) => body,
+                Err(e) => return WriteOutcome::Unreadable(e.to_string()),
+            };
+            let write = match target {
+                BodyTarget::PutCertificate(id) => CertWrite::Put(id, body),
+                BodyTarget::PutServers => CertWrite::ReplaceServers(body),
+                _ => CertWrite::Compat(body),
+            };
+            return WriteOutcome::Certificates(api_certificates::run(&job.zone, write));
+        }
         Write::Delete(name) => (Ok(Change::Delete(name.clone())), WHAT_DELETE, name),
         Write::Replace(parts) => match read_body_parts(&parts) {
             Ok(body) => (
@@ -440,6 +487,16 @@ fn finish_write(req: &mut Request, outcome: Option<WriteOutcome>) -> ngx_int_t {
         }
         Some(WriteOutcome::Invalid(e)) => error(req, BAD_REQUEST, &e.message, Some(&e.path)),
         Some(WriteOutcome::Store(e, name)) => store_error(req, &e, &name),
+        Some(WriteOutcome::Certificates(outcome)) => {
+            let log = req.log();
+            for w in &outcome.warnings {
+                ngx_log_error!(NGX_LOG_WARN, log, "dynamic_balancer: {w}");
+            }
+            if let Some(what) = &outcome.applied {
+                ngx_log_error!(NGX_LOG_INFO, log, "dynamic_balancer: {what}");
+            }
+            send_json(req, outcome.status as ngx_uint_t, &outcome.body, None)
+        }
         Some(WriteOutcome::Unreadable(e)) => {
             error(req, INTERNAL_ERROR, &format!("cannot read the request body: {e}"), None)
         }

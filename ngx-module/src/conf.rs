@@ -71,6 +71,9 @@ pub struct UpstreamConf {
     /// `directives::check_upstreams`).
     pub(crate) initialized: bool,
     pub variable: ngx_uint_t,
+    /// In a `server{}` (or inherited from `http{}`): `dynamic_balancer_ssl`,
+    /// certificates from the zone by SNI. `None` when not set.
+    pub ssl: Option<bool>,
 }
 
 /// `location{}` level: the API handler's settings, and the static backend

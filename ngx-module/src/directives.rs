@@ -459,6 +459,46 @@ unsafe fn is_local_listener(sa: *const sockaddr) -> bool {
 /// answer an HTML 413 before our handler). nginx calls it after parsing
 /// with the live configuration and two distinct `LocConf`s of ours: the
 /// enclosing block's (`prev`) and this block's (`conf`).
+/// `dynamic_balancer_ssl on|off;` in `http{}` or `server{}`: nginx calls it
+/// while parsing, with our `UpstreamConf` of that block.
+pub unsafe extern "C" fn set_ssl(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("dynamic_balancer_ssl", NGX_CONF_ERROR, || {
+        // SAFETY: for an NGX_HTTP_SRV_CONF_OFFSET directive, `conf` is our
+        // `UpstreamConf` from create_srv_conf; configuration runs on one thread.
+        let scf = unsafe { &mut *conf.cast::<UpstreamConf>() };
+        if scf.ssl.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        let value = args(unsafe { &*cf })[1];
+        scf.ssl = match value.as_bytes() {
+            b"on" => Some(true),
+            b"off" => Some(false),
+            _ => return c"takes \"on\" or \"off\"".as_ptr().cast_mut(),
+        };
+        if scf.ssl == Some(true) {
+            // SAFETY: `cf` is the live configuration being parsed.
+            mark_used(unsafe { &*cf });
+        }
+        NGX_CONF_OK
+    })
+}
+
+/// Merges a `server{}`'s `UpstreamConf` with its `http{}` one: nginx calls it
+/// once per server after parsing, with both live and distinct.
+pub unsafe extern "C" fn merge_srv_conf(_cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("merge server conf", NGX_CONF_ERROR, || {
+        // SAFETY: `prev` is the http block's `UpstreamConf`, only read.
+        let parent = unsafe { &*prev.cast::<UpstreamConf>() };
+        // SAFETY: `conf` is this server's, a different allocation.
+        let scf = unsafe { &mut *conf.cast::<UpstreamConf>() };
+        if scf.ssl.is_none() {
+            scf.ssl = parent.ssl;
+        }
+        NGX_CONF_OK
+    })
+}
+
 pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *mut c_char {
     ffi_guard("merge location conf", NGX_CONF_ERROR, || {
         // SAFETY: `prev` is the enclosing block's `LocConf` from

@@ -27,9 +27,13 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
+mod api_certificates;
 mod api_handler;
 mod body_limit;
 mod canary;
+mod cert_cache;
+mod cert_store;
+mod certificates;
 mod conf;
 mod directives;
 mod external_names;
@@ -40,6 +44,7 @@ mod peer;
 mod preaccess;
 mod request;
 mod request_ctx;
+mod ssl_handshake;
 mod store;
 mod timer;
 mod variables;
@@ -112,6 +117,11 @@ impl HttpModule for Module {
             // SAFETY: postconfiguration runs once per configuration, before
             // any request, on nginx's only thread at that point.
             unsafe { body_limit::install() };
+            // SAFETY: `cf` is the parsed configuration, live for this call;
+            // the ssl module (static) merged its server confs already.
+            if unsafe { ssl_handshake::install(cf) } != NGX_OK as ngx_int_t {
+                return NGX_ERROR as ngx_int_t;
+            }
             // SAFETY: `cf` is the parsed configuration, live for this call.
             if unsafe { directives::index_variables(cf) } != NGX_OK as ngx_int_t {
                 return NGX_ERROR as ngx_int_t;
@@ -147,12 +157,12 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     create_main_conf: Some(Module::create_main_conf),
     init_main_conf: Some(directives::init_main_conf),
     create_srv_conf: Some(Module::create_srv_conf),
-    merge_srv_conf: None,
+    merge_srv_conf: Some(directives::merge_srv_conf),
     create_loc_conf: Some(Module::create_loc_conf),
     merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 7] = [
+static mut COMMANDS: [ngx_command_t; 8] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
@@ -198,6 +208,14 @@ static mut COMMANDS: [ngx_command_t; 7] = [
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(directives::set_backend),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_ssl"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_ssl),
+        conf: NGX_HTTP_SRV_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
     },

@@ -51,10 +51,25 @@ pub struct PeerData {
 
 /// An API write waiting for its body.
 pub struct PendingWrite {
-    /// The name for PUT, `None` for POST.
-    pub put_name: Option<String>,
+    /// What the body is for.
+    pub target: BodyTarget,
     /// Maintained by [`crate::body_limit`].
     pub budget: BodyBudget,
+}
+
+/// Which write a body is for.
+#[derive(Clone, Debug)]
+pub enum BodyTarget {
+    /// `POST /configuration/backends`.
+    ReplaceBackends,
+    /// `PUT /configuration/backends/{name}`.
+    PutBackend(String),
+    /// `PUT /configuration/certificates/{id}`.
+    PutCertificate(String),
+    /// `PUT /configuration/servers`.
+    PutServers,
+    /// `POST /configuration/servers`.
+    PostServers,
 }
 
 /// What the body filter tracks for one API write.

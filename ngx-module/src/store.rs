@@ -271,6 +271,47 @@ pub fn now_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// What a new blob holds.
+pub(crate) struct BlobParts<'a> {
+    pub name: &'a [u8],
+    pub json: &'a [u8],
+    pub runtime: &'a [u8],
+    pub endpoints: u32,
+    pub resolves: bool,
+}
+
+impl BlobParts<'_> {
+    pub fn size(&self) -> usize {
+        mem::size_of::<Blob>() + self.name.len() + self.json.len() + self.runtime.len()
+    }
+}
+
+/// Allocates and fills a blob of version `version`; `None` when the zone
+/// is full. Returns it with its allocation size.
+pub(crate) fn new_blob(slab: &SlabGuard, parts: &BlobParts, version: u64) -> Option<(NonNull<Blob>, usize)> {
+    let size = parts.size();
+    let blob = slab.alloc(size)?.cast::<Blob>();
+    // SAFETY: the allocation has room for the header plus the three byte
+    // strings, and nothing else references it yet.
+    unsafe {
+        blob.as_ptr().write(Blob {
+            version,
+            alloc_size: size,
+            name_len: parts.name.len() as u32,
+            json_len: parts.json.len() as u32,
+            runtime_len: parts.runtime.len() as u32,
+            endpoints: parts.endpoints,
+            resolves: parts.resolves,
+        });
+        let mut dst = blob.as_ptr().add(1).cast::<u8>();
+        for part in [parts.name, parts.json, parts.runtime] {
+            ptr::copy_nonoverlapping(part.as_ptr(), dst, part.len());
+            dst = dst.add(part.len());
+        }
+    }
+    Some((blob, size))
+}
+
 fn dangling() -> *mut Blob {
     NonNull::<Blob>::dangling().as_ptr()
 }
@@ -292,29 +333,17 @@ impl Built<'_> {
                 return NonNull::from(blob);
             }
         }
-        let size = mem::size_of::<Blob>() + item.name.len() + item.json.len() + item.runtime.len();
-        self.needed += size;
-        let Some(p) = self.slab.alloc(size) else {
+        let parts = BlobParts {
+            name: item.name.as_bytes(),
+            json: &item.json,
+            runtime: &item.runtime,
+            endpoints: item.endpoints as u32,
+            resolves: item.resolves,
+        };
+        self.needed += parts.size();
+        let Some((blob, size)) = new_blob(self.slab, &parts, generation) else {
             return NonNull::dangling();
         };
-        let blob = p.cast::<Blob>();
-        // SAFETY: p has room for the header plus the three byte strings.
-        unsafe {
-            blob.as_ptr().write(Blob {
-                version: generation,
-                alloc_size: size,
-                name_len: item.name.len() as u32,
-                json_len: item.json.len() as u32,
-                runtime_len: item.runtime.len() as u32,
-                endpoints: item.endpoints as u32,
-                resolves: item.resolves,
-            });
-            let mut dst = blob.as_ptr().add(1).cast::<u8>();
-            for part in [item.name.as_bytes(), &item.json, &item.runtime] {
-                ptr::copy_nonoverlapping(part.as_ptr(), dst, part.len());
-                dst = dst.add(part.len());
-            }
-        }
         self.fresh.push((blob, size));
         blob
     }

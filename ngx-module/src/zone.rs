@@ -17,12 +17,12 @@ use ngx::ngx_log_error;
 use lua_compat::shm_rwlock::ShmRwLock;
 
 use crate::guard::ffi_guard;
-use crate::index::Index;
+use crate::index::{Blob, Index};
 use lua_compat::endpoint_state::EndpointTable;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.
-const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0004; // "dynbal" v4
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0005; // "dynbal" v5
 
 /// Status slots, indexed by `ngx_worker`. More workers than this are still
 /// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
@@ -48,6 +48,23 @@ pub struct ZoneHeader {
     /// Shared per-endpoint state; null if the zone had no room for it.
     pub table: *mut EndpointTable,
     pub workers: [WorkerSlot; MAX_WORKERS],
+    /// Certificates by id and the host → id map; written by
+    /// [`crate::cert_store`], read at handshakes through each worker's cache.
+    pub certs: ShmRwLock<CertIndex>,
+    /// Bumped by every certificate or servers write, under the certs write
+    /// lock; separate from `generation` so backend writes never make a
+    /// worker re-check its certificates.
+    pub cert_generation: AtomicU64,
+}
+
+/// The certificate side of the zone.
+#[repr(C)]
+pub struct CertIndex {
+    /// One blob per certificate: name = id, json = its `CertificateInfo`,
+    /// runtime = the DER payload (with the key: never served by the API).
+    pub certs: Index,
+    /// The servers map: one blob, json = `{host: id}`; null when empty.
+    pub servers: *mut Blob,
 }
 
 /// What one worker reports: its pid and the generation it routes by.
@@ -200,6 +217,16 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
         // SAFETY: the header was zeroed above, which is the lock's unlocked
         // state, and `index` is in bounds of that live allocation.
         unsafe { ShmRwLock::init_in_place(ptr::addr_of_mut!((*header).index), Index::empty()) };
+        // SAFETY: as above, for the certificates' lock.
+        unsafe {
+            ShmRwLock::init_in_place(
+                ptr::addr_of_mut!((*header).certs),
+                CertIndex {
+                    certs: Index::empty(),
+                    servers: ptr::null_mut(),
+                },
+            )
+        };
         let cap = EndpointTable::capacity_for(shm_zone.shm.size);
         let table_layout = std::alloc::Layout::from_size_align(EndpointTable::size_for(cap), 8).expect("table layout");
         let table = match pool.lock().allocate(table_layout) {

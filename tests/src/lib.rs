@@ -12,6 +12,7 @@ pub mod kube_apiserver;
 pub mod nginx;
 pub mod pod_network;
 pub mod process;
+pub mod tls;
 pub mod upstream;
 
 pub use nginx::{Nginx, NginxBuilder, Response};

@@ -1,0 +1,147 @@
+//! TLS for the tests: throwaway certificates, and a client handshake that
+//! says which certificate the server presented.
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use openssl::asn1::Asn1Time;
+use openssl::bn::{BigNum, MsbOption};
+use openssl::ec::{EcGroup, EcKey};
+use openssl::hash::MessageDigest;
+use openssl::nid::Nid;
+use openssl::pkey::{PKey, Private};
+use openssl::ssl::{Ssl, SslContext, SslMethod, SslVerifyMode, SslVersion};
+use openssl::x509::extension::SubjectAlternativeName;
+use openssl::x509::{X509NameBuilder, X509};
+
+/// A self-signed certificate and its key, PEM.
+pub struct TestCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// SHA-256 of the certificate's DER, lower-case hex (what the module's
+    /// `GET /configuration/certificates` reports).
+    pub sha256: String,
+}
+
+impl TestCert {
+    /// An ECDSA P-256 certificate for `cn` (also its only DNS SAN), valid
+    /// from `from_days` to `to_days` relative to now.
+    pub fn new(cn: &str) -> TestCert {
+        Self::with_validity(cn, -1, 30)
+    }
+
+    pub fn with_validity(cn: &str, from_days: i64, to_days: i64) -> TestCert {
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+        let key = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
+        Self::signed_by_itself(cn, &key, from_days, to_days)
+    }
+
+    /// An RSA-2048 certificate (the common case in the wild).
+    pub fn rsa(cn: &str) -> TestCert {
+        let key = PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
+        Self::signed_by_itself(cn, &key, -1, 30)
+    }
+
+    fn signed_by_itself(cn: &str, key: &PKey<Private>, from_days: i64, to_days: i64) -> TestCert {
+        let mut name = X509NameBuilder::new().unwrap();
+        name.append_entry_by_text("CN", cn).unwrap();
+        let name = name.build();
+        let mut b = X509::builder().unwrap();
+        b.set_version(2).unwrap();
+        let mut serial = BigNum::new().unwrap();
+        serial.rand(64, MsbOption::MAYBE_ZERO, false).unwrap();
+        b.set_serial_number(&serial.to_asn1_integer().unwrap()).unwrap();
+        b.set_subject_name(&name).unwrap();
+        b.set_issuer_name(&name).unwrap();
+        b.set_pubkey(key).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        b.set_not_before(&Asn1Time::from_unix(now + from_days * 86_400).unwrap())
+            .unwrap();
+        b.set_not_after(&Asn1Time::from_unix(now + to_days * 86_400).unwrap())
+            .unwrap();
+        let san = SubjectAlternativeName::new()
+            .dns(cn)
+            .build(&b.x509v3_context(None, None))
+            .unwrap();
+        b.append_extension(san).unwrap();
+        b.sign(key, MessageDigest::sha256()).unwrap();
+        let cert = b.build();
+        TestCert {
+            cert_pem: String::from_utf8(cert.to_pem().unwrap()).unwrap(),
+            key_pem: String::from_utf8(key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
+            sha256: hex(&cert.digest(MessageDigest::sha256()).unwrap()),
+        }
+    }
+
+    /// The body of `PUT /configuration/certificates/{id}`.
+    pub fn body(&self) -> String {
+        serde_json::json!({"certificate": self.cert_pem, "key": self.key_pem}).to_string()
+    }
+
+    /// The base64 body of the key's PEM, to look for where it must not be.
+    pub fn key_material(&self) -> String {
+        self.key_pem.lines().filter(|l| !l.starts_with("-----")).collect()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a handshake showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Presented {
+    /// SHA-256 of the server's leaf certificate.
+    pub sha256: String,
+    /// Its subject CN.
+    pub cn: String,
+    /// The ALPN protocol agreed, if any.
+    pub alpn: Option<String>,
+}
+
+/// One full TLS handshake (no session reuse) to `127.0.0.1:port` with SNI
+/// `sni` (none if `None`), offering ALPN `alpn`; the server's certificate is
+/// not verified (they are self-signed), only reported.
+pub fn handshake(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<Presented, String> {
+    // A bare context: SslConnector would load the system CA store on every
+    // call, which costs more than the handshake.
+    let mut b = SslContext::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
+    b.set_verify(SslVerifyMode::NONE);
+    b.set_min_proto_version(Some(SslVersion::TLS1_2)).unwrap();
+    if !alpn.is_empty() {
+        let mut wire = Vec::new();
+        for p in alpn {
+            wire.push(p.len() as u8);
+            wire.extend(p.as_bytes());
+        }
+        b.set_alpn_protos(&wire).unwrap();
+    }
+    let ctx = b.build();
+    let mut ssl = Ssl::new(&ctx).map_err(|e| e.to_string())?;
+    if let Some(name) = sni {
+        ssl.set_hostname(name).map_err(|e| e.to_string())?;
+    }
+    let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let tls = ssl.connect(stream).map_err(|e| e.to_string())?;
+    let cert = tls.ssl().peer_certificate().ok_or("no certificate presented")?;
+    let cn = cert
+        .subject_name()
+        .entries_by_nid(Nid::COMMONNAME)
+        .next()
+        .and_then(|e| e.data().to_string().ok())
+        .unwrap_or_default();
+    Ok(Presented {
+        sha256: hex(&cert.digest(MessageDigest::sha256()).unwrap()),
+        cn,
+        alpn: tls
+            .ssl()
+            .selected_alpn_protocol()
+            .map(|p| String::from_utf8_lossy(p).into_owned()),
+    })
+}
