@@ -146,25 +146,19 @@ impl Validator {
         let Some(structure) = model.structure.as_ref() else {
             return Ok(());
         };
-        self.nginx_test(structure, &model.certificates).await
+        self.nginx_test(structure).await
     }
 
-    /// Renders into a private scratch directory (its own certificate files,
-    /// logs and pid path) and runs `nginx -t` there; the running
-    /// configuration's files are never touched.
-    async fn nginx_test(
-        &self,
-        structure: &model::Structure,
-        certificates: &std::collections::BTreeMap<String, Vec<u8>>,
-    ) -> Result<(), String> {
+    /// Renders into a private scratch directory (its own logs and pid
+    /// path) and runs `nginx -t` there; the running configuration's files
+    /// are never touched (the default certificate is only read).
+    async fn nginx_test(&self, structure: &model::Structure) -> Result<(), String> {
         let scratch = tempfile::Builder::new()
             .prefix("admission-")
             .tempdir()
             .map_err(|e| format!("no scratch directory: {e}"))?;
         let dir = scratch.path();
-        let ssl = dir.join("ssl");
         let mut ctx = self.render.clone();
-        ctx.ssl_dir = ssl.display().to_string();
         ctx.error_log = dir.join("error.log").display().to_string();
         ctx.pid_file = dir.join("nginx.pid").display().to_string();
         ctx.access_log = dir.join("access.log").display().to_string();
@@ -172,7 +166,6 @@ impl Validator {
             .renderer
             .render(structure, &ctx)
             .map_err(|e| format!("rendering failed: {e:#}"))?;
-        crate::reload::write_certificates(&ssl, certificates).map_err(|e| format!("{e:#}"))?;
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, &text).map_err(|e| format!("writing the candidate: {e}"))?;
         std::fs::create_dir_all(dir.join("logs")).map_err(|e| e.to_string())?;
@@ -287,7 +280,7 @@ mod tests {
                 error_log_level: "notice".into(),
                 access_log: "a".into(),
                 zone_size: "1m".into(),
-                ssl_dir: "s".into(),
+                default_certificate: "s".into(),
                 supervised: true,
                 api_token_file: None,
             },

@@ -60,6 +60,13 @@ pub struct Args {
     #[arg(long, value_name = "NAMESPACE/NAME")]
     pub default_backend_service: Option<String>,
 
+    /// The TLS Secret (namespace/name) served to handshakes whose SNI no
+    /// Ingress's certificate matches (and to clients without SNI). Without
+    /// it a self-signed "Kubernetes Ingress Controller Fake Certificate",
+    /// made at start, is served. It must be in a watched namespace.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub default_ssl_certificate: Option<String>,
+
     /// Accept *-snippet annotations. They are rendered verbatim into
     /// nginx.conf, which is what CVE-2025-1974 exploited: leave this off
     /// unless every Ingress author is trusted.

@@ -6,11 +6,8 @@
 //! scripts. Formatting is pure and tested; fetching is thin.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
-use anyhow::Context as _;
 use lua_compat::wire::Backend;
-use serde::Serialize;
 
 /// Left-aligned columns, two spaces apart, as `kubectl get` prints them.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -82,94 +79,21 @@ pub fn backends_table(backends: &[Backend]) -> String {
     table(&["NAME", "ALGORITHM", "CANARY", "N", "ENDPOINTS"], &rows)
 }
 
-/// What `certs` shows of one certificate file: never the key.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct CertInfo {
-    pub file: String,
-    pub subject: String,
-    pub sans: Vec<String>,
-    pub not_after: String,
-    pub sha256: String,
-}
-
-/// Parses the first certificate of a PEM bundle (certificate chain + key,
-/// as the controller writes them).
-pub fn cert_info(file: &str, pem: &[u8]) -> anyhow::Result<CertInfo> {
-    let x509 = openssl::x509::X509::from_pem(pem).context("no PEM certificate")?;
-    let subject = x509
-        .subject_name()
-        .entries()
-        .map(|e| {
-            let key = e.object().nid().short_name().unwrap_or("?");
-            let value = e.data().to_string().unwrap_or_default();
-            format!("{key}={value}")
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    let sans = x509
-        .subject_alt_names()
-        .map(|names| {
-            names
-                .iter()
-                .filter_map(|n| {
-                    n.dnsname().map(str::to_string).or_else(|| {
-                        n.ipaddress().and_then(|ip| match ip.len() {
-                            4 => Some(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(ip).ok()?).to_string()),
-                            16 => Some(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(ip).ok()?).to_string()),
-                            _ => None,
-                        })
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let digest = x509.digest(openssl::hash::MessageDigest::sha256())?;
-    Ok(CertInfo {
-        file: file.to_string(),
-        subject,
-        sans,
-        not_after: x509.not_after().to_string(),
-        sha256: digest.iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":"),
-    })
-}
-
-pub fn certs_table(certs: &[CertInfo]) -> String {
+/// `certs`: what the module holds (never a key), as a table.
+pub fn certs_table(certs: &[lua_compat::certificates::CertificateInfo]) -> String {
     let rows: Vec<Vec<String>> = certs
         .iter()
         .map(|c| {
             vec![
-                c.file.clone(),
+                c.id.clone(),
+                c.hosts.join(","),
                 c.sans.join(","),
                 c.not_after.clone(),
-                c.sha256.chars().take(23).collect(),
+                c.sha256.chars().take(16).collect(),
             ]
         })
         .collect();
-    table(&["FILE", "HOSTS", "NOT AFTER", "SHA-256 (PREFIX)"], &rows)
-}
-
-/// The certificates in the controller's ssl directory, sorted by file.
-pub fn read_certs(ssl_dir: &Path) -> anyhow::Result<Vec<CertInfo>> {
-    let mut out = Vec::new();
-    let entries = match std::fs::read_dir(ssl_dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", ssl_dir.display())),
-    };
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().to_string();
-        if !name.ends_with(".pem") || name.starts_with('.') {
-            continue;
-        }
-        let pem = std::fs::read(entry.path())?;
-        match cert_info(&name, &pem) {
-            Ok(info) => out.push(info),
-            Err(e) => tracing::warn!(file = %name, error = %e, "unreadable certificate"),
-        }
-    }
-    out.sort_by(|a, b| a.file.cmp(&b.file));
-    Ok(out)
+    table(&["ID", "HOSTS", "SANS", "NOT AFTER", "SHA-256 (PREFIX)"], &rows)
 }
 
 /// The `server { ... }` block(s) whose `server_name` names `host`, cut
@@ -258,38 +182,6 @@ mod tests {
             "{a}"
         );
         assert!(server_blocks(conf, "c.test").is_empty());
-    }
-
-    #[test]
-    fn certificates_are_described_without_keys() {
-        let key = openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
-        let mut name = openssl::x509::X509NameBuilder::new().unwrap();
-        name.append_entry_by_text("CN", "web.test").unwrap();
-        let name = name.build();
-        let mut b = openssl::x509::X509::builder().unwrap();
-        b.set_version(2).unwrap();
-        b.set_subject_name(&name).unwrap();
-        b.set_issuer_name(&name).unwrap();
-        b.set_pubkey(&key).unwrap();
-        b.set_not_before(&openssl::asn1::Asn1Time::days_from_now(0).unwrap())
-            .unwrap();
-        b.set_not_after(&openssl::asn1::Asn1Time::days_from_now(30).unwrap())
-            .unwrap();
-        let san = openssl::x509::extension::SubjectAlternativeName::new()
-            .dns("web.test")
-            .ip("192.0.2.7")
-            .build(&b.x509v3_context(None, None))
-            .unwrap();
-        b.append_extension(san).unwrap();
-        b.sign(&key, openssl::hash::MessageDigest::sha256()).unwrap();
-        let mut pem = b.build().to_pem().unwrap();
-        pem.extend(key.private_key_to_pem_pkcs8().unwrap());
-        let info = cert_info("web.pem", &pem).unwrap();
-        assert_eq!(info.subject, "CN=web.test");
-        assert_eq!(info.sans, ["web.test", "192.0.2.7"]);
-        assert_eq!(info.sha256.len(), 32 * 3 - 1);
-        let json = serde_json::to_string(&info).unwrap();
-        assert!(!json.contains("PRIVATE"), "{json}");
     }
 
     #[test]

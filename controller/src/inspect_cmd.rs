@@ -11,7 +11,7 @@ use crate::cli::{Args, Certgen, Command, Output};
 pub async fn run(command: Command, args: &Args) -> anyhow::Result<()> {
     match command {
         Command::Backends { name } => backends(args, name.as_deref()).await,
-        Command::Certs => certs(args),
+        Command::Certs => certs(args).await,
         Command::Conf { host } => conf(args, host.as_deref()),
         Command::Status => status(args).await,
         Command::Certgen(job) => certgen(args, job).await,
@@ -81,9 +81,17 @@ async fn backends(args: &Args, name: Option<&str>) -> anyhow::Result<()> {
     print(args, &Value::Array(list), || inspect::backends_table(&typed))
 }
 
-fn certs(args: &Args) -> anyhow::Result<()> {
-    let certs = inspect::read_certs(&args.conf_dir.join("ssl"))?;
-    print(args, &serde_json::to_value(&certs)?, || inspect::certs_table(&certs))
+/// The certificates in the module's zone (its listing never holds a key).
+async fn certs(args: &Args) -> anyhow::Result<()> {
+    let token = token(args)?;
+    let url = format!("{}/configuration/certificates", api_base(args));
+    let (code, body) = get_json(&url, Some(&token)).await?;
+    if code != 200 {
+        anyhow::bail!("{url}: {code} {body}");
+    }
+    let typed: Vec<lua_compat::certificates::CertificateInfo> =
+        serde_json::from_value(body.clone()).context("decoding the module's certificates")?;
+    print(args, &body, || inspect::certs_table(&typed))
 }
 
 fn conf(args: &Args, host: Option<&str>) -> anyhow::Result<()> {

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod certgen;
+pub mod default_certificate;
 pub mod diff;
 pub mod events;
 pub mod ingress_status;
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod model;
 pub mod nginx;
 pub mod push;
+pub mod push_certs;
 pub mod rebuild;
 pub mod reload;
 pub mod render;

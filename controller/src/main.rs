@@ -63,6 +63,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let conf_dir = std::path::absolute(&args.conf_dir)?;
     std::fs::create_dir_all(conf_dir.join("logs")).with_context(|| format!("creating {}", conf_dir.display()))?;
     let ssl_dir = conf_dir.join("ssl");
+    let default_certificate = controller::default_certificate::ensure(&ssl_dir)?;
     let Some(module) = args.nginx_module.as_deref() else {
         anyhow::bail!("--nginx-module FILE is required to run the controller");
     };
@@ -166,6 +167,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             },
             allow_snippets: args.allow_snippet_annotations,
             default_backend_service,
+            default_ssl_certificate: args
+                .default_ssl_certificate
+                .as_deref()
+                .map(|s| cli::split_ref(s, "--default-ssl-certificate"))
+                .transpose()?,
             namespace: args.watch_namespace.clone(),
             listen: Listen {
                 address: args.listen_address.clone(),
@@ -196,7 +202,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| display(&conf_dir.join("logs/access.log"))),
             zone_size: args.zone_size.clone(),
-            ssl_dir: display(&ssl_dir),
+            default_certificate: display(&default_certificate),
             supervised,
             api_token_file: Some(display(&api_token_file)),
         },

@@ -245,6 +245,7 @@ impl Pusher {
 /// failed is retried in full with backoff; a refused backend is not.
 pub async fn task(shared: Arc<Shared>, mut models: watch::Receiver<Arc<Model>>, mut running: watch::Receiver<Running>) {
     let mut pusher = Pusher::default();
+    let mut cert_pusher = crate::push_certs::CertPusher::default();
     let mut epoch = 0;
     let mut backoff = Duration::from_millis(200);
     let mut retry = false;
@@ -271,9 +272,14 @@ pub async fn task(shared: Arc<Shared>, mut models: watch::Receiver<Arc<Model>>, 
             // A reload or restart: resend everything once (the zone
             // survives reloads, not restarts).
             pusher.forget();
+            cert_pusher.forget();
             epoch = run.epoch;
         }
-        match pusher.round(&shared, &model, &run.referenced).await {
+        let pushed = match pusher.round(&shared, &model, &run.referenced).await {
+            Ok(()) => cert_pusher.round(&shared, &model).await,
+            Err(e) => Err(e),
+        };
+        match pushed {
             Ok(()) => {
                 retry = false;
                 backoff = Duration::from_millis(200);
@@ -284,7 +290,7 @@ pub async fn task(shared: Arc<Shared>, mut models: watch::Receiver<Arc<Model>>, 
                 crate::memory::release_free_memory();
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "pushing backends failed; will retry with a full push");
+                tracing::warn!(error = %format!("{e:#}"), "pushing backends or certificates failed; will retry with a full push");
                 retry = true;
             }
         }

@@ -15,7 +15,6 @@
 //! template) leaves the running configuration untouched, as before.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,22 +29,20 @@ use crate::nginx::ApiClient;
 use crate::render::Renderer;
 use crate::snapshot::Snapshot;
 use crate::state::{Running, Settings, Shared};
-use crate::token::write_private;
 
 /// Most `nginx -t` runs one quarantine search may take.
 const MAX_TESTS: usize = 48;
 
-/// Renders `structure`, writes its certificates and a candidate file, and
-/// runs `nginx -t` on it. Returns the rendered text, or nginx's message.
+/// Renders `structure` into a candidate file and runs `nginx -t` on it.
+/// Returns the rendered text, or nginx's message. Certificates are not in
+/// it: they are pushed to the module.
 pub async fn test_candidate(
     settings: &Settings,
     renderer: &Renderer,
     shared: &Shared,
     structure: &Structure,
-    certificates: &BTreeMap<String, Vec<u8>>,
 ) -> anyhow::Result<String> {
     let text = renderer.render(structure, &settings.render)?;
-    write_certificates(&settings.ssl_dir, certificates)?;
     let candidate = candidate_path(settings);
     std::fs::write(&candidate, &text).with_context(|| format!("writing {}", candidate.display()))?;
     shared.nginx.test(&candidate).await?;
@@ -57,14 +54,12 @@ fn candidate_path(settings: &Settings) -> std::path::PathBuf {
 }
 
 /// Applies a model whose candidate passed `nginx -t` (its text is `text`):
-/// moves it into place, reloads or starts nginx, waits for the new workers,
-/// and only then removes certificate files the old configuration named.
-/// Returns the config hash.
+/// moves it into place, reloads or starts nginx, and waits for the new
+/// workers. Returns the config hash.
 pub async fn apply_tested(
     settings: &Settings,
     shared: &Shared,
     structure: &Structure,
-    model: &Model,
     text: &str,
 ) -> anyhow::Result<f64> {
     // rename(2) is atomic: nginx never reads a half-written file.
@@ -84,8 +79,6 @@ pub async fn apply_tested(
         shared.nginx.reload()?;
         wait_for_workers(&shared.api, &old, expected, settings.reload_timeout).await?;
     }
-    // The old configuration is gone: its certificate files can go too.
-    prune_certificates(&settings.ssl_dir, &model.certificates);
     let digest = Sha256::digest(text.as_bytes());
     let mut first = [0u8; 8];
     first[2..].copy_from_slice(&digest[..6]);
@@ -119,40 +112,6 @@ pub async fn wait_for_workers(
             anyhow::bail!("new nginx workers did not report through /configuration/status within {timeout:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Writes each PEM once under its content-addressed name: the directory is
-/// the owner's alone (0700), and every file is created fresh
-/// (`O_EXCL|O_NOFOLLOW`, mode 0600) and renamed into place. Nothing is
-/// removed here: the running configuration may still name any file.
-pub fn write_certificates(dir: &Path, certs: &BTreeMap<String, Vec<u8>>) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    for (name, pem) in certs {
-        let path = dir.join(name);
-        if path.exists() {
-            continue;
-        }
-        write_private(&path, pem)?;
-    }
-    Ok(())
-}
-
-/// Removes the certificate files `keep` does not name (after a successful
-/// reload, when no running configuration names them any more).
-pub fn prune_certificates(dir: &Path, keep: &BTreeMap<String, Vec<u8>>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if name.ends_with(".pem") && !keep.contains_key(&name) {
-            let _ = std::fs::remove_file(entry.path());
-        }
     }
 }
 
@@ -310,15 +269,7 @@ impl Tester<'_> {
             .renderer
             .render(structure, &self.settings.render)
             .unwrap_or_default();
-        match test_candidate(
-            self.settings,
-            self.renderer,
-            self.shared,
-            structure,
-            &built.certificates,
-        )
-        .await
-        {
+        match test_candidate(self.settings, self.renderer, self.shared, structure).await {
             Ok(_) => Ok(()),
             Err(e) => Err((format!("{e:#}"), text)),
         }
@@ -391,9 +342,9 @@ pub async fn task(
         lift_quarantine(&quarantine, &model, &shared);
         let structure = model.structure.clone().expect("pending implies a structure");
         let started = Instant::now();
-        let tested = test_candidate(&settings, &renderer, &shared, &structure, &model.certificates).await;
+        let tested = test_candidate(&settings, &renderer, &shared, &structure).await;
         let result = match tested {
-            Ok(text) => apply_tested(&settings, &shared, &structure, &model, &text).await,
+            Ok(text) => apply_tested(&settings, &shared, &structure, &text).await,
             Err(e) => Err(e),
         };
         match result {
@@ -536,37 +487,5 @@ mod tests {
         let msg = "nginx: [emerg] x in /etc/nginx/.nginx.conf.candidate:2";
         assert_eq!(blamed_ingress(msg, text, &known), None);
         assert_eq!(blamed_ingress("no line here", text, &known), None);
-    }
-
-    #[test]
-    fn certificates_are_private_never_follow_links_and_outlive_a_failed_reload() {
-        use std::os::unix::fs::PermissionsExt;
-        let root = std::env::temp_dir().join(format!("certs-test-{}", std::process::id()));
-        let dir = root.join("ssl");
-        let _ = std::fs::remove_dir_all(&root);
-        let old: BTreeMap<String, Vec<u8>> = [("a.pem".to_string(), b"A".to_vec())].into();
-        write_certificates(&dir, &old).unwrap();
-        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
-        assert_eq!(
-            std::fs::metadata(dir.join("a.pem")).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        // Someone plants a symlink where the next file goes: it is replaced,
-        // never written through.
-        let victim = root.join("victim");
-        std::fs::write(&victim, "untouched").unwrap();
-        std::os::unix::fs::symlink(&victim, dir.join("b.pem")).unwrap();
-        std::fs::remove_file(dir.join("b.pem")).unwrap();
-        std::os::unix::fs::symlink(&victim, dir.join(format!(".b.pem.{}.tmp", std::process::id()))).unwrap();
-        let new: BTreeMap<String, Vec<u8>> = [("b.pem".to_string(), b"B".to_vec())].into();
-        write_certificates(&dir, &new).unwrap();
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
-        assert_eq!(std::fs::read(dir.join("b.pem")).unwrap(), b"B");
-        // A candidate that failed nginx -t removes nothing the running
-        // configuration names; the next successful reload prunes.
-        assert!(dir.join("a.pem").exists());
-        prune_certificates(&dir, &new);
-        assert!(!dir.join("a.pem").exists() && dir.join("b.pem").exists());
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

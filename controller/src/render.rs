@@ -32,7 +32,9 @@ pub struct RenderContext {
     pub error_log_level: String,
     pub access_log: String,
     pub zone_size: String,
-    pub ssl_dir: String,
+    /// The generated default certificate ([`crate::default_certificate`]):
+    /// every TLS server's static `ssl_certificate`.
+    pub default_certificate: String,
     /// The controller runs nginx in the foreground itself.
     pub supervised: bool,
     /// The file with the API's bearer token (`dynamic_balancer_api_token_file`).

@@ -25,7 +25,7 @@ fn context() -> RenderContext {
         error_log_level: "notice".into(),
         access_log: "/var/log/nginx/access.log".into(),
         zone_size: "32m".into(),
-        ssl_dir: "/etc/nginx/ssl".into(),
+        default_certificate: "/etc/nginx/ssl/default-fake-certificate.pem".into(),
         supervised: true,
         api_token_file: Some("/etc/nginx/api-token".into()),
     }

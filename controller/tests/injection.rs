@@ -114,7 +114,7 @@ fn render(ing: Ingress) -> String {
         error_log_level: "notice".into(),
         access_log: "/a".into(),
         zone_size: "32m".into(),
-        ssl_dir: "/s".into(),
+        default_certificate: "/s/default.pem".into(),
         supervised: true,
         api_token_file: Some("/etc/nginx/api-token".into()),
     };

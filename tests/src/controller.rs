@@ -29,6 +29,7 @@ pub struct Controller {
     pub dir: tempfile::TempDir,
     pub manifests: PathBuf,
     pub http_port: u16,
+    pub https_port: u16,
     pub api_port: u16,
     pub metrics_port: u16,
 }
@@ -103,7 +104,7 @@ impl Controller {
         env: &[(&str, &str)],
     ) -> Controller {
         let (nginx, module) = artifacts();
-        let (http_port, api_port, metrics_port) = (free_port(), free_port(), free_port());
+        let (http_port, https_port, api_port, metrics_port) = (free_port(), free_port(), free_port(), free_port());
         let strict = extra_args.contains(&STRICT);
         let extra_args: Vec<&str> = extra_args.iter().copied().filter(|a| *a != STRICT).collect();
         let local: &[&str] = if strict { &[] } else { &["--allow-local-endpoints"] };
@@ -118,7 +119,7 @@ impl Controller {
             .arg(dir.path().join("nginx"))
             .args(["--listen-address", "127.0.0.1"])
             .args(["--http-port", &http_port.to_string()])
-            .args(["--https-port", &free_port().to_string()])
+            .args(["--https-port", &https_port.to_string()])
             .args(["--api-port", &api_port.to_string()])
             .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
             .args(["--reload-settle-ms", "100", "--error-log-level", "info"])
@@ -139,6 +140,7 @@ impl Controller {
             dir,
             manifests,
             http_port,
+            https_port,
             api_port,
             metrics_port,
         }

@@ -178,7 +178,8 @@ fn the_inspection_commands_show_the_running_state() {
     assert!(ok);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v[0]["sans"][0], "secure.test");
-    assert!(v[0]["sha256"].as_str().unwrap().len() == 95);
+    assert_eq!(v[0]["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(v[0]["hosts"][0], "secure.test");
     assert!(!out.contains("PRIVATE KEY"), "{out}");
 
     let (ok, out, err) = c.inspect(&["conf", "--host", "a.test"]);

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::annotations::Problem;
+use super::ssl_settings;
 use super::values::{error_status, number_in, Invalid, Seconds, Size};
 
 /// Typed global settings. Unknown or invalid keys are reported and ignored.
@@ -30,6 +31,14 @@ pub struct GlobalConfig {
     pub hsts: bool,
     pub hsts_max_age: u32,
     pub hsts_include_subdomains: bool,
+    /// `hsts-preload`: `; preload` in the header.
+    pub hsts_preload: bool,
+    /// `use-http2`: HTTP/2 on the listeners (ALPN `h2` on TLS; like
+    /// ingress-nginx, cleartext clients may also start with the HTTP/2
+    /// preface).
+    pub use_http2: bool,
+    /// The `ssl-*` keys.
+    pub ssl: super::ssl_settings::SslSettings,
     pub http_redirect_code: u16,
     pub use_forwarded_headers: bool,
     pub keep_alive: Seconds,
@@ -66,6 +75,9 @@ impl Default for GlobalConfig {
             hsts: true,
             hsts_max_age: 31_536_000,
             hsts_include_subdomains: true,
+            hsts_preload: false,
+            use_http2: true,
+            ssl: Default::default(),
             http_redirect_code: 308,
             use_forwarded_headers: false,
             keep_alive: Seconds(75),
@@ -146,6 +158,17 @@ impl GlobalConfig {
                     "hsts" => c.hsts = flag(v)?,
                     "hsts-max-age" => c.hsts_max_age = number(v)?,
                     "hsts-include-subdomains" => c.hsts_include_subdomains = flag(v)?,
+                    "hsts-preload" => c.hsts_preload = flag(v)?,
+                    "use-http2" => c.use_http2 = flag(v)?,
+                    "ssl-protocols" => c.ssl.protocols = ssl_settings::protocols(v)?,
+                    "ssl-ciphers" => c.ssl.ciphers = ssl_settings::ciphers(v)?,
+                    "ssl-prefer-server-ciphers" => c.ssl.prefer_server_ciphers = flag(v)?,
+                    "ssl-session-cache" => c.ssl.session_cache = flag(v)?,
+                    "ssl-session-cache-size" => c.ssl.session_cache_size = ssl_settings::cache_size(v)?,
+                    "ssl-session-timeout" => c.ssl.session_timeout = ssl_settings::time(v, "ssl-session-timeout")?,
+                    "ssl-session-tickets" => c.ssl.session_tickets = flag(v)?,
+                    "ssl-ecdh-curve" => c.ssl.ecdh_curve = ssl_settings::ecdh_curve(v)?,
+                    "ssl-early-data" => c.ssl.early_data = flag(v)?,
                     "http-redirect-code" => {
                         let code = number(v)?;
                         if ![301, 302, 307, 308].contains(&code) {

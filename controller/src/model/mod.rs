@@ -13,6 +13,7 @@ pub mod class;
 pub mod config_map;
 pub mod endpoints;
 pub mod names;
+pub mod ssl_settings;
 pub mod tls;
 pub mod values;
 
@@ -87,8 +88,10 @@ pub struct Server {
     /// A validated host name, or `_` for the catch-all server.
     pub hostname: String,
     pub aliases: Vec<Host>,
-    /// File name (under the conf dir's `ssl/`) of the PEM with cert and key.
-    pub tls: Option<String>,
+    /// A TLS Secret of an Ingress covers the host: `ssl-redirect` applies.
+    /// Which certificate is served is pushed, not rendered
+    /// ([`Model::tls_hosts`]), so a renewal or another Secret never reloads.
+    pub tls: bool,
     pub locations: Vec<Location>,
     /// Only present when snippets are allowed; rendered verbatim.
     pub snippet: Option<String>,
@@ -163,8 +166,11 @@ pub struct Location {
 pub struct Model {
     pub structure: Option<Structure>,
     pub backends: BTreeMap<String, lua_compat::wire::Backend>,
-    /// TLS files the structure refers to: file name → PEM (cert + key).
-    pub certificates: BTreeMap<String, Vec<u8>>,
+    /// Certificates for the module, by id (`<ns>_<secret>`).
+    pub certificates: BTreeMap<String, tls::Pair>,
+    /// Host → certificate id, for the module's servers map (`_`: the
+    /// default certificate, `--default-ssl-certificate`).
+    pub tls_hosts: BTreeMap<String, String>,
     /// Everything refused or ignored, for logs, events and metrics.
     pub problems: Vec<Report>,
     /// Each Ingress's [`fingerprint`], by `namespace/name`.

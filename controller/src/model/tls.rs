@@ -1,25 +1,39 @@
-//! TLS Secrets, checked with OpenSSL: the library nginx loads them with, so
-//! a Secret that passes here also loads in nginx. A certificate nginx cannot
-//! load would fail `nginx -t` and hold back every reload until it is fixed.
+//! TLS Secrets, checked with OpenSSL: the library the module serves them
+//! with, so a Secret that passes here is one the module accepts. They are
+//! pushed to the module's zone (`/configuration/certificates`), never
+//! written to disk; a renewed Secret is served from the next handshake,
+//! with no reload.
 
 use openssl::asn1::Asn1Time;
 use openssl::pkey::PKey;
 use openssl::ssl::{SslContextBuilder, SslMethod};
 use openssl::x509::X509;
-use sha2::{Digest, Sha256};
 
 use k8s_openapi::api::core::v1::Secret;
 
 use super::values::{is_namespace, is_object_name};
 
-/// A TLS Secret ready to be written: its file name and contents.
+/// A TLS Secret ready to be pushed: its id in the module and its PEMs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Certificate {
-    /// `<ns>-<secret>-<hash>.pem`: the content hash makes a renewed
-    /// certificate a new file, so the reload that loads it is explicit.
-    pub file: String,
-    pub pem: Vec<u8>,
+    /// `<ns>_<secret>`: `_` appears in neither a namespace nor a Secret's
+    /// name, so the id is unambiguous, and it does not change when the
+    /// Secret is renewed (the module replaces the certificate in place).
+    pub id: String,
+    pub pair: Pair,
     pub warnings: Vec<String>,
+}
+
+/// A chain (leaf first) and its key, PEM, normalised by OpenSSL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pair {
+    pub chain: String,
+    pub key: String,
+    /// SHA-256 of the leaf's DER, hex: what the module's listing reports,
+    /// so a pusher that lost track can tell what the module already holds.
+    pub sha256: String,
+    /// Certificates in the chain.
+    pub chain_len: usize,
 }
 
 /// Finds Secret `ns/name` among `secrets` and checks it (see [`check`]).
@@ -32,25 +46,22 @@ pub fn from_secret(secrets: &[std::sync::Arc<Secret>], ns: &str, name: &str) -> 
     let (Some(crt), Some(key)) = (data.and_then(|d| d.get("tls.crt")), data.and_then(|d| d.get("tls.key"))) else {
         return Err(format!("Secret {ns}/{name} is missing or has no tls.crt/tls.key"));
     };
-    // Both go into a file name in the certificate directory.
+    // Both go into the certificate's id, a path segment of the module's API.
     if !is_object_name(name) || !is_namespace(ns) {
         return Err(format!("{ns:?}/{name:?} is not a Secret's namespace and name"));
     }
     let checked = check(&crt.0, &key.0).map_err(|e| format!("Secret {ns}/{name}: {e}; TLS not served"))?;
-    let digest = Sha256::digest(&checked.pem);
-    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
     Ok(Certificate {
-        file: format!("{ns}-{name}-{hex}.pem"),
-        pem: checked.pem,
+        id: format!("{ns}_{name}"),
+        pair: checked.pair,
         warnings: checked.warnings,
     })
 }
 
-/// A usable certificate: the PEM to write (chain, then key), normalised,
-/// and what is worth a warning.
+/// A usable certificate, normalised, and what is worth a warning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
-    pub pem: Vec<u8>,
+    pub pair: Pair,
     pub warnings: Vec<String>,
 }
 
@@ -101,8 +112,20 @@ pub fn check(crt: &[u8], key: &[u8]) -> Result<Checked, String> {
     for cert in &chain {
         pem.extend(cert.to_pem().map_err(|e| e.to_string())?);
     }
-    pem.extend(pkey.private_key_to_pem_pkcs8().map_err(|e| e.to_string())?);
-    Ok(Checked { pem, warnings })
+    let key = pkey.private_key_to_pem_pkcs8().map_err(|e| e.to_string())?;
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| e.to_string());
+    let sha256 = leaf
+        .digest(openssl::hash::MessageDigest::sha256())
+        .map_err(|e| e.to_string())?;
+    Ok(Checked {
+        pair: Pair {
+            chain: text(pem)?,
+            key: text(key)?,
+            sha256: sha256.iter().map(|b| format!("{b:02x}")).collect(),
+            chain_len: chain.len(),
+        },
+        warnings,
+    })
 }
 
 #[cfg(test)]
@@ -132,11 +155,7 @@ pub mod tests {
             s
         };
         let ok = from_secret(&[secret("team-a", "web").into()], "team-a", "web").unwrap();
-        assert!(
-            ok.file.starts_with("team-a-web-") && ok.file.ends_with(".pem"),
-            "{}",
-            ok.file
-        );
+        assert_eq!(ok.id, "team-a_web");
         for (ns, name) in [("../..", "web"), ("team-a/..", "web"), ("team-a", "../web")] {
             let err = from_secret(&[secret(ns, name).into()], ns, name).unwrap_err();
             assert!(err.contains("namespace and name"), "{ns}/{name}: {err}");
@@ -183,10 +202,8 @@ pub mod tests {
         noisy.extend(&crt);
         let c = check(&noisy, &key).unwrap();
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-        assert!(c.pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
-        assert!(String::from_utf8(c.pem)
-            .unwrap()
-            .contains("-----BEGIN PRIVATE KEY-----"));
+        assert!(c.pair.chain.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(c.pair.key.starts_with("-----BEGIN PRIVATE KEY-----"));
     }
 
     #[test]

@@ -20,6 +20,15 @@ pub struct WorkerStatus {
     pub generation: u64,
 }
 
+/// One entry of `GET /configuration/certificates`, as far as the pusher
+/// cares.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HeldCertificate {
+    pub id: String,
+    pub sha256: String,
+    pub chain: usize,
+}
+
 #[derive(Clone)]
 pub struct ApiClient {
     base: String,
@@ -117,6 +126,59 @@ impl ApiClient {
 
 /// A 400 or 413 is a refusal of this body; anything else (401 while an
 /// external nginx still has an older token, 507, a 5xx) is a failure.
+impl ApiClient {
+    /// `PUT /configuration/certificates/{id}`: a chain and its key, PEM.
+    pub async fn put_certificate(&self, id: &str, chain: &str, key: &str) -> Result<(), PushError> {
+        let body = serde_json::json!({ "certificate": chain, "key": key });
+        let resp = self
+            .http
+            .put(format!("{}/configuration/certificates/{id}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(anyhow::Error::from)?;
+        refusal(resp).await
+    }
+
+    /// `DELETE /configuration/certificates/{id}`; an absent one is fine.
+    pub async fn delete_certificate(&self, id: &str) -> anyhow::Result<()> {
+        let resp = self
+            .http
+            .delete(format!("{}/configuration/certificates/{id}", self.base))
+            .send()
+            .await?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        check(resp).await.map(drop)
+    }
+
+    /// `PUT /configuration/servers`: the whole host → certificate id map.
+    pub async fn put_servers(&self, servers: &std::collections::BTreeMap<String, String>) -> Result<(), PushError> {
+        let resp = self
+            .http
+            .put(format!("{}/configuration/servers", self.base))
+            .header("content-type", "application/json")
+            .body(serde_json::json!({ "servers": servers }).to_string())
+            .send()
+            .await
+            .map_err(anyhow::Error::from)?;
+        refusal(resp).await
+    }
+
+    /// The certificates the module holds: id, leaf SHA-256, chain length.
+    pub async fn certificates(&self) -> anyhow::Result<Vec<HeldCertificate>> {
+        let resp = self
+            .http
+            .get(format!("{}/configuration/certificates", self.base))
+            .send()
+            .await?;
+        let bytes = check(resp).await?;
+        serde_json::from_slice(&bytes).context("decoding /configuration/certificates")
+    }
+}
+
 async fn refusal(resp: reqwest::Response) -> Result<(), PushError> {
     let status = resp.status();
     if status.is_success() {

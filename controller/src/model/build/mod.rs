@@ -32,6 +32,9 @@ pub struct BuildOptions {
     pub allow_snippets: bool,
     /// `--default-backend-service namespace/name`.
     pub default_backend_service: Option<(String, String)>,
+    /// `--default-ssl-certificate namespace/name`: the TLS Secret served to
+    /// handshakes no host's certificate matches (else the generated one).
+    pub default_ssl_certificate: Option<(String, String)>,
     /// `--watch-namespace`; `None` watches all.
     pub namespace: Option<String>,
     pub listen: Listen,
@@ -52,6 +55,7 @@ impl Default for BuildOptions {
             },
             allow_snippets: false,
             default_backend_service: None,
+            default_ssl_certificate: None,
             namespace: None,
             listen: Listen {
                 address: "0.0.0.0".into(),
@@ -88,7 +92,7 @@ struct Builder<'s> {
     servers: BTreeMap<String, ServerAcc>,
     backends: BTreeMap<String, BackendRef>,
     names: Names,
-    certificates: BTreeMap<String, Vec<u8>>,
+    certificates: BTreeMap<String, tls::Pair>,
     problems: Vec<Report>,
     regex_hosts: BTreeSet<String>,
     /// Primary backend → its canary backends.
@@ -291,14 +295,14 @@ impl<'s> Builder<'s> {
             let Some(secret) = t.secret_name.as_deref() else {
                 continue;
             };
-            let Some(file) = self.certificate(ing, secret) else {
+            let Some(id) = self.certificate(ing, secret) else {
                 continue;
             };
             for host in t.hosts.iter().flatten() {
                 match Host::parse(host) {
                     Ok(h) => {
                         let server = self.servers.entry(h.as_str().to_string()).or_default();
-                        server.tls.get_or_insert_with(|| file.clone());
+                        server.tls.get_or_insert_with(|| id.clone());
                     }
                     Err(e) => self.report(ing, "spec.tls.hosts", e.0),
                 }
@@ -533,8 +537,8 @@ impl<'s> Builder<'s> {
         }
     }
 
-    /// The file name the Ingress's TLS Secret will have (see
-    /// [`tls::from_secret`]); its PEM is recorded, problems are reported.
+    /// The module's id of the Ingress's TLS Secret (see
+    /// [`tls::from_secret`]); its PEMs are recorded, problems are reported.
     fn certificate(&mut self, ing: &Ingress, secret: &str) -> Option<String> {
         let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
         match tls::from_secret(&self.snap.secrets, ns, secret) {
@@ -542,8 +546,8 @@ impl<'s> Builder<'s> {
                 for w in &cert.warnings {
                     self.report(ing, "spec.tls.secretName", format!("Secret {ns}/{secret}: {w}"));
                 }
-                self.certificates.insert(cert.file.clone(), cert.pem);
-                Some(cert.file)
+                self.certificates.insert(cert.id.clone(), cert.pair);
+                Some(cert.id)
             }
             Err(e) => {
                 self.report(ing, "spec.tls.secretName", e);
@@ -569,6 +573,30 @@ impl<'s> Builder<'s> {
         }
         self.settle_aliases();
         self.servers.entry("_".to_string()).or_default();
+        let mut tls_hosts = BTreeMap::new();
+        for (host, acc) in &self.servers {
+            if let Some(id) = &acc.tls {
+                tls_hosts.insert(host.clone(), id.clone());
+                for alias in &acc.aliases {
+                    tls_hosts
+                        .entry(alias.as_str().to_string())
+                        .or_insert_with(|| id.clone());
+                }
+            }
+        }
+        if let Some((ns, name)) = self.opts.default_ssl_certificate.clone() {
+            match tls::from_secret(&self.snap.secrets, &ns, &name) {
+                Ok(cert) => {
+                    tls_hosts.insert(lua_compat::certificates::DEFAULT_HOST.to_string(), cert.id.clone());
+                    self.certificates.insert(cert.id, cert.pair);
+                }
+                Err(e) => self.problems.push(Report {
+                    object: format!("Secret {ns}/{name}"),
+                    what: "--default-ssl-certificate".into(),
+                    reason: format!("{e}; the generated default certificate is served instead"),
+                }),
+            }
+        }
         let servers: Vec<Server> = std::mem::take(&mut self.servers)
             .into_iter()
             .map(|(hostname, acc)| server(hostname, acc))
@@ -593,6 +621,7 @@ impl<'s> Builder<'s> {
             }),
             backends: built.backends,
             certificates: self.certificates,
+            tls_hosts,
             problems: self.problems,
             fingerprints: BTreeMap::new(),
             backend_objects: built.objects,
@@ -605,10 +634,10 @@ impl<'s> Builder<'s> {
 /// locations need; prefix and exact ones are order-free in nginx) and
 /// collects the named error locations they use.
 fn server(hostname: String, acc: ServerAcc) -> Server {
-    let tls = acc.tls;
+    let tls = acc.tls.is_some();
     let mut locations: Vec<Location> = acc.locations.into_values().flatten().collect();
     for l in &mut locations {
-        l.ssl_redirect &= tls.is_some();
+        l.ssl_redirect &= tls;
     }
     locations.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then_with(|| b.path.cmp(&a.path)));
     let mut error_pages: Vec<ErrorPage> = locations.iter().flat_map(|l| l.error_pages.iter().cloned()).collect();
