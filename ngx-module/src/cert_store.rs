@@ -17,8 +17,8 @@ use lua_compat::certificates::{ServerChanges, Servers};
 
 use crate::certificates::Prepared;
 use crate::index::{Blob, Index};
-use crate::store::{new_blob, BlobParts};
-use crate::zone::{CertIndex, SlabGuard, Zone};
+use crate::store::{BlobParts, Built};
+use crate::zone::{CertIndex, Zone};
 
 /// One write to the certificates.
 pub enum CertChange {
@@ -83,11 +83,7 @@ pub fn apply(zone: &Zone, change: CertChange) -> Result<CertApplied, CertStoreEr
     // slab mutex (`slab`), as this one does: no write races this borrow.
     let old: &CertIndex = unsafe { &*header.certs.data_ptr() };
     let generation = header.cert_generation.load(Ordering::Relaxed) + 1;
-    let mut built = Built {
-        slab: &slab,
-        fresh: Vec::new(),
-        needed: 0,
-    };
+    let mut built = Built::new(&slab);
     let mut certs: Vec<NonNull<Blob>> = old.certs.slice().to_vec();
     let have_servers = servers_of(old.servers);
     let mut servers = have_servers.clone();
@@ -122,7 +118,10 @@ pub fn apply(zone: &Zone, change: CertChange) -> Result<CertApplied, CertStoreEr
         }
         Ok(())
     };
-    let full = |built: Built| built.abandon(zone.size());
+    let full = |built: Built| CertStoreError::ZoneFull {
+        needed: built.discard(),
+        zone: zone.size(),
+    };
     match change {
         CertChange::Put(p) => {
             if put(&mut certs, &mut built, &p).is_err() {
@@ -175,7 +174,7 @@ pub fn apply(zone: &Zone, change: CertChange) -> Result<CertApplied, CertStoreEr
             host: host.clone(),
             id: id.clone(),
         };
-        built.abandon(zone.size());
+        built.discard();
         return Err(e);
     }
 
@@ -204,7 +203,7 @@ pub fn apply(zone: &Zone, change: CertChange) -> Result<CertApplied, CertStoreEr
         match slab.alloc(entries_size) {
             Some(p) => p.as_ptr().cast(),
             None => {
-                built.needed += entries_size;
+                built.also_needed(entries_size);
                 return Err(full(built));
             }
         }
@@ -266,31 +265,4 @@ pub fn list(zone: &Zone, only: Option<&str>) -> Vec<lua_compat::certificates::Ce
             Some(info)
         })
         .collect()
-}
-
-/// Blobs allocated by one write, so that a failed write can free them.
-struct Built<'a> {
-    slab: &'a SlabGuard,
-    fresh: Vec<(NonNull<Blob>, usize)>,
-    needed: usize,
-}
-
-impl Built<'_> {
-    fn build(&mut self, parts: &BlobParts, generation: u64) -> Option<NonNull<Blob>> {
-        self.needed += parts.size();
-        let (blob, size) = new_blob(self.slab, parts, generation)?;
-        self.fresh.push((blob, size));
-        Some(blob)
-    }
-
-    fn abandon(self, zone: usize) -> CertStoreError {
-        for (blob, size) in &self.fresh {
-            // SAFETY: these blobs were never published.
-            unsafe { self.slab.free(blob.cast(), *size) };
-        }
-        CertStoreError::ZoneFull {
-            needed: self.needed,
-            zone,
-        }
-    }
 }

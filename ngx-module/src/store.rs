@@ -75,11 +75,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     let old: &Index = unsafe { &*header.index.data_ptr() };
     let generation = header.generation.load(Ordering::Relaxed) + 1;
 
-    let mut built = Built {
-        slab: &slab,
-        fresh: Vec::new(),
-        needed: 0,
-    };
+    let mut built = Built::new(&slab);
     let mut created = false;
     let mut next: Vec<NonNull<Blob>> = match change {
         Change::ReplaceAll(mut items) => {
@@ -136,7 +132,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
         match slab.alloc(entries_size) {
             Some(p) => p.as_ptr().cast(),
             None => {
-                built.needed += entries_size;
+                built.also_needed(entries_size);
                 return Err(built.abandon(zone.size()));
             }
         }
@@ -288,7 +284,7 @@ impl BlobParts<'_> {
 
 /// Allocates and fills a blob of version `version`; `None` when the zone
 /// is full. Returns it with its allocation size.
-pub(crate) fn new_blob(slab: &SlabGuard, parts: &BlobParts, version: u64) -> Option<(NonNull<Blob>, usize)> {
+fn new_blob(slab: &SlabGuard, parts: &BlobParts, version: u64) -> Option<(NonNull<Blob>, usize)> {
     let size = parts.size();
     let blob = slab.alloc(size)?.cast::<Blob>();
     // SAFETY: the allocation has room for the header plus the three byte
@@ -316,14 +312,37 @@ fn dangling() -> *mut Blob {
     NonNull::<Blob>::dangling().as_ptr()
 }
 
-/// Blobs allocated by one write, so that a failed write can free them.
-struct Built<'a> {
+/// Blobs allocated by one write (of backends or of certificates), so that
+/// a failed write can free them.
+pub(crate) struct Built<'a> {
     slab: &'a SlabGuard,
     fresh: Vec<(NonNull<Blob>, usize)>,
     needed: usize,
 }
 
-impl Built<'_> {
+impl<'a> Built<'a> {
+    pub(crate) fn new(slab: &'a SlabGuard) -> Self {
+        Built {
+            slab,
+            fresh: Vec::new(),
+            needed: 0,
+        }
+    }
+
+    /// A new blob of `parts`, or `None` when the zone is full (the size
+    /// still counts towards what the write needed).
+    pub(crate) fn build(&mut self, parts: &BlobParts, generation: u64) -> Option<NonNull<Blob>> {
+        self.needed += parts.size();
+        let (blob, size) = new_blob(self.slab, parts, generation)?;
+        self.fresh.push((blob, size));
+        Some(blob)
+    }
+
+    /// Counts `bytes` more that the write would have needed.
+    pub(crate) fn also_needed(&mut self, bytes: usize) {
+        self.needed += bytes;
+    }
+
     /// The existing blob when its content is unchanged, else a new one. On
     /// allocation failure returns a dangling marker and keeps counting how
     /// much memory the write would have needed.
@@ -340,12 +359,7 @@ impl Built<'_> {
             endpoints: item.endpoints as u32,
             resolves: item.resolves,
         };
-        self.needed += parts.size();
-        let Some((blob, size)) = new_blob(self.slab, &parts, generation) else {
-            return NonNull::dangling();
-        };
-        self.fresh.push((blob, size));
-        blob
+        self.build(&parts, generation).unwrap_or(NonNull::dangling())
     }
 
     /// A copy of `blob` with a new version, or `None` if the zone is full
@@ -362,13 +376,19 @@ impl Built<'_> {
         Some(p.cast())
     }
 
-    fn abandon(self, zone: usize) -> StoreError {
+    /// Frees every blob this write built (none was published) and returns
+    /// how many bytes the write needed.
+    pub(crate) fn discard(self) -> usize {
         for (blob, size) in &self.fresh {
             // SAFETY: these blobs were never published.
             unsafe { self.slab.free(blob.cast(), *size) };
         }
+        self.needed
+    }
+
+    fn abandon(self, zone: usize) -> StoreError {
         StoreError::ZoneFull {
-            needed: self.needed,
+            needed: self.discard(),
             zone,
         }
     }
