@@ -27,6 +27,8 @@
 //!   holder's death;
 //! - [`certificates`]: certificate ids, servers maps, the SNI lookup order;
 //! - [`api`]: routing and response bodies of the `/configuration` API.
+//! - [`request_id`]: `$req_id` as ingress-nginx gives it, from a per-worker
+//!   ChaCha20 stream instead of a `RAND_bytes` call per request.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -42,6 +44,7 @@ pub mod endpoint_state;
 pub mod ewma;
 pub mod hash_key;
 pub mod least_conn;
+pub mod request_id;
 pub mod round_robin;
 pub mod runtime;
 pub mod sample;

@@ -20,16 +20,19 @@ pub fn route(req: &Request, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<Work
     if primary.alternatives.is_empty() || is_affinitized(req, &primary) {
         return (primary, false);
     }
-    let canaries: Vec<Rc<WorkerBackend>> = primary
-        .alternatives
-        .iter()
-        .filter_map(|name| lookup(zone, name.as_bytes()))
-        .filter(|b| !b.endpoints.is_empty())
-        .collect();
-    if let Some(c) = canaries.iter().find(|c| is_affinitized(req, c)) {
-        return (Rc::clone(c), true);
+    // Walked twice rather than collected: this runs per request, and a
+    // worker-cache lookup is cheaper than a heap allocation.
+    let canaries = || {
+        primary
+            .alternatives
+            .iter()
+            .filter_map(|name| lookup(zone, name.as_bytes()))
+            .filter(|b| !b.endpoints.is_empty())
+    };
+    if let Some(c) = canaries().find(|c| is_affinitized(req, c)) {
+        return (c, true);
     }
-    for canary in &canaries {
+    for canary in canaries() {
         let policy = &canary.traffic;
         let header = policy.header_variable().and_then(|v| variables::get(req, &v));
         let cookie = policy.cookie_variable().and_then(|v| variables::get(req, &v));
@@ -38,10 +41,10 @@ pub fn route(req: &Request, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<Work
             _ => Err(()),
         };
         match policy.header_and_cookie(header, cookie, matches) {
-            Verdict::Canary => return (Rc::clone(canary), true),
+            Verdict::Canary => return (canary, true),
             // `never` keeps the request off this canary; later ones may still take it.
             Verdict::Primary => continue,
-            Verdict::Undecided if policy.by_weight(|n| fastrand::u32(1..=n)) => return (Rc::clone(canary), true),
+            Verdict::Undecided if policy.by_weight(|n| fastrand::u32(1..=n)) => return (canary, true),
             Verdict::Undecided => {}
         }
     }

@@ -558,6 +558,14 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
 /// # Safety
 /// `cf` is the configuration being parsed.
 pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
+    if !variables::layout_is_as_expected() {
+        ngx_conf_log_error!(
+            NGX_LOG_EMERG,
+            cf,
+            "dynamic_balancer: nginx's variable value layout is not the one this module was built for"
+        );
+        return NGX_ERROR as ngx_int_t;
+    }
     for name in variables::OWN_NAMES {
         // SAFETY: `cf` and its pool are live (this function's contract).
         let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
@@ -582,6 +590,17 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: a non-null result is the variable's live entry in the core
     // module's table.
     unsafe { (*v).get_handler = Some(crate::peer::ewma_score_variable) };
+    // The client's X-Request-ID or a fresh id, once per request.
+    // SAFETY: `cf` and its pool are live (this function's contract).
+    let mut name = unsafe { ngx_str_t::from_str((*cf).pool, "dynamic_request_id") };
+    // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+    let v = unsafe { ngx_http_add_variable(cf, &mut name, 0) };
+    if v.is_null() {
+        return NGX_ERROR as ngx_int_t;
+    }
+    // SAFETY: a non-null result is the variable's live entry in the core
+    // module's table.
+    unsafe { (*v).get_handler = Some(crate::request_id::variable) };
     NGX_OK as ngx_int_t
 }
 

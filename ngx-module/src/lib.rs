@@ -10,8 +10,9 @@
 //!    [`worker`] (is the worker leaving; its timers);
 //! 1. [`request`] (the nginx request API, wrapped once), [`offload`] (the
 //!    per-worker write thread), [`zone`] (the shared zone);
-//! 2. [`conf`] (conf structs and request-time readers), [`store`] (writes to
-//!    the zone), [`worker_cache`] (each worker's decoded backends);
+//! 2. [`conf`] (conf structs and request-time readers), [`request_id`]
+//!    (`$dynamic_request_id`), [`store`] (writes to the zone),
+//!    [`worker_cache`] (each worker's decoded backends);
 //! 3. [`canary`], [`external_names`] (`ExternalName` re-resolution),
 //!    [`request_ctx`] (the typed per-request state);
 //! 4. the entry points [`api_handler`] (`/configuration`), [`body_limit`]
@@ -44,6 +45,7 @@ mod peer;
 mod preaccess;
 mod request;
 mod request_ctx;
+mod request_id;
 mod ssl_handshake;
 mod store;
 mod timer;

@@ -1,6 +1,7 @@
 //! Small, safe-to-call wrappers over the nginx HTTP request API that ngx 0.5
 //! does not cover: JSON responses, whole request bodies (memory and temp
-//! file), indexed variables and pool memory that runs `Drop`.
+//! file), indexed variables, request headers by name and pool memory that
+//! runs `Drop`.
 
 use std::ffi::c_void;
 use std::mem;
@@ -10,12 +11,13 @@ use std::slice;
 
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable, ngx_http_output_filter,
-    ngx_http_send_header, ngx_int_t, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t, ngx_uint_t, NGX_ERROR,
-    NGX_OK,
+    ngx_http_send_header, ngx_int_t, ngx_list_part_t, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t,
+    ngx_table_elt_t, ngx_uint_t, NGX_ERROR, NGX_OK,
 };
 use ngx::http::Request;
 
 use crate::guard::ffi_guard;
+use crate::variables;
 
 /// Sends `body` as `application/json` with `status`, plus an `Allow` header
 /// for 405 answers. Returns what the content phase should return. The
@@ -154,13 +156,44 @@ pub fn variable(req: &Request, index: ngx_uint_t) -> Option<&[u8]> {
     // (as for ngx's own `Request::get_complex_value(&self)`).
     let v = unsafe { ngx_http_get_flushed_variable(ptr::from_ref(req.as_ref()).cast_mut(), index) };
     // SAFETY: a non-null result is the request's value slot for `index`,
-    // in `r->variables`, live as long as the request.
-    if v.is_null() || unsafe { (*v).not_found() != 0 || (*v).data.is_null() } {
-        return None;
+    // in `r->variables`, live as long as the request; nginx filled it, and
+    // a found value's bytes are in the request's pool or the configuration.
+    unsafe { variables::found_bytes(v.as_ref()?) }
+}
+
+/// The value of the first request header named `lowercase_name` (which
+/// must be lower case), as `$http_*` finds it for a name nginx has no field
+/// for. It compares nginx's precomputed `lowcase_key` of each header, so a
+/// lookup is a length check and a `memcmp` per header.
+pub fn header_in<'r>(req: &'r Request, lowercase_name: &[u8]) -> Option<&'r [u8]> {
+    let mut part: *const ngx_list_part_t = &req.as_ref().headers_in.headers.part;
+    while !part.is_null() {
+        // SAFETY: `part` is the request's headers list's first part or a
+        // `next` link of a previous one; nginx keeps the list, in the
+        // request's pool, for the request's life.
+        let p = unsafe { &*part };
+        let elts = p.elts.cast::<ngx_table_elt_t>();
+        for i in 0..p.nelts {
+            // SAFETY: a list part holds `nelts` initialised elements of the
+            // list's element type, `ngx_table_elt_t` for `headers_in`.
+            let h = unsafe { &*elts.add(i) };
+            // A zero hash marks a header a module deleted.
+            if h.hash == 0 || h.key.len != lowercase_name.len() || h.lowcase_key.is_null() {
+                continue;
+            }
+            // SAFETY: nginx sets `lowcase_key` to `key.len` bytes when it
+            // parses a header; both live in the request's pool.
+            if unsafe { slice::from_raw_parts(h.lowcase_key, h.key.len) } == lowercase_name {
+                if h.value.len == 0 {
+                    return Some(&[]);
+                }
+                // SAFETY: `value` is `len` bytes in the request's pool.
+                return Some(unsafe { slice::from_raw_parts(h.value.data, h.value.len) });
+            }
+        }
+        part = p.next;
     }
-    // SAFETY: a found value with non-null `data` has `len` bytes there, in
-    // the request's pool or the configuration, which outlive the request.
-    Some(unsafe { slice::from_raw_parts((*v).data, (*v).len() as usize) })
+    None
 }
 
 /// Moves `value` into `pool` and drops it when the pool is destroyed (the end

@@ -7,7 +7,7 @@
 //! DNS refresher of `ExternalName` backends, whose log lines the timer
 //! writes.
 
-use ngx::ffi::{ngx_cycle_t, ngx_event_t, ngx_int_t, ngx_msec_t, NGX_OK};
+use ngx::ffi::{ngx_cycle_t, ngx_event_t, ngx_int_t, ngx_msec_t, NGX_LOG_ALERT, NGX_OK};
 use ngx::http::HttpModuleConfExt;
 
 use ngx::ngx_log_error;
@@ -15,6 +15,7 @@ use ngx::ngx_log_error;
 use crate::conf::MainConf;
 use crate::external_names;
 use crate::guard::ffi_guard;
+use crate::request_id;
 use crate::worker::{self, WorkerTimer};
 use crate::worker_cache;
 
@@ -44,6 +45,16 @@ unsafe fn main_conf(cycle: *const ngx_cycle_t) -> Option<&'static MainConf> {
 /// once in each new worker with the live, configured cycle.
 pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
     ffi_guard("init process", NGX_OK as ngx_int_t, || {
+        if let Err(e) = request_id::seed() {
+            // SAFETY: `cycle` is the live cycle nginx passed in; its log
+            // lives as long as it.
+            let log = unsafe { (*cycle).log };
+            ngx_log_error!(
+                NGX_LOG_ALERT,
+                log,
+                "dynamic_balancer: {e}; $dynamic_request_id retries per request"
+            );
+        }
         // SAFETY: `cycle` is the live cycle nginx passed in.
         let Some(zone) = (unsafe { main_conf(cycle) }).and_then(MainConf::zone) else {
             return NGX_OK as ngx_int_t;

@@ -270,6 +270,7 @@ pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &st
         match ureq::post(&format!("http://127.0.0.1:{api}/configuration/backends")).send(body) {
             Ok(r) if r.status() == 201 => break,
             Ok(r) => panic!("POST answered {}", r.status()),
+            Err(ureq::Error::StatusCode(code)) => panic!("POST answered {code}"),
             Err(e) => {
                 assert!(Instant::now() < deadline, "nginx under valgrind did not come up: {e}");
                 std::thread::sleep(Duration::from_millis(200));
@@ -283,6 +284,11 @@ pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &st
     // SAFETY: signalling the valgrind process we started.
     unsafe { libc::kill(vg.id() as libc::pid_t, libc::SIGQUIT) };
     vg.wait().unwrap();
+    // BENCH_KEEP_CALLGRIND=DIR keeps each profile for callgrind_annotate.
+    if let Some(keep) = std::env::var_os("BENCH_KEEP_CALLGRIND") {
+        let name = format!("callgrind.{port}.{}.{count}.out", headers.len());
+        std::fs::copy(&out, std::path::Path::new(&keep).join(name)).unwrap();
+    }
     let text = std::fs::read_to_string(&out).unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix("totals: "))

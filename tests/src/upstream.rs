@@ -108,9 +108,18 @@ impl Upstream {
                     hits.fetch_add(1, Ordering::Relaxed);
                     let peer = request.remote_addr().map(|a| a.to_string()).unwrap_or_default();
                     peers.lock().unwrap().push(peer.clone());
-                    let response = Response::from_string(identity.clone())
+                    let mut response = Response::from_string(identity.clone())
                         .with_header(Header::from_bytes("X-Upstream", identity.as_bytes()).unwrap())
                         .with_header(Header::from_bytes("X-Peer", peer.as_bytes()).unwrap());
+                    // What the proxy added, echoed as X-Echo-<name>.
+                    for h in request.headers() {
+                        let name = h.field.as_str().as_str();
+                        let lower = name.to_ascii_lowercase();
+                        if lower == "x-request-id" || lower.starts_with("x-forwarded-") {
+                            let echoed = format!("X-Echo-{name}");
+                            response.add_header(Header::from_bytes(echoed.as_bytes(), h.value.as_bytes()).unwrap());
+                        }
+                    }
                     if delay.is_zero() {
                         let _ = request.respond(response);
                     } else {

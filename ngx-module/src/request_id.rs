@@ -1,0 +1,75 @@
+//! `$dynamic_request_id`: ingress-nginx's `$req_id` without a `map` and
+//! without OpenSSL's `RAND_bytes` per request. The client's `X-Request-ID`
+//! when it sends a non-empty one, else 32 hex characters from this worker's
+//! ChaCha20 stream ([`lua_compat::request_id`]). The value is cached for the
+//! request like any variable's, so the header sent upstream and the access
+//! log agree.
+
+use std::cell::RefCell;
+
+use lua_compat::request_id::{self, Generator, ID_LEN};
+use ngx::ffi::{ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, NGX_ERROR, NGX_OK};
+use ngx::http::Request;
+
+use crate::guard::ffi_guard;
+use crate::request;
+use crate::variables;
+
+thread_local! {
+    /// This process's generator. Requests run on the event-loop thread only.
+    static GENERATOR: RefCell<Option<Generator>> = const { RefCell::new(None) };
+}
+
+/// Seeds this process's generator from the operating system. nginx calls
+/// `init_process` after `fork()`, so every worker gets its own stream; a
+/// generator inherited from the master would give two workers the same ids.
+pub fn seed() -> Result<(), String> {
+    let generator = Generator::from_os()?;
+    GENERATOR.with(|g| *g.borrow_mut() = Some(generator));
+    Ok(())
+}
+
+/// A fresh id, seeding first if [`seed`] failed or never ran (a request is
+/// always served after the fork, so a late seed is still per process).
+fn fresh() -> Option<[u8; ID_LEN]> {
+    GENERATOR.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.is_none() {
+            *g = Generator::from_os().ok();
+        }
+        g.as_mut().map(Generator::next_id)
+    })
+}
+
+/// The get handler of `$dynamic_request_id`. nginx calls it with a live
+/// request and the variable's value slot, at most once per request (the
+/// value is cacheable).
+pub unsafe extern "C" fn variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("$dynamic_request_id", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls a get handler with a live request, on the
+        // event loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        // SAFETY: `v` is the value slot nginx handed this get handler, not
+        // otherwise borrowed during the call.
+        let v = unsafe { &mut *v };
+        if let Some(id) = request_id::client_id(request::header_in(req, request_id::HEADER)) {
+            // SAFETY: header values live in the request's pool, which
+            // outlives every read of this variable's cached value.
+            unsafe { variables::fill_borrowed(v, id) };
+            return NGX_OK as ngx_int_t;
+        }
+        match fresh() {
+            Some(id) => variables::fill(req, v, &id),
+            None => {
+                // No random source at all: the variable is not found, and
+                // `proxy_set_header` leaves the header out.
+                variables::fill_not_found(v);
+                NGX_OK as ngx_int_t
+            }
+        }
+    })
+}
