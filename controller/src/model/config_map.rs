@@ -37,6 +37,9 @@ pub struct GlobalConfig {
     /// ingress-nginx, cleartext clients may also start with the HTTP/2
     /// preface).
     pub use_http2: bool,
+    /// `use-http3`: HTTP/3 over QUIC on the HTTPS port (UDP), announced with
+    /// `Alt-Svc`. Off by default.
+    pub use_http3: bool,
     /// The `ssl-*` keys.
     pub ssl: super::ssl_settings::SslSettings,
     pub http_redirect_code: u16,
@@ -77,6 +80,7 @@ impl Default for GlobalConfig {
             hsts_include_subdomains: true,
             hsts_preload: false,
             use_http2: true,
+            use_http3: false,
             ssl: Default::default(),
             http_redirect_code: 308,
             use_forwarded_headers: false,
@@ -160,6 +164,7 @@ impl GlobalConfig {
                     "hsts-include-subdomains" => c.hsts_include_subdomains = flag(v)?,
                     "hsts-preload" => c.hsts_preload = flag(v)?,
                     "use-http2" => c.use_http2 = flag(v)?,
+                    "use-http3" => c.use_http3 = flag(v)?,
                     "ssl-protocols" => c.ssl.protocols = ssl_settings::protocols(v)?,
                     "ssl-ciphers" => c.ssl.ciphers = ssl_settings::ciphers(v)?,
                     "ssl-prefer-server-ciphers" => c.ssl.prefer_server_ciphers = flag(v)?,
@@ -215,6 +220,15 @@ impl GlobalConfig {
                 });
             }
         }
+        // QUIC carries TLS 1.3 only: without it every HTTP/3 handshake
+        // would fail, so HTTP/3 stays off and the operator is told.
+        if c.use_http3 && !c.ssl.protocols.iter().any(|p| p == "TLSv1.3") {
+            c.use_http3 = false;
+            problems.push(Problem {
+                annotation: "ConfigMap key use-http3".into(),
+                reason: "HTTP/3 needs TLSv1.3 in ssl-protocols; HTTP/3 stays off".into(),
+            });
+        }
         (c, problems)
     }
 }
@@ -239,5 +253,18 @@ mod tests {
         assert_eq!(c.worker_processes, 2);
         assert!(c.hsts);
         assert_eq!(p.len(), 2);
+    }
+
+    #[test]
+    fn http3_needs_tls_1_3() {
+        let parse = |pairs: &[(&str, &str)]| {
+            GlobalConfig::parse(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        };
+        let (c, p) = parse(&[("use-http3", "true")]);
+        assert!(c.use_http3 && p.is_empty());
+        let (c, p) = parse(&[("use-http3", "true"), ("ssl-protocols", "TLSv1.2")]);
+        assert!(!c.use_http3);
+        assert!(p[0].reason.contains("TLSv1.3"), "{p:?}");
+        assert!(!parse(&[]).0.use_http3, "off by default");
     }
 }

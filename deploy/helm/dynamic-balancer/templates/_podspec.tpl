@@ -109,6 +109,14 @@ spec:
           {{- if $c.hostPort.enabled }}
           hostPort: {{ $c.hostPort.ports.https }}
           {{- end }}
+        {{- if eq (toString (index $c.config "use-http3" | default "false")) "true" }}
+        - name: https-quic
+          containerPort: {{ $c.containerPort.https }}
+          protocol: UDP
+          {{- if $c.hostPort.enabled }}
+          hostPort: {{ $c.hostPort.ports.https }}
+          {{- end }}
+        {{- end }}
         - name: metrics
           containerPort: {{ $c.metrics.port }}
           protocol: TCP
