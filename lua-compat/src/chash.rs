@@ -141,20 +141,27 @@ fn crc32_extend4(t: &CrcTables, crc: u32, word: u32) -> u32 {
 }
 
 /// `points` ordered by hash, equal hashes in their original order (a
-/// least-significant-digit radix sort on 16-bit digits is stable).
+/// least-significant-digit radix sort is stable).
 fn radix_sort_by_hash(points: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
     if points.len() < 256 {
         let mut points = points;
         points.sort_by_key(|p| p.0);
         return points;
     }
+    // Three 11-bit digits: 2,048 buckets keep every pass's write positions
+    // in cache, where 16-bit digits scatter over 65,536 and thrash it.
+    const BITS: u32 = 11;
+    const MASK: u32 = (1 << BITS) - 1;
+    let mut counts = [[0usize; 1 << BITS]; 3];
+    for p in &points {
+        for (d, c) in counts.iter_mut().enumerate() {
+            c[((p.0 >> (BITS * d as u32)) & MASK) as usize] += 1;
+        }
+    }
     let mut src = points;
     let mut dst = vec![(0u32, 0u32); src.len()];
-    for shift in [0u32, 16] {
-        let mut offsets = vec![0usize; 1 << 16];
-        for p in &src {
-            offsets[((p.0 >> shift) & 0xffff) as usize] += 1;
-        }
+    for (d, offsets) in counts.iter_mut().enumerate() {
+        let shift = BITS * d as u32;
         let mut total = 0;
         for o in offsets.iter_mut() {
             let count = *o;
@@ -162,7 +169,7 @@ fn radix_sort_by_hash(points: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
             total += count;
         }
         for p in &src {
-            let digit = ((p.0 >> shift) & 0xffff) as usize;
+            let digit = ((p.0 >> shift) & MASK) as usize;
             dst[offsets[digit]] = *p;
             offsets[digit] += 1;
         }
