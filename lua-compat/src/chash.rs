@@ -50,6 +50,10 @@ impl ChashRing {
         }
     }
 
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }

@@ -47,7 +47,7 @@ static LOG: Mutex<Vec<(ngx_uint_t, String)>> = Mutex::new(Vec::new());
 /// This worker's DNS cache, started on first use; `None` if its threads
 /// could not be started.
 fn dns() -> Option<&'static DnsCache> {
-    DNS.get_or_init(|| DnsCache::start(LOOKUP_THREADS, system_lookup(), crate::offload::block_signals).ok())
+    DNS.get_or_init(|| DnsCache::start(LOOKUP_THREADS, system_lookup(), crate::worker::block_signals).ok())
         .as_ref()
 }
 
@@ -101,7 +101,7 @@ pub fn start_refresher(zone: Zone) {
     let spawned = std::thread::Builder::new()
         .name("dynbal-resolve".into())
         .spawn(move || {
-            crate::offload::block_signals();
+            crate::worker::block_signals();
             refresher(zone);
         });
     if let Err(e) = spawned {

@@ -9,7 +9,8 @@
 //!    and index as readers see them), [`variables`] (request variables),
 //!    [`worker`] (is the worker leaving; its timers);
 //! 1. [`request`] (the nginx request API, wrapped once), [`offload`] (the
-//!    per-worker write thread), [`zone`] (the shared zone);
+//!    per-worker write thread), [`ring_builder`] (large hash rings built
+//!    off the event loop), [`zone`] (the shared zone);
 //! 2. [`conf`] (conf structs and request-time readers), [`request_id`]
 //!    (`$dynamic_request_id`), [`store`] (writes to the zone),
 //!    [`worker_cache`] (each worker's decoded backends);
@@ -46,6 +47,7 @@ mod preaccess;
 mod request;
 mod request_ctx;
 mod request_id;
+mod ring_builder;
 mod ssl_handshake;
 mod store;
 mod timer;

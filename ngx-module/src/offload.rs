@@ -21,7 +21,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr;
 use std::sync::mpsc::{self, Receiver, Sender};
 
 use ngx::ffi::{
@@ -31,7 +30,7 @@ use ngx::http::Request;
 use ngx::ngx_log_error;
 
 use crate::guard::ffi_guard;
-use crate::worker::WorkerTimer;
+use crate::worker::{self, WorkerTimer};
 
 /// How often the event loop collects finished jobs while any are pending, ms.
 const POLL_MS: usize = 2;
@@ -171,23 +170,11 @@ unsafe fn unpin(r: *mut ngx_http_request_t) {
     unsafe { (*r).set_aio(0) };
 }
 
-/// Blocks every signal on the calling thread: signals are for the event
-/// loop, as nginx blocks them in its own threads. For the module's
-/// background threads.
-pub fn block_signals() {
-    // SAFETY: plain libc calls that affect the calling thread only.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, ptr::null_mut());
-    }
-}
-
 fn start_thread() -> Option<Offloader> {
     let (jobs, inbox) = mpsc::channel::<Job>();
     let (outbox, finished) = mpsc::channel();
     let spawned = std::thread::Builder::new().name("dynbal-parse".into()).spawn(move || {
-        block_signals();
+        worker::block_signals();
         // SAFETY: the priority drop affects this thread alone.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
         for Job { request, run, on_panic } in inbox {

@@ -44,3 +44,15 @@ impl WorkerTimer {
         }
     }
 }
+
+/// Blocks every signal on the calling thread: signals are for the event
+/// loop, as nginx blocks them in its own threads. For the module's
+/// background threads.
+pub fn block_signals() {
+    // SAFETY: plain libc calls that affect the calling thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+}

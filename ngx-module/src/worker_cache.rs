@@ -12,6 +12,11 @@
 //! re-decoding thousands of backends it does not use. The sync timer sweeps
 //! the remaining stale entries in small batches, so idle backends are
 //! refreshed or dropped without a long pause.
+//!
+//! One exception to read-your-writes: a new version of a backend whose hash
+//! ring is large (see `ring_builder`) is built on a background thread while
+//! the version this worker already has keeps routing, for the few
+//! milliseconds the build takes.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -30,6 +35,7 @@ use rustc_hash::FxHashMap;
 use socket2::SockAddr;
 
 use crate::index::Index;
+use crate::ring_builder;
 use crate::zone::Zone;
 
 /// One endpoint in the form `ngx_peer_connection_t` wants.
@@ -106,6 +112,9 @@ const SWEEP_BUDGET: usize = 200;
 pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
     let current = observe(zone);
     CACHE.with_borrow_mut(|cache| {
+        if ring_builder::any_pending() {
+            absorb(cache, zone);
+        }
         if let Some(entry) = cache.backends.get(name) {
             if entry.checked == current {
                 return Some(Rc::clone(&entry.backend));
@@ -142,6 +151,11 @@ fn check(cache: &mut WorkerCache, index: &Index, name: &[u8], generation: u64) -
             entry.checked = generation;
             return Found::Current(Rc::clone(&entry.backend));
         }
+        // Its new ring is being built: the previous version serves until
+        // then (`checked` stays behind, so the next lookup looks again).
+        if ring_builder::is_pending(name, blob.version) {
+            return Found::Current(Rc::clone(&entry.backend));
+        }
     }
     Found::Changed {
         version: blob.version,
@@ -164,7 +178,21 @@ fn finish(
             None
         }
         Found::Changed { version, runtime } => {
-            let backend = Rc::new(decode(name, version, &runtime, zone.header().table())?);
+            let worker = this_worker();
+            let runtime = match cache.backends.get(name) {
+                // A large ring, and a version to serve meanwhile: decode and
+                // build the new one on the ring thread.
+                Some(old) if old.backend.selector.ring_len() >= ring_builder::OFF_LOOP_POINTS => {
+                    match ring_builder::submit(name, version, runtime, worker) {
+                        Ok(()) => return Some(Rc::clone(&old.backend)),
+                        Err(runtime) => runtime,
+                    }
+                }
+                _ => runtime,
+            };
+            let rt = decode_runtime(name, &runtime)?;
+            let selector = Selector::build(&rt, worker);
+            let backend = Rc::new(assemble(name, version, rt, selector, zone.header().table()));
             cache.backends.insert(
                 name.into(),
                 Entry {
@@ -177,9 +205,44 @@ fn finish(
     }
 }
 
-fn decode(name: &[u8], version: u64, runtime: &[u8], table: &EndpointTable) -> Option<WorkerBackend> {
-    let rt = match RuntimeBackend::decode(runtime) {
-        Ok(rt) => rt,
+/// Takes in the selectors the ring builder finished. Each goes in as
+/// unchecked, so the next lookup compares it with the index: a later write
+/// may already have replaced it.
+fn absorb(cache: &mut WorkerCache, zone: &Zone) {
+    for built in ring_builder::take_finished() {
+        if cache
+            .backends
+            .get(&built.name)
+            .is_some_and(|e| e.backend.version >= built.version)
+        {
+            continue;
+        }
+        let backend = assemble(
+            &built.name,
+            built.version,
+            built.backend,
+            built.selector,
+            zone.header().table(),
+        );
+        cache.backends.insert(
+            built.name,
+            Entry {
+                backend: Rc::new(backend),
+                checked: 0,
+            },
+        );
+    }
+}
+
+fn this_worker() -> Worker {
+    // SAFETY: plain read of a global nginx sets before a worker runs modules.
+    let pid = unsafe { ngx::ffi::ngx_pid };
+    Worker { pid: i64::from(pid) }
+}
+
+fn decode_runtime(name: &[u8], runtime: &[u8]) -> Option<RuntimeBackend> {
+    match RuntimeBackend::decode(runtime) {
+        Ok(rt) => Some(rt),
         Err(e) => {
             // Cannot happen unless the zone is corrupt: the writer encoded it.
             let name = String::from_utf8_lossy(name);
@@ -188,16 +251,17 @@ fn decode(name: &[u8], version: u64, runtime: &[u8], table: &EndpointTable) -> O
                 cycle_log(),
                 "dynamic_balancer: cannot decode backend \"{name}\": {e}"
             );
-            return None;
+            None
         }
-    };
+    }
+}
+
+/// A backend as this worker routes it, from its record and its selector.
+fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, table: &EndpointTable) -> WorkerBackend {
     let endpoints: Box<[PeerAddr]> = rt.endpoints.iter().map(|e| PeerAddr::new(e.addr, table)).collect();
-    // SAFETY: plain read of a global nginx sets before a worker runs modules.
-    let pid = i64::from(unsafe { ngx::ffi::ngx_pid });
-    let selector = Selector::build(&rt, Worker { pid });
     let header_pattern = (!rt.traffic.header_pattern.is_empty())
         .then(|| lua_compat::canary::compile_pattern(&rt.traffic.header_pattern).map_err(|_| ()));
-    Some(WorkerBackend {
+    WorkerBackend {
         name: name.into(),
         version,
         endpoints,
@@ -207,7 +271,7 @@ fn decode(name: &[u8], version: u64, runtime: &[u8], table: &EndpointTable) -> O
         header_pattern,
         max_fails: rt.max_fails,
         fail_timeout_ms: rt.fail_timeout_ms,
-    })
+    }
 }
 
 /// Notes the zone's current generation (and reports it when it moved).
@@ -227,6 +291,7 @@ pub fn observe(zone: &Zone) -> u64 {
 pub fn sweep(zone: &Zone) {
     let current = observe(zone);
     CACHE.with_borrow_mut(|cache| {
+        absorb(cache, zone);
         let stale: Vec<Box<[u8]>> = cache
             .backends
             .iter()

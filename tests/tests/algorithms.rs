@@ -205,3 +205,63 @@ fn unknown_load_balance_falls_back_to_round_robin_with_a_warning() {
         .error_log()
         .contains("\"random-magic\" is not supported, falling back to round_robin"));
 }
+
+#[test]
+fn a_large_ring_is_built_off_the_event_loop_and_taken_in() {
+    // 10,000 endpoints: a ring of 1.6 M points, above the size the module
+    // builds inline. The old ring routes while the new one is built.
+    let ng = Nginx::builder().workers(2).start();
+    let (a, b, c) = (Upstream::start(), Upstream::start(), Upstream::start());
+    let hash_by = json!({"upstreamHashByConfig": {"upstream-hash-by": "$http_x_user"}});
+    let big = |x: &Upstream, y: &Upstream| tests::bench::alternating_backend("big", 10_000, x.port, y.port, &hash_by);
+    assert_eq!(ng.post_backends(&json!([big(&a, &b)])).status, 201);
+    let keys: Vec<String> = (0..40).map(|i| format!("user-{i}")).collect();
+    let get = |key: &str| {
+        let r = ng.get_with(&[("X-Backend", "big"), ("X-User", key)]);
+        assert_eq!(r.status, 200, "{key}: {}", r.body);
+        r.body
+    };
+    // Where resty.chash sends each key over 10,000 endpoints alternating x, y.
+    let expect = |x: &Upstream, y: &Upstream| -> Vec<String> {
+        let ids: Vec<String> = (0..10_000)
+            .map(|i| format!("127.0.0.1:{}", if i % 2 == 0 { x.port } else { y.port }))
+            .collect();
+        let ring = ChashRing::new(ids.iter().map(|id| (id.as_str(), 1)));
+        keys.iter()
+            .map(|k| {
+                let i = ring.find(k.as_bytes()).unwrap().0;
+                if i.is_multiple_of(2) {
+                    x.identity.clone()
+                } else {
+                    y.identity.clone()
+                }
+            })
+            .collect()
+    };
+    let (v1, v2) = (expect(&a, &b), expect(&a, &c));
+    assert_ne!(v1, v2, "the change must move some keys");
+    let before: Vec<String> = keys.iter().map(|k| get(k)).collect();
+    assert_eq!(before, v1);
+
+    // b goes, c comes: until the new ring is taken in, the old one answers;
+    // every answer is one of the two rings', and soon all are the new one's.
+    let body = big(&a, &c).to_string();
+    assert_eq!(ng.api("PUT", "/configuration/backends/big", Some(&body)).status, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now: Vec<String> = keys.iter().map(|k| get(k)).collect();
+        for (i, answer) in now.iter().enumerate() {
+            assert!(*answer == v1[i] || *answer == v2[i], "{}: {answer}", keys[i]);
+        }
+        if now == v2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new ring was never taken in");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let log = ng.error_log();
+    assert!(
+        !log.contains("[alert]") && !log.contains("[emerg]") && !log.contains("panic"),
+        "{log}"
+    );
+}

@@ -14,6 +14,13 @@ pub struct ChashSelector {
     endpoints: usize,
 }
 
+impl ChashSelector {
+    /// Points on its hash ring.
+    pub(super) fn ring_len(&self) -> usize {
+        self.ring.len()
+    }
+}
+
 impl Selection for ChashSelector {
     fn build(backend: &RuntimeBackend, _: Worker) -> Self {
         let Algorithm::Chash { key } = &backend.algorithm else {

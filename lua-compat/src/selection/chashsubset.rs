@@ -16,6 +16,13 @@ pub struct ChashSubsetSelector {
     endpoints: usize,
 }
 
+impl ChashSubsetSelector {
+    /// Points on its hash ring.
+    pub(super) fn ring_len(&self) -> usize {
+        self.ring.len()
+    }
+}
+
 impl Selection for ChashSubsetSelector {
     fn build(backend: &RuntimeBackend, _: Worker) -> Self {
         let Algorithm::ChashSubset { key, subset_size } = &backend.algorithm else {

@@ -168,6 +168,17 @@ pub enum Selector {
 }
 
 impl Selector {
+    /// Points on this selector's hash ring (0 for algorithms without one):
+    /// what building it cost.
+    pub fn ring_len(&self) -> usize {
+        match self {
+            Selector::Chash(c) => c.ring_len(),
+            Selector::ChashSubset(c) => c.ring_len(),
+            Selector::Sticky(s) => s.ring_len(),
+            Selector::RoundRobin(_) | Selector::LeastConn(_) | Selector::Ewma(_) => 0,
+        }
+    }
+
     /// The `upstream-hash-by` template to render into
     /// [`Attempt::hash_key`], for the algorithms that hash a request key.
     #[inline]
@@ -360,6 +371,23 @@ mod tests {
     use super::testing::*;
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn ring_len_is_what_the_ring_got() {
+        let chash = Algorithm::Chash {
+            key: crate::hash_key::HashKey::parse("$request_uri"),
+        };
+        assert_eq!(Selector::build(&backend(chash, &[1, 2, 3]), WORKER).ring_len(), 6 * 160);
+        assert_eq!(
+            Selector::build(&backend(Algorithm::RoundRobin, &[1; 100]), WORKER).ring_len(),
+            0
+        );
+        let subset = Algorithm::ChashSubset {
+            key: crate::hash_key::HashKey::parse("$request_uri"),
+            subset_size: 3,
+        };
+        assert_eq!(Selector::build(&backend(subset, &[1; 10]), WORKER).ring_len(), 4 * 160);
+    }
 
     proptest! {
         /// The tiers, for every algorithm: never a tried endpoint while an

@@ -64,6 +64,13 @@ impl StickySelector {
     }
 }
 
+impl StickySelector {
+    /// Points on its hash ring.
+    pub(super) fn ring_len(&self) -> usize {
+        self.ring.len()
+    }
+}
+
 impl Selection for StickySelector {
     fn build(backend: &RuntimeBackend, worker: Worker) -> Self {
         let Algorithm::Sticky { mode, cookie } = &backend.algorithm else {
