@@ -102,6 +102,10 @@ impl TrafficPolicy {
     /// Step 5: canary iff `random(total) <= weight`, where `random(n)` is
     /// uniform in `1..=n` and `total` is `weightTotal` when above 100, else 100.
     pub fn by_weight(&self, random: impl FnOnce(u32) -> u32) -> bool {
+        // A draw is at least 1: weight 0 never wins, so skip the draw.
+        if self.weight <= 0 {
+            return false;
+        }
         let total = if self.weight_total > 100 {
             self.weight_total
         } else {

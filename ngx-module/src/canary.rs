@@ -34,8 +34,8 @@ pub fn route(req: &Request, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<Work
     }
     for canary in canaries() {
         let policy = &canary.traffic;
-        let header = policy.header_variable().and_then(|v| variables::get(req, &v));
-        let cookie = policy.cookie_variable().and_then(|v| variables::get(req, &v));
+        let header = canary.header_variable.as_deref().and_then(|v| variables::get(req, v));
+        let cookie = canary.cookie_variable.as_deref().and_then(|v| variables::get(req, v));
         let matches = |_: &str, value: &[u8]| match &canary.header_pattern {
             Some(Ok(re)) => Ok(re.is_match(value)),
             _ => Err(()),

@@ -141,24 +141,38 @@ pub fn set(req: &Request, index: usize, value: &[u8]) {
     assign(unsafe { &mut *req.as_ref().variables.add(index) }, data, value.len());
 }
 
-/// nginx's `ngx_hash_key` (`key * 31 + c`), for variable lookups by name.
-fn hash_key(name: &[u8]) -> ngx_uint_t {
+/// nginx's `ngx_hash_key` (`key * 31 + c`) of `name` lower-cased, for
+/// variable lookups by name.
+fn hash_key_lowercase(name: &[u8]) -> ngx_uint_t {
     name.iter().fold(0 as ngx_uint_t, |k, c| {
-        k.wrapping_mul(31).wrapping_add(ngx_uint_t::from(*c))
+        k.wrapping_mul(31)
+            .wrapping_add(ngx_uint_t::from(c.to_ascii_lowercase()))
     })
 }
+
+/// Names up to this long are lower-cased on the stack: lookups run per
+/// request (canary headers, sticky cookies, hash keys).
+const STACK_NAME: usize = 64;
 
 /// The value of variable `name` (without `$`), as `ngx.var[name]`: `None`
 /// when it is not found. Prefix variables (`http_*`, `cookie_*`, `arg_*`)
 /// work too. The value lives in the request's pool or its configuration;
 /// it is borrowed as long as `req`.
 pub fn get<'r>(req: &'r Request, name: &str) -> Option<&'r [u8]> {
-    let lower = name.to_ascii_lowercase();
-    // Cookie names are looked up by what follows the prefix, as written.
-    let lookup_name = if name.starts_with("cookie_") {
-        name
+    let (mut stack, heap);
+    // Cookie names are looked up by what follows the prefix, as written;
+    // other names in lower case, without allocating when they already are.
+    let lookup_name: &[u8] = if name.starts_with("cookie_") || !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        name.as_bytes()
+    } else if name.len() <= STACK_NAME {
+        stack = [0u8; STACK_NAME];
+        let lowered = &mut stack[..name.len()];
+        lowered.copy_from_slice(name.as_bytes());
+        lowered.make_ascii_lowercase();
+        lowered
     } else {
-        lower.as_str()
+        heap = name.to_ascii_lowercase();
+        heap.as_bytes()
     };
     let mut key_name = ngx_str_t {
         len: lookup_name.len(),
@@ -169,7 +183,7 @@ pub fn get<'r>(req: &'r Request, name: &str) -> Option<&'r [u8]> {
     // its variable slots and pool, outside the struct (as ngx's own
     // `Request::get_complex_value(&self)` assumes). nginx reads `key_name`
     // (`lookup_name`) only during the call.
-    let v = unsafe { ngx_http_get_variable(r, &mut key_name, hash_key(lower.as_bytes())) };
+    let v = unsafe { ngx_http_get_variable(r, &mut key_name, hash_key_lowercase(name.as_bytes())) };
     // SAFETY: a non-null result is a value in the request's pool or its
     // indexed slots, live as long as the request.
     let v = unsafe { v.as_ref() }?;

@@ -79,6 +79,10 @@ pub struct WorkerBackend {
     pub traffic: TrafficPolicy,
     /// `traffic.header_pattern`, compiled; `Err` if it does not compile.
     pub header_pattern: Option<Result<Regex, ()>>,
+    /// The variables holding `traffic`'s header and cookie (`http_x_canary`,
+    /// `cookie_canary`), named once here rather than on every request.
+    pub header_variable: Option<String>,
+    pub cookie_variable: Option<String>,
     pub max_fails: u32,
     pub fail_timeout_ms: u64,
 }
@@ -267,6 +271,8 @@ fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, t
         endpoints,
         selector,
         alternatives: rt.alternatives.into(),
+        header_variable: rt.traffic.header_variable(),
+        cookie_variable: rt.traffic.cookie_variable(),
         traffic: rt.traffic,
         header_pattern,
         max_fails: rt.max_fails,
