@@ -32,6 +32,10 @@ pub struct Nginx {
     group: AtomicI32,
     /// When the supervised master was last started.
     started: Mutex<Option<std::time::Instant>>,
+    /// Set by `stop`: from then on nothing starts a master again (a reload
+    /// racing the shutdown would otherwise start one that `stop` then waits
+    /// for until its timeout).
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Nginx {
@@ -44,6 +48,7 @@ impl Nginx {
             child: Mutex::new(None),
             group: AtomicI32::new(0),
             started: Mutex::new(None),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -85,6 +90,9 @@ impl Nginx {
 
     /// Starts the master in the foreground (the template says `daemon off`).
     pub fn start(&self) -> anyhow::Result<u32> {
+        if self.stopping.load(Ordering::Acquire) {
+            bail!("not starting nginx: the controller is stopping");
+        }
         let child = super::reaper::spawn(
             Command::new(&self.binary)
                 .arg("-p")
@@ -182,6 +190,7 @@ impl Nginx {
         if !self.is_supervised() {
             return;
         }
+        self.stopping.store(true, Ordering::Release);
         if self.signal(libc::SIGQUIT).is_err() {
             return;
         }
