@@ -295,3 +295,9 @@ pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &st
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap()
 }
+
+/// The `p` quantile (0..=1) of `v`, nearest rank.
+pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}

@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use tests::apiserver::FakeApiServer;
-use tests::bench::{callgrind_total, cpu_seconds, median, single_process_conf, upstream_pair, wrk, Proc};
+use tests::bench::{callgrind_total, cpu_seconds, median, percentile, single_process_conf, upstream_pair, wrk, Proc};
 use tests::controller::{ingress, request, service, set_endpoints, wait_until, Cluster, Controller, INGRESS_CLASS};
 use tests::free_port;
 
@@ -191,11 +191,6 @@ fn instructions(n: usize) {
             plain / ingress
         );
     }
-}
-
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn latency(changes: usize) {

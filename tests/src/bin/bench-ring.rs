@@ -11,12 +11,7 @@
 
 use std::time::Instant;
 
-use tests::bench::{alternating_backend, upstream_pair, Front, Proc};
-
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
+use tests::bench::{alternating_backend, percentile, upstream_pair, Front, Proc};
 
 fn main() {
     let changes: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20);

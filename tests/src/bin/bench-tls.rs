@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use openssl::hash::MessageDigest;
 use openssl::ssl::{Ssl, SslContext, SslMethod, SslVerifyMode, SslVersion};
-use tests::bench::{cpu_seconds, median, Proc};
+use tests::bench::{cpu_seconds, median, percentile, Proc};
 use tests::free_port;
 use tests::tls::{handshake, TestCert};
 
@@ -183,11 +183,6 @@ fn handshakes(label: &str, cert: &TestCert, rounds: u32, seconds: u32) {
         median(ratios),
         median(cpu_ratios)
     );
-}
-
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn renewal(n: usize) {
