@@ -27,6 +27,8 @@
 //!   holder's death;
 //! - [`certificates`]: certificate ids, servers maps, the SNI lookup order;
 //! - [`api`]: routing and response bodies of the `/configuration` API.
+//! - [`metrics`]: request counters and histograms laid out for shared
+//!   memory, and their Prometheus text with ingress-nginx's names;
 //! - [`request_id`]: `$req_id` as ingress-nginx gives it, from a per-worker
 //!   ChaCha20 stream instead of a `RAND_bytes` call per request.
 
@@ -43,6 +45,7 @@ pub mod dns;
 pub mod endpoint_state;
 pub mod ewma;
 pub mod hash_key;
+pub mod metrics;
 pub mod least_conn;
 pub mod request_id;
 pub mod round_robin;

@@ -1,0 +1,25 @@
+//! Request metrics as ingress-nginx names them, counted by the module in
+//! its log phase instead of `monitor.lua`'s JSON-per-request socket.
+//!
+//! - [`labels`]: the labels a location declares (`namespace`, `ingress`,
+//!   `service`, `host`, `path`), parsed from `dynamic_balancer_metrics` and
+//!   rendered once as Prometheus label text;
+//! - [`dimension`]: the per-request dimensions with a bounded set of values
+//!   (method, status class), so a client cannot grow the series count;
+//! - [`counters`]: one cell of counters (five histograms and a counter),
+//!   atomics laid out for shared memory, and its plain snapshot;
+//! - [`exposition`]: the Prometheus text of summed cells.
+//!
+//! Cardinality: one series per (location labels, canary, method, status
+//! class). Methods are nginx's 16 known ones plus `OTHER`; statuses are
+//! classes (`1xx`..`5xx`), as ingress-nginx's `--report-status-classes`,
+//! because a backend can answer any code from 100 to 999.
+
+pub mod counters;
+pub mod dimension;
+pub mod exposition;
+pub mod labels;
+
+pub use counters::{Counters, CountersSnapshot, Sample};
+pub use dimension::{method_index, status_class, METHODS, STATUS_CLASSES};
+pub use labels::{LabelError, LocationLabels};
