@@ -283,6 +283,8 @@ mod tests {
                 default_certificate: "s".into(),
                 supervised: true,
                 api_token_file: None,
+                metrics: true,
+                metrics_per_host: true,
             },
             Renderer::new(None).unwrap(),
             "nginx".into(),

@@ -133,6 +133,17 @@ pub struct Args {
     #[arg(long, default_value = "32m")]
     pub zone_size: String,
 
+    /// Count requests per Ingress path in the module and re-export them in
+    /// /metrics under ingress-nginx's names (`nginx_ingress_controller_requests`
+    /// and the latency and size histograms).
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub enable_metrics: bool,
+
+    /// Give request metrics a `host` label (the server name of the
+    /// location); `false` folds every host of an Ingress path together.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    pub metrics_per_host: bool,
+
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(
         long,

@@ -18,6 +18,7 @@ pub mod inspect;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
+pub mod metrics_relay;
 pub mod model;
 pub mod nginx;
 pub mod push;

@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use controller::events::Events;
 use controller::metrics::Metrics;
+use controller::metrics_relay::ConstLabels;
 use controller::model::class::ClassFilter;
 use controller::model::{AddressPolicy, BuildOptions, Listen};
 use controller::nginx::{reaper, ApiClient, Mode, Nginx};
@@ -154,6 +155,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         api: ApiClient::new(&status_url, Some(api_token)),
         stopping: AtomicBool::new(false),
         worker_shutdown_timeout: AtomicU64::new(240),
+        module_metrics: args.enable_metrics.then(|| {
+            let env = |k: &str| std::env::var(k).unwrap_or_default();
+            ConstLabels::new(&args.controller_class, &env("POD_NAMESPACE"), &env("POD_NAME"))
+        }),
     });
     tokio::spawn(reaper::run_if_init());
 
@@ -202,6 +207,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| display(&conf_dir.join("logs/access.log"))),
             zone_size: args.zone_size.clone(),
+            metrics: args.enable_metrics,
+            metrics_per_host: args.metrics_per_host,
             default_certificate: display(&default_certificate),
             supervised,
             api_token_file: Some(display(&api_token_file)),

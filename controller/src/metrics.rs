@@ -48,6 +48,7 @@ pub struct Metrics {
     pub nginx_restarts: Counter,
     pub refused_backends: Gauge,
     pub quarantined_ingresses: Gauge,
+    pub module_scrape_errors: Counter,
 }
 
 impl Metrics {
@@ -67,6 +68,7 @@ impl Metrics {
             nginx_restarts: Counter::default(),
             refused_backends: Gauge::default(),
             quarantined_ingresses: Gauge::default(),
+            module_scrape_errors: Counter::default(),
             registry: Registry::default(),
         };
         let p = "nginx_ingress_controller_";
@@ -130,6 +132,11 @@ impl Metrics {
             format!("{p}quarantined_ingresses"),
             "Ingresses left out of nginx.conf because nginx refused the configuration they produce",
             m.quarantined_ingresses.clone(),
+        );
+        registry.register(
+            format!("{p}module_metrics_scrape_errors"),
+            "Scrapes of /metrics that could not include the module's request metrics (nginx down or slow)",
+            m.module_scrape_errors.clone(),
         );
         Metrics { registry, ..m }
     }

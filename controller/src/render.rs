@@ -39,6 +39,10 @@ pub struct RenderContext {
     pub supervised: bool,
     /// The file with the API's bearer token (`dynamic_balancer_api_token_file`).
     pub api_token_file: Option<String>,
+    /// Request metrics: `dynamic_balancer_metrics` in every Ingress location.
+    pub metrics: bool,
+    /// The `host` label of request metrics is the server name (else empty).
+    pub metrics_per_host: bool,
 }
 
 pub struct Renderer {
@@ -147,6 +151,7 @@ impl Renderer {
         env.add_filter("after", after_filter);
         env.add_filter("literal_dollar", literal_dollar_filter);
         env.add_filter("comment", comment_filter);
+        env.add_filter("label", label_filter);
         env.add_template_owned(TEMPLATE_NAME, source)
             .context("compiling the nginx.conf template")?;
         Ok(Renderer { env })
@@ -159,10 +164,30 @@ impl Renderer {
                 s => Value::from_serialize(structure),
                 ctx => Value::from_serialize(ctx),
                 limits => Value::from_serialize(limits(structure)),
+                metrics_zone_size => metrics_zone_size(structure),
             })
             .map_err(|e| anyhow::anyhow!("rendering nginx.conf: {e:#}"))?;
         Ok(text)
     }
+}
+
+/// The metrics zone's size for this structure: 16 KiB per location (a
+/// series of a few method/status pairs on a few workers is about 3 KiB per
+/// worker), rounded up to a power of two between 16m and 1g. Rounding keeps
+/// the size, and so the zone and its counts, across most reloads: nginx
+/// makes a new zone when the size changes.
+pub fn metrics_zone_size(s: &Structure) -> String {
+    let locations: usize = s.servers.iter().map(|srv| srv.locations.len()).sum();
+    let mib = (locations * 16).div_ceil(1024).next_power_of_two().clamp(16, 1024);
+    format!("{mib}m")
+}
+
+/// `{{ value|label }}`: one quoted token for a literal directive argument
+/// that the module reads as data, never as a variable (so `$` is kept).
+fn label_filter(value: String) -> Result<Value, Error> {
+    let mut out = String::new();
+    write_token(&mut out, &value, true)?;
+    Ok(Value::from_safe_string(out))
 }
 
 /// One `limit_req_zone`/`limit_conn_zone` pair per Ingress that asks for

@@ -40,6 +40,9 @@ pub struct Shared {
     pub worker_shutdown_timeout: AtomicU64,
     /// Kubernetes Events, in cluster mode.
     pub events: Option<Events>,
+    /// The module's request metrics are re-exported in `/metrics`
+    /// (`--enable-metrics`), with these constant labels.
+    pub module_metrics: Option<crate::metrics_relay::ConstLabels>,
 }
 
 /// What the running nginx was last loaded with.

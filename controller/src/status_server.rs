@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -9,6 +10,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use controller::metrics_relay;
 use controller::state::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -19,13 +21,31 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+/// How long a scrape waits for the module's metrics before answering with
+/// the controller's own.
+const MODULE_METRICS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The controller's metrics and, with `--enable-metrics`, the module's
+/// request metrics under ingress-nginx's names.
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    let own = s.metrics.encode();
+    let body = match &s.module_metrics {
+        Some(labels) if s.nginx.master_pid().is_some() => match s.api.metrics(MODULE_METRICS_TIMEOUT).await {
+            Ok(text) => metrics_relay::merge(&own, &text, labels),
+            Err(e) => {
+                tracing::debug!("module metrics unavailable: {e:#}");
+                s.metrics.module_scrape_errors.inc();
+                own
+            }
+        },
+        _ => own,
+    };
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        s.metrics.encode(),
+        body,
     )
 }
 

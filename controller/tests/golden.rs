@@ -28,6 +28,8 @@ fn context() -> RenderContext {
         default_certificate: "/etc/nginx/ssl/default-fake-certificate.pem".into(),
         supervised: true,
         api_token_file: Some("/etc/nginx/api-token".into()),
+        metrics: true,
+        metrics_per_host: true,
     }
 }
 

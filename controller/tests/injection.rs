@@ -117,6 +117,8 @@ fn render(ing: Ingress) -> String {
         default_certificate: "/s/default.pem".into(),
         supervised: true,
         api_token_file: Some("/etc/nginx/api-token".into()),
+        metrics: true,
+        metrics_per_host: true,
     };
     Renderer::new(None)
         .unwrap()

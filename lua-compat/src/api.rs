@@ -37,6 +37,8 @@ pub enum Action<'a> {
     PutServers,
     /// `POST /configuration/servers`: ingress-nginx's additive body.
     PostServers,
+    /// `GET /configuration/metrics`: request metrics, Prometheus text.
+    Metrics,
 }
 
 /// Why a request has no action.
@@ -53,6 +55,7 @@ const STATUS: &str = "/configuration/status";
 const HEALTH: &str = "/configuration/health";
 const CERTIFICATES: &str = "/configuration/certificates";
 const SERVERS: &str = "/configuration/servers";
+const METRICS: &str = "/configuration/metrics";
 
 /// Maps a method and a decoded URI path (no query string) to an action.
 pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
@@ -67,6 +70,12 @@ pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
         return match method {
             Method::Get if path == STATUS => Ok(Action::Status),
             Method::Get => Ok(Action::Health),
+            _ => Err(RouteError::MethodNotAllowed("GET")),
+        };
+    }
+    if path == METRICS {
+        return match method {
+            Method::Get => Ok(Action::Metrics),
             _ => Err(RouteError::MethodNotAllowed("GET")),
         };
     }
@@ -307,6 +316,11 @@ mod tests {
         );
         assert_eq!(route(Get, "/configuration/status"), Ok(Action::Status));
         assert_eq!(route(Get, "/configuration/health"), Ok(Action::Health));
+        assert_eq!(route(Get, "/configuration/metrics"), Ok(Action::Metrics));
+        assert_eq!(
+            route(Post, "/configuration/metrics"),
+            Err(RouteError::MethodNotAllowed("GET"))
+        );
         assert_eq!(
             route(Put, "/configuration/backends"),
             Err(RouteError::MethodNotAllowed("GET, POST"))
@@ -325,6 +339,7 @@ mod tests {
             "/configuration/backendsx",
             "/configuration/backends/a/b",
             "/configuration/certs",
+            "/configuration/metrics/x",
         ] {
             assert_eq!(route(Get, missing), Err(RouteError::NotFound), "{missing}");
         }

@@ -26,8 +26,9 @@ use ngx::ngx_log_error;
 use crate::api_certificates::{self, CertOutcome, CertWrite};
 use crate::conf::zone_of;
 use crate::guard::ffi_guard;
+use crate::metrics;
 use crate::offload::offload;
-use crate::request::{body_parts, read_body_parts, send_json, send_json_with, BodyPart};
+use crate::request::{body_parts, read_body_parts, send_json, send_json_with, send_prometheus_text, BodyPart};
 use crate::request_ctx::{self, BodyBudget, BodyTarget, PendingWrite};
 use crate::store::{apply, now_ms, Change, StoreError};
 use crate::zone::Zone;
@@ -185,6 +186,10 @@ fn handle(req: &mut Request) -> Handled {
         }
         Ok(Action::Status) => send_json(req, OK, &status(&zone), None),
         Ok(Action::Health) => send_json(req, OK, &health(&zone), None),
+        Ok(Action::Metrics) => {
+            let body = metrics::exposition(req);
+            send_prometheus_text(req, &body)
+        }
         Ok(Action::DeleteBackend(name)) => {
             return Handled::Delete(WriteJob {
                 zone,

@@ -4,11 +4,16 @@
 //! `upstream_conf`). The directives that fill them are in
 //! [`crate::directives`]; nothing here runs at configuration time.
 
-use std::ptr;
+use std::cell::RefCell;
+use std::ptr::{self, NonNull};
+use std::rc::Rc;
 
 use ngx::ffi::{ngx_http_upstream_srv_conf_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t};
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Request};
 
+use lua_compat::metrics::Counters;
+
+use crate::metrics_zone::{MetricsZone, Series, ZoneCtx};
 use crate::variables::{self, Own};
 use crate::zone::Zone;
 use crate::Module;
@@ -28,6 +33,13 @@ pub struct MainConf {
     /// cycle ([`UNKNOWN`] when compiled out); per configuration for the
     /// same reason, as a reload may load other modules.
     pub upstream_users: [usize; 2],
+    /// `dynamic_balancer_metrics_zone` (or the default one a
+    /// `dynamic_balancer_metrics` location adds); null when metrics are off.
+    pub metrics_zone: *mut ngx_shm_zone_t,
+    /// The label hashes this configuration declares, handed to the metrics
+    /// zone's init (the zone's `data` points here), which writes back the
+    /// configuration's epoch.
+    pub metrics_ctx: ZoneCtx,
 }
 
 /// An index not found in this configuration.
@@ -40,6 +52,8 @@ impl Default for MainConf {
             used: false,
             own_variables: [UNKNOWN; variables::OWN_NAMES.len()],
             upstream_users: [UNKNOWN; 2],
+            metrics_zone: ptr::null_mut(),
+            metrics_ctx: ZoneCtx::default(),
         }
     }
 }
@@ -54,6 +68,12 @@ impl MainConf {
     pub fn zone(&self) -> Option<Zone> {
         // SAFETY: shm_zone, when set, is our zone; init_zone ran before workers.
         unsafe { self.shm_zone.as_ref().and_then(|z| Zone::from_shm_zone(z)) }
+    }
+
+    pub fn metrics_zone(&self) -> Option<MetricsZone> {
+        // SAFETY: metrics_zone, when set, is the metrics zone; its init ran
+        // before any worker.
+        unsafe { self.metrics_zone.as_ref().and_then(|z| MetricsZone::from_shm_zone(z)) }
     }
 }
 
@@ -89,6 +109,50 @@ pub struct LocConf {
     /// `dynamic_balancer_api_token(_file)`: requests must carry
     /// `Authorization: Bearer <token>`. Inherited by nested blocks.
     pub token: Option<Box<[u8]>>,
+    /// `dynamic_balancer_metrics …;`, inherited by nested locations.
+    pub metrics: Option<Rc<LocMetrics>>,
+}
+
+/// A location's metrics labels, and each worker's cells for them.
+///
+/// The cache is per worker: configuration memory is copied on write into
+/// each worker at fork, and only the worker's event loop touches it.
+pub struct LocMetrics {
+    /// The series text of the primary (`canary=""` and the location's
+    /// labels, see `lua_compat::metrics::labels`).
+    pub primary: Box<[u8]>,
+    /// The location's part of the text, to build a canary's series text.
+    pub location: Box<str>,
+    /// Hash of `location`: what the configuration declares to the zone.
+    pub loc_hash: u64,
+    pub cache: RefCell<MetricsCache>,
+}
+
+/// The cells a worker found for a location, so that counting a request
+/// takes no lock.
+pub struct MetricsCache {
+    pub primary: Option<NonNull<Series>>,
+    /// By method and status class.
+    pub cells: [Option<&'static Counters>; CELLS],
+    /// (canary backend, method × class index, cell), few per location.
+    pub canaries: Vec<(Box<[u8]>, usize, &'static Counters)>,
+    /// After the zone was found full, the next attempt (`ngx_current_msec`),
+    /// so that a full zone costs a lock once a second, not per request.
+    pub retry_at: u64,
+}
+
+/// Method × status class combinations.
+pub const CELLS: usize = lua_compat::metrics::METHODS.len() * lua_compat::metrics::STATUS_CLASSES.len();
+
+impl Default for MetricsCache {
+    fn default() -> Self {
+        MetricsCache {
+            primary: None,
+            cells: [None; CELLS],
+            canaries: Vec::new(),
+            retry_at: 0,
+        }
+    }
 }
 
 /// The zone of the request's `http{}` block.

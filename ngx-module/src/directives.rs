@@ -22,8 +22,15 @@ use ngx::http::{
 };
 use ngx::ngx_conf_log_error;
 
-use crate::conf::{srv_conf_mut, LocConf, MainConf, UpstreamConf};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use lua_compat::metrics::labels::{label_hash, series_text};
+use lua_compat::metrics::LocationLabels;
+
+use crate::conf::{srv_conf_mut, LocConf, LocMetrics, MainConf, UpstreamConf};
 use crate::guard::ffi_guard;
+use crate::metrics_zone::init_zone as init_metrics_zone;
 use crate::variables;
 use crate::zone::init_zone;
 use crate::Module;
@@ -34,6 +41,11 @@ const DEFAULT_ZONE_SIZE: usize = 32 * 1024 * 1024;
 /// Below this the slab allocator has too few pages to be useful.
 const MIN_ZONE_SIZE: usize = 64 * 1024;
 const ZONE_NAME: &str = "dynamic_balancer";
+const METRICS_ZONE_NAME: &str = "dynamic_balancer_metrics";
+/// Room for about 4,000 series of 2 workers × 3 method/status pairs.
+const DEFAULT_METRICS_ZONE_SIZE: usize = 16 * 1024 * 1024;
+/// The metrics zone's header (registrations and hash buckets) is about 48k.
+const MIN_METRICS_ZONE_SIZE: usize = 256 * 1024;
 const DEFAULT_VARIABLE: &str = "proxy_upstream_name";
 
 fn args(cf: &ngx_conf_t) -> &[ngx_str_t] {
@@ -110,6 +122,12 @@ pub unsafe extern "C" fn init_main_conf(cf: *mut ngx_conf_t, conf: *mut c_void) 
         // SAFETY: `conf` is our `MainConf` from create_main_conf;
         // configuration runs on one thread.
         let mcf = unsafe { &mut *conf.cast::<MainConf>() };
+        if !mcf.metrics_ctx.declared.is_empty() && mcf.metrics_zone.is_null() {
+            // SAFETY: `cf` is the live configuration nginx passed in.
+            if unsafe { add_metrics_zone(cf, mcf, DEFAULT_METRICS_ZONE_SIZE) } != NGX_CONF_OK {
+                return NGX_CONF_ERROR;
+            }
+        }
         if mcf.used && mcf.shm_zone.is_null() {
             // SAFETY: `cf` is the live configuration nginx passed in.
             return unsafe { add_zone(cf, mcf, DEFAULT_ZONE_SIZE) };
@@ -298,6 +316,117 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
             return NGX_CONF_ERROR;
         }
         lcf.backend = Some(name);
+        NGX_CONF_OK
+    })
+}
+
+/// `dynamic_balancer_metrics_zone size;` in `http{}`: the shared zone that
+/// holds request counters. nginx calls it while parsing, with the live
+/// configuration and our `MainConf` as `conf`.
+pub unsafe extern "C" fn set_metrics_zone(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_metrics_zone", NGX_CONF_ERROR, || {
+        // SAFETY: for an NGX_HTTP_MAIN_CONF_OFFSET directive, `conf` is our
+        // `MainConf` from create_main_conf; configuration runs on one thread.
+        let mcf = unsafe { &mut *conf.cast::<MainConf>() };
+        if !mcf.metrics_zone.is_null() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        let mut value = args(unsafe { &*cf })[1];
+        // SAFETY: `value` is a directive argument: `len` valid bytes.
+        let size = unsafe { ngx_parse_size(&mut value) };
+        if size == NGX_ERROR as isize || (size as usize) < MIN_METRICS_ZONE_SIZE {
+            ngx_conf_log_error!(
+                NGX_LOG_EMERG,
+                cf,
+                "invalid metrics zone size \"{value}\": at least 256k is required"
+            );
+            return NGX_CONF_ERROR;
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        unsafe { add_metrics_zone(cf, mcf, size as usize) }
+    })
+}
+
+/// Adds the metrics zone of `size` bytes and records it in `mcf`.
+///
+/// # Safety
+/// `cf` is the live configuration being parsed (or just parsed), on nginx's
+/// configuration thread; `mcf` is its main conf, in its pool.
+unsafe fn add_metrics_zone(cf: *mut ngx_conf_t, mcf: &mut MainConf, size: usize) -> *mut c_char {
+    // SAFETY: `cf` is live (this function's contract); its pool outlives the
+    // configuration, which keeps the name.
+    let mut name = unsafe { ngx_str_t::from_str((*cf).pool, METRICS_ZONE_NAME) };
+    // SAFETY: `cf` is live; the tag is our module, a static nginx only compares.
+    let zone = unsafe {
+        ngx_shared_memory_add(
+            cf,
+            &mut name,
+            size,
+            ptr::addr_of_mut!(crate::ngx_http_dynamic_balancer_module).cast(),
+        )
+    };
+    if zone.is_null() {
+        return NGX_CONF_ERROR;
+    }
+    // SAFETY: a non-null result is the cycle's live zone entry.
+    let zone_ref = unsafe { &mut *zone };
+    zone_ref.init = Some(init_metrics_zone);
+    // The configuration's declared labels, read by the zone's init; the main
+    // conf lives in the configuration pool for the cycle's life.
+    zone_ref.data = ptr::from_mut(&mut mcf.metrics_ctx).cast();
+    mcf.metrics_zone = zone;
+    NGX_CONF_OK
+}
+
+/// `dynamic_balancer_metrics key=value ...;` in a `location{}` (inherited by
+/// nested ones): count this location's requests under these labels
+/// (`namespace`, `ingress`, `service`, `host`, `path`). nginx calls it
+/// while parsing, with the live configuration and our `LocConf` as `conf`.
+pub unsafe extern "C" fn set_metrics(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("dynamic_balancer_metrics", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+        if lcf.metrics.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        let words = &args(unsafe { &*cf })[1..];
+        let mut texts = Vec::with_capacity(words.len());
+        for w in words {
+            match std::str::from_utf8(w.as_bytes()) {
+                Ok(t) => texts.push(t),
+                Err(_) => {
+                    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "invalid metrics label \"{w}\": not UTF-8");
+                    return NGX_CONF_ERROR;
+                }
+            }
+        }
+        let labels = match LocationLabels::parse(texts) {
+            Ok(l) => l,
+            Err(e) => {
+                ngx_conf_log_error!(NGX_LOG_EMERG, cf, "dynamic_balancer_metrics: {e}");
+                return NGX_CONF_ERROR;
+            }
+        };
+        let location = labels.render();
+        let loc_hash = label_hash(location.as_bytes());
+        // SAFETY: `cf` is the live configuration being parsed.
+        let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+            return NGX_CONF_ERROR;
+        };
+        mcf.metrics_ctx.declared.push(loc_hash);
+        lcf.metrics = Some(Rc::new(LocMetrics {
+            primary: series_text("", &location).into_bytes().into(),
+            location: location.into(),
+            loc_hash,
+            cache: RefCell::default(),
+        }));
         NGX_CONF_OK
     })
 }
@@ -512,6 +641,9 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
         }
         if acf.token.is_none() {
             acf.token.clone_from(&parent.token);
+        }
+        if acf.metrics.is_none() {
+            acf.metrics.clone_from(&parent.metrics);
         }
         if acf.enabled && acf.token.is_none() {
             // During a merge cf->ctx->srv_conf is the merged server's.

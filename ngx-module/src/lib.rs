@@ -8,19 +8,23 @@
 //! 0. [`guard`] (no panic crosses into nginx), [`index`] (the zone's blobs
 //!    and index as readers see them), [`variables`] (request variables),
 //!    [`worker`] (is the worker leaving; its timers);
-//! 1. [`request`] (the nginx request API, wrapped once), [`offload`] (the
+//! 1. [`metrics_zone`] (request counters in their own shared zone),
+//!    [`request`] (the nginx request API, wrapped once), [`offload`] (the
 //!    per-worker write thread), [`ring_builder`] (large hash rings built
 //!    off the event loop), [`zone`] (the shared zone);
 //! 2. [`conf`] (conf structs and request-time readers), [`request_id`]
 //!    (`$dynamic_request_id`), [`store`] (writes to the zone),
 //!    [`worker_cache`] (each worker's decoded backends);
-//! 3. [`canary`], [`external_names`] (`ExternalName` re-resolution),
-//!    [`request_ctx`] (the typed per-request state);
-//! 4. the entry points [`api_handler`] (`/configuration`), [`body_limit`]
-//!    (its body filter), [`peer`] (the balancer), [`timer`] (worker start,
-//!    stop, sync timer);
-//! 5. [`directives`] (setters, checks and merges) and [`preaccess`] (503
-//!    for a backend without endpoints);
+//! 3. [`canary`], [`cert_store`] (certificate writes), [`external_names`]
+//!    (`ExternalName` re-resolution), [`request_ctx`] (the typed
+//!    per-request state);
+//! 4. [`api_certificates`], [`body_limit`] (the API's body filter),
+//!    [`cert_cache`] (each worker's parsed certificates), [`metrics`] (the
+//!    log-phase counter and the metrics text), [`peer`] (the balancer),
+//!    [`timer`] (worker start, stop, sync timer);
+//! 5. the entry points [`api_handler`] (`/configuration`), [`preaccess`]
+//!    (503 for a backend without endpoints) and [`ssl_handshake`];
+//! 6. [`directives`] (setters, checks and merges);
 //!
 //! and this file: the command table and the module's hooks. Parsing,
 //! validation and selection are in the pure `lua-compat` crate. `unsafe`
@@ -41,6 +45,8 @@ mod directives;
 mod external_names;
 mod guard;
 mod index;
+mod metrics;
+mod metrics_zone;
 mod offload;
 mod peer;
 mod preaccess;
@@ -61,9 +67,10 @@ use std::ptr::addr_of_mut;
 
 use ngx::ffi::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_http_module_t,
-    ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_int_t, ngx_module_t, ngx_uint_t, NGX_CONF_NOARGS, NGX_CONF_TAKE1,
-    NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET,
-    NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_OK,
+    ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_int_t, ngx_module_t, ngx_uint_t,
+    NGX_CONF_1MORE, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
+    NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET,
+    NGX_HTTP_UPS_CONF, NGX_OK,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_string;
@@ -118,6 +125,7 @@ impl HttpModule for Module {
             // SAFETY: `cf->cycle` is the cycle being configured; its modules
             // array was set before any configuration was parsed.
             unsafe { preaccess::discover_upstream_users((*cf).cycle, mcf) };
+            let mcf_metrics_zone = mcf.metrics_zone;
             // SAFETY: postconfiguration runs once per configuration, before
             // any request, on nginx's only thread at that point.
             unsafe { body_limit::install() };
@@ -145,6 +153,16 @@ impl HttpModule for Module {
             // SAFETY: `h` is the non-null, aligned, element-sized slot that
             // ngx_array_push just reserved for us.
             unsafe { *h = Some(preaccess::preaccess_handler) };
+            if !mcf_metrics_zone.is_null() {
+                let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_LOG_PHASE as usize].handlers;
+                // SAFETY: as above, for the log phase's handler array.
+                let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
+                if h.is_null() {
+                    return NGX_ERROR as ngx_int_t;
+                }
+                // SAFETY: as above.
+                unsafe { *h = Some(metrics::log_handler) };
+            }
             NGX_OK as ngx_int_t
         })
     }
@@ -166,7 +184,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 8] = [
+static mut COMMANDS: [ngx_command_t; 10] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
@@ -220,6 +238,22 @@ static mut COMMANDS: [ngx_command_t; 8] = [
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(directives::set_ssl),
         conf: NGX_HTTP_SRV_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_metrics_zone"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_metrics_zone),
+        conf: NGX_HTTP_MAIN_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_metrics"),
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_1MORE) as ngx_uint_t,
+        set: Some(directives::set_metrics),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
     },

@@ -3,7 +3,7 @@
 //! file), indexed variables, request headers by name and pool memory that
 //! runs `Drop`.
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::mem;
 use std::os::fd::{FromRawFd, RawFd};
 use std::ptr::{self, NonNull};
@@ -12,7 +12,7 @@ use std::slice;
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable, ngx_http_output_filter,
     ngx_http_send_header, ngx_int_t, ngx_list_part_t, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t,
-    ngx_table_elt_t, ngx_uint_t, NGX_ERROR, NGX_OK,
+    ngx_table_elt_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_OK, NGX_OK,
 };
 use ngx::http::Request;
 
@@ -31,14 +31,37 @@ pub fn send_json(req: &mut Request, status: ngx_uint_t, body: &[u8], allow: Opti
 
 /// [`send_json`] with extra response headers.
 pub fn send_json_with(req: &mut Request, status: ngx_uint_t, body: &[u8], headers: &[(&str, &str)]) -> ngx_int_t {
+    send_body(req, status, c"application/json", body, headers)
+}
+
+/// Sends `body` as Prometheus' text format, 200.
+pub fn send_prometheus_text(req: &mut Request, body: &[u8]) -> ngx_int_t {
+    send_body(
+        req,
+        NGX_HTTP_OK as ngx_uint_t,
+        c"text/plain; version=0.0.4; charset=utf-8",
+        body,
+        &[],
+    )
+}
+
+/// Sends `body` with `status`, `content_type` and extra `headers`.
+fn send_body(
+    req: &mut Request,
+    status: ngx_uint_t,
+    content_type: &'static CStr,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> ngx_int_t {
     let fields = req.as_mut();
     fields.headers_out.status = status;
     fields.headers_out.content_length_n = body.len() as _;
+    let len = content_type.to_bytes().len();
     fields.headers_out.content_type = ngx_str_t {
-        len: 16,
-        data: c"application/json".as_ptr().cast_mut().cast(),
+        len,
+        data: content_type.as_ptr().cast_mut().cast(),
     };
-    fields.headers_out.content_type_len = 16;
+    fields.headers_out.content_type_len = len;
     fields.headers_out.content_type_lowcase = ptr::null_mut();
     for (name, value) in headers {
         if req.add_header_out(name, value).is_none() {

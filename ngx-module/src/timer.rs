@@ -15,6 +15,7 @@ use ngx::ngx_log_error;
 use crate::conf::MainConf;
 use crate::external_names;
 use crate::guard::ffi_guard;
+use crate::metrics_zone;
 use crate::request_id;
 use crate::worker::{self, WorkerTimer};
 use crate::worker_cache;
@@ -56,7 +57,22 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             );
         }
         // SAFETY: `cycle` is the live cycle nginx passed in.
-        let Some(zone) = (unsafe { main_conf(cycle) }).and_then(MainConf::zone) else {
+        let mcf = unsafe { main_conf(cycle) };
+        if let Some((metrics, mcf)) = mcf.and_then(|m| Some((m.metrics_zone()?, m))) {
+            // SAFETY: a plain read of a global nginx set before init_process.
+            let pid = unsafe { ngx::ffi::ngx_pid } as i64;
+            if !metrics_zone::start_worker(&metrics, pid, mcf.metrics_ctx.epoch) {
+                // SAFETY: as above, for the cycle's log.
+                let log = unsafe { (*cycle).log };
+                ngx_log_error!(
+                    NGX_LOG_ALERT,
+                    log,
+                    "dynamic_balancer_metrics_zone: more than {} live workers; this one does not count requests",
+                    metrics_zone::LIVE_SLOTS
+                );
+            }
+        }
+        let Some(zone) = mcf.and_then(MainConf::zone) else {
             return NGX_OK as ngx_int_t;
         };
         worker_cache::observe(&zone);
@@ -105,7 +121,12 @@ pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     ffi_guard("exit process", (), || {
         external_names::stop();
         // SAFETY: `cycle` is the live cycle nginx passed in.
-        if let Some(zone) = (unsafe { main_conf(cycle) }).and_then(MainConf::zone) {
+        let mcf = unsafe { main_conf(cycle) };
+        if let Some(metrics) = mcf.and_then(MainConf::metrics_zone) {
+            // SAFETY: a plain read of a global nginx set before init_process.
+            metrics_zone::stop_worker(&metrics, unsafe { ngx::ffi::ngx_pid } as i64);
+        }
+        if let Some(zone) = mcf.and_then(MainConf::zone) {
             // SAFETY: plain reads of globals nginx set before init_process,
             // on the event-loop thread.
             let (worker, pid) = unsafe { (ngx::ffi::ngx_worker, ngx::ffi::ngx_pid) };

@@ -120,6 +120,17 @@ pub struct ErrorPage {
     pub backend: String,
 }
 
+/// ingress-nginx's request-metric labels of a location; the host is the
+/// server's. `path` is the Ingress path rule as written, never a request URI,
+/// so the number of series is bounded by the Ingresses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct MetricLabels {
+    pub namespace: String,
+    pub ingress: String,
+    pub service: String,
+    pub path: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Location {
     pub path: String,
@@ -129,6 +140,8 @@ pub struct Location {
     pub backend: String,
     /// The source Ingress, `namespace/name` (validated Kubernetes names).
     pub ingress: String,
+    /// The labels of this location's request metrics.
+    pub metrics: MetricLabels,
     /// A unique small id, used to name this location's limit zones.
     pub id: usize,
     /// The access-control annotations this controller does not implement,

@@ -177,6 +177,19 @@ impl ApiClient {
         let bytes = check(resp).await?;
         serde_json::from_slice(&bytes).context("decoding /configuration/certificates")
     }
+
+    /// The module's request metrics (Prometheus text), within `timeout`:
+    /// a scrape must not hang on a busy nginx.
+    pub async fn metrics(&self, timeout: Duration) -> anyhow::Result<String> {
+        let resp = self
+            .http
+            .get(format!("{}/configuration/metrics", self.base))
+            .timeout(timeout)
+            .send()
+            .await?;
+        let bytes = check(resp).await?;
+        String::from_utf8(bytes).context("decoding /configuration/metrics")
+    }
 }
 
 async fn refusal(resp: reqwest::Response) -> Result<(), PushError> {

@@ -43,7 +43,7 @@ pub struct ZoneStats {
 
 /// Renders every family: request series, then nginx's connections, then the
 /// zone's own state.
-pub fn render(entries: &[Entry<'_>], connections: Option<&Connections>, zone: &ZoneStats) -> String {
+pub fn render(entries: &[Entry<'_>], connections: Option<&Connections>, zone: Option<&ZoneStats>) -> String {
     let mut out = String::with_capacity(256 + entries.len() * 3000);
     let requests: Vec<(&Entry<'_>, u64)> = entries.iter().map(|e| (e, e.counters.requests())).collect();
     family(&mut out, "requests", "counter", "The total number of client requests");
@@ -53,37 +53,107 @@ pub fn render(entries: &[Entry<'_>], connections: Option<&Connections>, zone: &Z
     histogram(&mut out, entries, "request_duration_seconds",
         "The request processing time in seconds (from the first byte read from the client to the log write after the last byte sent)",
         &TIME_BUCKETS_MS, Unit::Millis, |c| &c.request_time);
-    histogram(&mut out, entries, "response_duration_seconds",
+    histogram(
+        &mut out,
+        entries,
+        "response_duration_seconds",
         "The time spent receiving the response from the upstream, in seconds (all attempts of the request)",
-        &TIME_BUCKETS_MS, Unit::Millis, |c| &c.upstream_time);
-    histogram(&mut out, entries, "request_size", "The request length (including request line, headers and body)",
-        &LENGTH_BUCKETS, Unit::Bytes, |c| &c.request_size);
-    histogram(&mut out, entries, "response_size", "The response length (including request line, headers and body)",
-        &LENGTH_BUCKETS, Unit::Bytes, |c| &c.response_size);
-    histogram(&mut out, entries, "bytes_sent", "The number of bytes sent to a client",
-        &SIZE_BUCKETS, Unit::Bytes, |c| &c.bytes_sent);
-    family(&mut out, "upstream_connect_errors", "counter", "Attempts whose connection to an endpoint failed");
+        &TIME_BUCKETS_MS,
+        Unit::Millis,
+        |c| &c.upstream_time,
+    );
+    histogram(
+        &mut out,
+        entries,
+        "request_size",
+        "The request length (including request line, headers and body)",
+        &LENGTH_BUCKETS,
+        Unit::Bytes,
+        |c| &c.request_size,
+    );
+    histogram(
+        &mut out,
+        entries,
+        "response_size",
+        "The response length (including request line, headers and body)",
+        &LENGTH_BUCKETS,
+        Unit::Bytes,
+        |c| &c.response_size,
+    );
+    histogram(
+        &mut out,
+        entries,
+        "bytes_sent",
+        "The number of bytes sent to a client",
+        &SIZE_BUCKETS,
+        Unit::Bytes,
+        |c| &c.bytes_sent,
+    );
+    family(
+        &mut out,
+        "upstream_connect_errors",
+        "counter",
+        "Attempts whose connection to an endpoint failed",
+    );
     for e in entries {
         sample(&mut out, "upstream_connect_errors", e, None, e.counters.connect_errors);
     }
     if let Some(c) = connections {
-        family(&mut out, "nginx_process_connections", "gauge", "Current number of client connections with state {active, reading, writing, waiting}");
-        for (state, v) in [("active", c.active), ("reading", c.reading), ("writing", c.writing), ("waiting", c.waiting)] {
+        family(
+            &mut out,
+            "nginx_process_connections",
+            "gauge",
+            "Current number of client connections with state {active, reading, writing, waiting}",
+        );
+        for (state, v) in [
+            ("active", c.active),
+            ("reading", c.reading),
+            ("writing", c.writing),
+            ("waiting", c.waiting),
+        ] {
             let _ = writeln!(out, "{P}nginx_process_connections{{state=\"{state}\"}} {v}");
         }
-        family(&mut out, "nginx_process_connections_total", "counter", "Total number of connections with state {accepted, handled}");
+        family(
+            &mut out,
+            "nginx_process_connections_total",
+            "counter",
+            "Total number of connections with state {accepted, handled}",
+        );
         for (state, v) in [("accepted", c.accepted), ("handled", c.handled)] {
             let _ = writeln!(out, "{P}nginx_process_connections_total{{state=\"{state}\"}} {v}");
         }
-        family(&mut out, "nginx_process_requests_total", "counter", "Total number of client requests");
+        family(
+            &mut out,
+            "nginx_process_requests_total",
+            "counter",
+            "Total number of client requests",
+        );
         let _ = writeln!(out, "{P}nginx_process_requests_total {}", c.requests);
     }
-    family(&mut out, "metrics_zone_series", "gauge", "Series held in dynamic_balancer_metrics_zone");
+    let Some(zone) = zone else {
+        return out;
+    };
+    family(
+        &mut out,
+        "metrics_zone_series",
+        "gauge",
+        "Series held in dynamic_balancer_metrics_zone",
+    );
     let _ = writeln!(out, "{P}metrics_zone_series {}", zone.series);
-    family(&mut out, "metrics_zone_bytes", "gauge", "Size and use of dynamic_balancer_metrics_zone");
+    family(
+        &mut out,
+        "metrics_zone_bytes",
+        "gauge",
+        "Size and use of dynamic_balancer_metrics_zone",
+    );
     let _ = writeln!(out, "{P}metrics_zone_bytes{{state=\"size\"}} {}", zone.size);
     let _ = writeln!(out, "{P}metrics_zone_bytes{{state=\"used\"}} {}", zone.used);
-    family(&mut out, "metrics_uncounted_requests", "counter", "Requests not counted because dynamic_balancer_metrics_zone was full");
+    family(
+        &mut out,
+        "metrics_uncounted_requests",
+        "counter",
+        "Requests not counted because dynamic_balancer_metrics_zone was full",
+    );
     let _ = writeln!(out, "{P}metrics_uncounted_requests {}", zone.uncounted);
     out
 }
@@ -213,7 +283,7 @@ mod tests {
                 accepted: 9,
                 ..Connections::default()
             }),
-            &ZoneStats::default(),
+            Some(&ZoneStats::default()),
         );
         let l = r#"canary="",host="a.test",ingress="web",namespace="shop",path="/",service="api",method="GET",status="2xx""#;
         for line in [
@@ -254,12 +324,12 @@ mod tests {
         let text = render(
             &[],
             None,
-            &ZoneStats {
+            Some(&ZoneStats {
                 series: 0,
                 uncounted: 4,
                 size: 1 << 20,
                 used: 8192,
-            },
+            }),
         );
         assert!(text.contains("nginx_ingress_controller_metrics_uncounted_requests 4\n"));
         assert!(text.contains("nginx_ingress_controller_metrics_zone_bytes{state=\"used\"} 8192\n"));

@@ -123,8 +123,9 @@ pub fn series_text(canary: &str, location: &str) -> String {
 /// across reloads, to find a series in the shared table. A collision only
 /// costs a byte comparison: entries are matched on the text itself.
 pub fn label_hash(text: &[u8]) -> u64 {
-    text.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+    text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -168,10 +169,7 @@ mod tests {
             LocationLabels::parse(["host=a", "host=b"]),
             Err(LabelError::Duplicate("host"))
         );
-        assert_eq!(
-            LocationLabels::parse(["host=a\nb"]),
-            Err(LabelError::Control("host"))
-        );
+        assert_eq!(LocationLabels::parse(["host=a\nb"]), Err(LabelError::Control("host")));
         let long = format!("path=/{}", "a".repeat(MAX_PATH));
         assert_eq!(
             LocationLabels::parse([long.as_str()]),

@@ -17,8 +17,8 @@ use super::endpoints::{AddressPolicy, PortRef};
 use super::names::{BackendId, Names};
 use super::values::{is_object_name, Host, PathRegex, UrlPath};
 use super::{
-    tls, ErrorPage, Listen, Location, Match, Model, Quarantine, Report, Server, ServerNamesHash, Structure,
-    DEFAULT_BACKEND,
+    tls, ErrorPage, Listen, Location, Match, MetricLabels, Model, Quarantine, Report, Server, ServerNamesHash,
+    Structure, DEFAULT_BACKEND,
 };
 use crate::snapshot::{key, Snapshot};
 
@@ -498,11 +498,23 @@ impl<'s> Builder<'s> {
                 .collect(),
             None => Vec::new(),
         };
+        let (namespace, name) = ing.split_once('/').unwrap_or(("", ing));
+        let metrics = MetricLabels {
+            namespace: namespace.to_string(),
+            ingress: name.to_string(),
+            service: self
+                .backends
+                .get(&backend)
+                .map(|b| b.service.clone())
+                .unwrap_or_default(),
+            path: ingress_path.to_string(),
+        };
         Location {
             path: path.to_string(),
             match_: m,
             backend,
             ingress: ing.to_string(),
+            metrics,
             id,
             closed: (!a.unimplemented_access_control.is_empty()).then(|| a.unimplemented_access_control.join(", ")),
             location_path: a.affinity.as_ref().map(|_| ingress_path.to_string()),
