@@ -7,7 +7,8 @@
 //!   Both front nginx run one worker; wrk runs alternate. Goal: ≥ 0.9.
 //! - `instructions [N]`: the same two locations, in callgrind instructions
 //!   per request (single-process nginx, N and 11·N requests), which unlike
-//!   req/s do not depend on what else the machine is doing.
+//!   req/s do not depend on what else the machine is doing; and the
+//!   rendered location with request metrics on against off (goal ≤ 3%).
 //! - `latency [CHANGES]`: on the fake apiserver, the time from an
 //!   EndpointSlice change to nginx routing by it (p50/p99), and from a new
 //!   Ingress host to it being served.
@@ -191,6 +192,24 @@ fn instructions(n: usize) {
             plain / ingress
         );
     }
+    // Request metrics (on by default, as in ingress-nginx): the same file
+    // without the metrics zone and directive, so without the log handler.
+    let headers = "Host: bench.test\r\nX-Forwarded-Proto: https\r\n";
+    let without: String = ingress_conf
+        .lines()
+        .filter(|l| !l.contains("dynamic_balancer_metrics"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        ingress_conf.contains("dynamic_balancer_metrics "),
+        "the rendered file counts requests"
+    );
+    let on = per_request(&ingress_conf, &backends, c.http_port, c.api_port, headers);
+    let off = per_request(&without, &backends, c.http_port, c.api_port, headers);
+    println!(
+        "  request metrics: on {on:.0}, off {off:.0}, cost {:+.2}% (goal <= 3%)",
+        (on / off - 1.0) * 100.0
+    );
 }
 
 fn latency(changes: usize) {
