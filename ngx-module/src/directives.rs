@@ -14,7 +14,7 @@ use ngx::ffi::{
     ngx_http_conf_ctx_t, ngx_http_conf_port_t, ngx_http_core_loc_conf_t, ngx_http_core_srv_conf_t,
     ngx_http_get_variable_index, ngx_http_request_t, ngx_http_upstream_server_t, ngx_http_upstream_srv_conf_t,
     ngx_http_variable_value_t, ngx_int_t, ngx_parse_size, ngx_shared_memory_add, ngx_str_t, ngx_uint_t, sockaddr,
-    NGX_ERROR, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_LOG_EMERG, NGX_OK,
+    NGX_ERROR, NGX_HTTP_VAR_CHANGEABLE, NGX_HTTP_VAR_NOCACHEABLE, NGX_HTTP_VAR_NOHASH, NGX_LOG_EMERG, NGX_OK,
 };
 use ngx::http::{
     HttpModule, HttpModuleConfExt, HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, NgxHttpCoreModule,
@@ -31,7 +31,7 @@ use lua_compat::metrics::LocationLabels;
 use crate::conf::{srv_conf_mut, LocConf, LocMetrics, MainConf, UpstreamConf};
 use crate::guard::ffi_guard;
 use crate::metrics_zone::init_zone as init_metrics_zone;
-use crate::variables;
+use crate::variables::{self, Own};
 use crate::zone::init_zone;
 use crate::Module;
 
@@ -698,17 +698,24 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         );
         return NGX_ERROR as ngx_int_t;
     }
-    for name in variables::OWN_NAMES {
+    for (i, name) in variables::OWN_NAMES.into_iter().enumerate() {
+        // The metrics location is internal: no configuration may name, read
+        // or `set` it; the others are settable, as ingress-nginx's.
+        let (flags, handler): (u32, ngx::ffi::ngx_http_get_variable_pt) = if i == Own::MetricsLocation as usize {
+            (NGX_HTTP_VAR_NOHASH, Some(not_found_value))
+        } else {
+            (NGX_HTTP_VAR_CHANGEABLE, Some(empty_value))
+        };
         // SAFETY: `cf` and its pool are live (this function's contract).
         let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
         // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
-        let v = unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_CHANGEABLE as ngx_uint_t) };
+        let v = unsafe { ngx_http_add_variable(cf, &mut name, flags as ngx_uint_t) };
         if v.is_null() {
             return NGX_ERROR as ngx_int_t;
         }
         // SAFETY: a non-null result is the variable's live entry in the core
         // module's table.
-        unsafe { (*v).get_handler = Some(empty_value) };
+        unsafe { (*v).get_handler = handler };
     }
     // Computed when read, from the request's balancer state.
     // SAFETY: `cf` and its pool are live (this function's contract).
@@ -757,6 +764,21 @@ pub unsafe fn index_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         *slot = i as usize;
     }
     NGX_OK as ngx_int_t
+}
+
+/// The get handler of our internal variable: not found until the module
+/// stores its opaque value. nginx calls it with a live request and the
+/// variable's value slot.
+unsafe extern "C" fn not_found_value(
+    _r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("variable", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx hands a get handler the variable's value slot.
+        variables::fill_not_found(unsafe { &mut *v });
+        NGX_OK as ngx_int_t
+    })
 }
 
 /// The get handler of our settable variables until a request sets them:

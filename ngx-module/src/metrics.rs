@@ -8,6 +8,7 @@
 //! (see [`crate::metrics_zone`]).
 
 use std::ptr;
+use std::rc::Rc;
 
 use lua_compat::metrics::exposition::{self, Connections, Entry, ZoneStats};
 use lua_compat::metrics::labels::series_text;
@@ -15,10 +16,10 @@ use lua_compat::metrics::{method_index, status_class, Counters, Sample, STATUS_C
 use ngx::ffi::{ngx_http_request_t, ngx_http_upstream_state_t, ngx_int_t, NGX_OK};
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 
-use crate::conf::{LocMetrics, MainConf};
+use crate::conf::{own_variable, LocMetrics, MainConf};
 use crate::guard::ffi_guard;
 use crate::metrics_zone;
-use crate::request_ctx::peer_data;
+use crate::variables::{self, Own};
 use crate::Module;
 
 /// A location's canary cells kept per worker, at most; beyond, a canary
@@ -39,8 +40,33 @@ pub unsafe extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     })
 }
 
+/// Remembers the location's metrics for the rest of the request. The
+/// PREACCESS handler calls it, so that a request that `error_page` sends to
+/// another location (custom-http-errors, a 503 without endpoints) is still
+/// counted under the location it came for, as ingress-nginx's `set`
+/// variables make it.
+pub fn remember(req: &Request) {
+    let Some(lm) = Module::location_conf(req).and_then(|l| l.metrics.as_ref()) else {
+        return;
+    };
+    if let Some(index) = own_variable(req, Own::MetricsLocation) {
+        variables::set_opaque(req, index, Rc::as_ptr(lm).cast());
+    }
+}
+
+/// The metrics of the request's location, or of the location it came from.
+fn location_metrics(req: &Request) -> Option<&LocMetrics> {
+    if let Some(lm) = Module::location_conf(req).and_then(|l| l.metrics.as_deref()) {
+        return Some(lm);
+    }
+    let p = variables::get_opaque(req, own_variable(req, Own::MetricsLocation)?);
+    // SAFETY: only `remember` stores a non-null value there: a LocMetrics
+    // of this request's configuration, which outlives the request.
+    unsafe { p.cast::<LocMetrics>().as_ref() }
+}
+
 fn count(req: &Request) {
-    let Some(lm) = Module::location_conf(req).and_then(|l| l.metrics.as_deref()) else {
+    let Some(lm) = location_metrics(req) else {
         return;
     };
     if !metrics_zone::registered() {
@@ -55,14 +81,12 @@ fn count(req: &Request) {
         r.headers_out.status
     };
     let class = status_class(status);
-    // SAFETY: the log phase holds no other reference to the request's state.
-    let canary = unsafe { peer_data(req) }.and_then(|pd| {
-        // SAFETY: `requested` points at the name the request asked for, in
-        // the request's variables or the location's conf, both still live.
-        let requested = unsafe { std::slice::from_raw_parts(pd.requested.0, pd.requested.1) };
-        (*pd.backend.name != *requested).then(|| pd.backend.name.clone())
-    });
-    match cell(req, lm, canary.as_deref(), method, class) {
+    // The peer hook sets it when a canary takes the request; like
+    // ingress-nginx's label, it survives an `error_page` redirect.
+    let canary = own_variable(req, Own::AlternativeUpstream)
+        .and_then(|i| variables::own_value(req, i))
+        .filter(|v| !v.is_empty());
+    match cell(req, lm, canary, method, class) {
         Some(counters) => counters.record(&sample(r)),
         None => {
             if let Some(zone) = Module::main_conf(req).and_then(MainConf::metrics_zone) {

@@ -17,6 +17,7 @@ use ngx::ngx_log_error;
 
 use crate::conf::{backend_name, upstream_conf, zone_of, MainConf, UNKNOWN};
 use crate::guard::ffi_guard;
+use crate::metrics;
 use crate::peer;
 use crate::Module;
 
@@ -76,6 +77,7 @@ pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_in
         // SAFETY: nginx runs phase handlers with a live request, on the
         // event loop, and holds no reference into it meanwhile.
         let req = unsafe { Request::from_ngx_http_request(r) };
+        metrics::remember(req);
         // SAFETY: the upstreams the request's location confs name are live
         // srv confs of the running configuration.
         let Some(conf) = location_upstream(req).find_map(|us| unsafe { upstream_conf(us) }) else {

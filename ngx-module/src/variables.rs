@@ -15,9 +15,12 @@ use ngx::http::Request;
 #[derive(Clone, Copy)]
 pub enum Own {
     AlternativeUpstream = 0,
+    /// Internal (not in the variables hash, so no configuration can name
+    /// it): the request's metrics location, see [`set_opaque`].
+    MetricsLocation = 1,
 }
 
-pub const OWN_NAMES: [&str; 1] = ["proxy_alternative_upstream_name"];
+pub const OWN_NAMES: [&str; 2] = ["proxy_alternative_upstream_name", "dynamic_balancer_metrics_location"];
 
 // `ngx_variable_value_t` starts with one 32-bit word of bit-fields: `len:28,
 // valid:1, no_cacheable:1, not_found:1, escape:1`, the first in the low bits
@@ -139,6 +142,49 @@ pub fn set(req: &Request, index: usize, value: &[u8]) {
     // postconfiguration of that same configuration (see
     // `conf::own_variable`). Nothing else borrows that entry during this call.
     assign(unsafe { &mut *req.as_ref().variables.add(index) }, data, value.len());
+}
+
+/// The value a request holds in its slot of variable `index` (one of ours,
+/// see `conf::own_variable`), if it was set or computed: no get handler
+/// runs.
+pub fn own_value<'r>(req: &'r Request, index: usize) -> Option<&'r [u8]> {
+    if req.as_ref().variables.is_null() {
+        return None;
+    }
+    // SAFETY: as in `set`; a shared read of an entry that nginx or `set`
+    // filled, whose bytes live in the request's pool or configuration.
+    unsafe { found_bytes(&*req.as_ref().variables.add(index)) }
+}
+
+/// Stores `p` in variable `index`'s slot (one of ours, see
+/// `conf::own_variable`) as an opaque value. nginx reads the slot as "not
+/// found"; unlike the module's ctx, which an internal redirect clears, the
+/// slot lasts the whole request (`error_page` included).
+pub fn set_opaque(req: &Request, index: usize, p: *const u8) {
+    if req.as_ref().variables.is_null() {
+        return;
+    }
+    // SAFETY: as in `set`: the request's own variables array, `index` from
+    // its configuration, no other borrow of the entry during this call.
+    let v = unsafe { &mut *req.as_ref().variables.add(index) };
+    set_flags(v, VALID | NOT_FOUND);
+    v.data = p.cast_mut();
+}
+
+/// What [`set_opaque`] stored in variable `index` for this request, or null.
+/// Only `set_opaque` leaves a non-null `data` in a not-found slot: nginx's
+/// get handlers and ours clear it (see [`fill_not_found`]).
+pub fn get_opaque(req: &Request, index: usize) -> *const u8 {
+    if req.as_ref().variables.is_null() {
+        return ptr::null();
+    }
+    // SAFETY: as in `set_opaque`; a shared read of the entry.
+    let v = unsafe { &*req.as_ref().variables.add(index) };
+    if flags(v) & (VALID | NOT_FOUND) == VALID | NOT_FOUND {
+        v.data
+    } else {
+        ptr::null()
+    }
 }
 
 /// nginx's `ngx_hash_key` (`key * 31 + c`) of `name` lower-cased, for

@@ -90,6 +90,7 @@ fn a_request_mix_is_counted_across_workers_and_reloads() {
     let canary = Upstream::start();
     let slow = Upstream::start_slow(Duration::from_millis(300));
     let dead = dead_port();
+    let errors = Upstream::start();
     let mut c = Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),
@@ -111,6 +112,18 @@ fn a_request_mix_is_counted_across_workers_and_reloads() {
             ),
             ("ing-slow.yaml", ingress("slow", "slow.test", "/slow", "slow", &[])),
             ("ing-dead.yaml", ingress("dead", "dead.test", "/", "dead", &[])),
+            // A 502 that custom-http-errors sends to another location.
+            ("svc-errors.yaml", service("errors", &[errors.port])),
+            (
+                "ing-oops.yaml",
+                ingress(
+                    "oops",
+                    "oops.test",
+                    "/",
+                    "dead",
+                    &[("custom-http-errors", "502"), ("default-backend", "errors")],
+                ),
+            ),
         ],
         &[],
     );
@@ -142,7 +155,12 @@ fn a_request_mix_is_counted_across_workers_and_reloads() {
     for _ in 0..3 {
         assert_eq!(send(c.http_port, "GET", "dead.test", "/", "", &[]), 502);
     }
+    for _ in 0..2 {
+        // The error backend's answer (200) replaces the 502.
+        assert_eq!(send(c.http_port, "GET", "oops.test", "/", "", &[]), 200);
+    }
     assert_eq!(canary.hits(), 6);
+    assert_eq!(errors.hits(), 2);
 
     let m = module_metrics(&c);
     let web_get = [
@@ -185,6 +203,13 @@ fn a_request_mix_is_counted_across_workers_and_reloads() {
             &[r#"ingress="web""#]
         ),
         0.0
+    );
+    // Counted under the location the request came for, with its final status.
+    let oops = [r#"ingress="oops""#, r#"service="dead""#];
+    assert_eq!(sample(&m, req, &[oops[0], oops[1], r#"status="2xx""#]), 2.0, "{m}");
+    assert_eq!(
+        sample(&m, "nginx_ingress_controller_upstream_connect_errors", &oops),
+        2.0
     );
 
     // Histograms: the slow backend's 300 ms lands between 0.25 and 0.5 (2.5
