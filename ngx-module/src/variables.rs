@@ -147,7 +147,7 @@ pub fn set(req: &Request, index: usize, value: &[u8]) {
 /// The value a request holds in its slot of variable `index` (one of ours,
 /// see `conf::own_variable`), if it was set or computed: no get handler
 /// runs.
-pub fn own_value<'r>(req: &'r Request, index: usize) -> Option<&'r [u8]> {
+pub fn own_value(req: &Request, index: usize) -> Option<&[u8]> {
     if req.as_ref().variables.is_null() {
         return None;
     }
