@@ -44,7 +44,7 @@ const ZONE_NAME: &str = "dynamic_balancer";
 const METRICS_ZONE_NAME: &str = "dynamic_balancer_metrics";
 /// Room for about 4,000 series of 2 workers × 3 method/status pairs.
 const DEFAULT_METRICS_ZONE_SIZE: usize = 16 * 1024 * 1024;
-/// The metrics zone's header (registrations and hash buckets) is about 48k.
+/// The metrics zone's header (registrations and hash buckets) is about 96k.
 const MIN_METRICS_ZONE_SIZE: usize = 256 * 1024;
 const DEFAULT_VARIABLE: &str = "proxy_upstream_name";
 

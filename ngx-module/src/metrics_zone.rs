@@ -30,11 +30,13 @@ use ngx::ngx_log_error;
 use crate::guard::ffi_guard;
 
 /// Changes with any change of the layout below.
-const MAGIC: u64 = 0x6462_6d65_7472_0001; // "dbmetr" v1
+const MAGIC: u64 = 0x6462_6d65_7472_0002; // "dbmetr" v2
 /// Hash buckets for series; chains stay short up to tens of thousands.
 const BUCKETS: usize = 4096;
-/// Worker processes (current and still-draining ones) that can register.
-pub const LIVE_SLOTS: usize = 1024;
+/// Worker processes (current and still-draining ones) that can register:
+/// 128 workers over 32 configurations still draining. A worker that finds
+/// no slot does not count (and says so in the error log).
+pub const LIVE_SLOTS: usize = 4096;
 
 #[repr(C)]
 struct Header {
