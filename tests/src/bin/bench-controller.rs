@@ -9,6 +9,8 @@
 //!   per request (single-process nginx, N and 11·N requests), which unlike
 //!   req/s do not depend on what else the machine is doing; and the
 //!   rendered location with request metrics on against off (goal ≤ 3%).
+//!   Both with `use-forwarded-headers` (behind a load balancer) and
+//!   without (ingress-nginx's default).
 //! - `latency [CHANGES]`: on the fake apiserver, the time from an
 //!   EndpointSlice change to nginx routing by it (p50/p99), and from a new
 //!   Ingress host to it being served.
@@ -42,11 +44,15 @@ fn main() {
 }
 
 /// The controller with a typical Ingress (and a canary) over upstreams
-/// `a` and `b`, on one worker with the access log off.
-fn typical_ingress(a: u16, b: u16) -> Controller {
-    let config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ingress-nginx, name: ingress-nginx-controller}\ndata: {worker-processes: \"1\", enable-access-log: \"false\", use-forwarded-headers: \"true\"}\n";
+/// `a` and `b`, on one worker with the access log off, behind a load
+/// balancer (`use-forwarded-headers`, with force-ssl-redirect evaluated
+/// per request on `X-Forwarded-Proto`) or not (ingress-nginx's default;
+/// without a proxy in front, force-ssl-redirect would redirect every plain
+/// request).
+fn typical_ingress(a: u16, b: u16, forwarded: bool) -> Controller {
+    let config = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{namespace: ingress-nginx, name: ingress-nginx-controller}}\ndata: {{worker-processes: \"1\", enable-access-log: \"false\", use-forwarded-headers: \"{forwarded}\"}}\n");
     let typical = [
-        ("force-ssl-redirect", "true"),
+        ("force-ssl-redirect", if forwarded { "true" } else { "false" }),
         ("proxy-read-timeout", "30"),
         ("proxy-connect-timeout", "5"),
     ];
@@ -54,7 +60,7 @@ fn typical_ingress(a: u16, b: u16) -> Controller {
     Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),
-            ("config.yaml", config.into()),
+            ("config.yaml", config),
             (
                 "svc.yaml",
                 format!("{}---\n{}", service("web", &[a, b]), service("web-canary", &[a])),
@@ -93,7 +99,7 @@ fn web_backend(a: u16, b: u16) -> String {
 
 fn ingress_path(rounds: u32, seconds: u32) {
     let (_upstreams, a, b) = upstream_pair();
-    let c = typical_ingress(a, b);
+    let c = typical_ingress(a, b, true);
     let (plain_port, api_port) = (free_port(), free_port());
     let plain = Proc::start(&format!(
         "worker_processes 1;\nevents {{ worker_connections 4096; }}\n{}",
@@ -146,8 +152,14 @@ fn ingress_path(rounds: u32, seconds: u32) {
 }
 
 fn instructions(n: usize) {
+    for forwarded in [true, false] {
+        instructions_with(n, forwarded);
+    }
+}
+
+fn instructions_with(n: usize, forwarded: bool) {
     let (_upstreams, a, b) = upstream_pair();
-    let mut c = typical_ingress(a, b);
+    let mut c = typical_ingress(a, b, forwarded);
     let (_, backends) = c.api_get("/configuration/backends").unwrap();
     let rendered = c.conf();
     c.stop();
@@ -170,7 +182,10 @@ fn instructions(n: usize) {
         let large = callgrind_total(conf, body, port, api, headers, true, 11 * n);
         (large - small) as f64 / (10 * n) as f64
     };
-    println!("instructions per request (callgrind, {n} and {} requests):", 11 * n);
+    println!(
+        "instructions per request (callgrind, {n} and {} requests), use-forwarded-headers {forwarded}:",
+        11 * n
+    );
     // Without an incoming X-Request-ID the template generates one (a
     // random-number call); with one, it is passed on.
     for (label, goal, headers) in [
