@@ -11,9 +11,14 @@ use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS}
 use tungstenite::handshake::server::{Request, Response};
 use tungstenite::Message;
 
-/// An echo server for one connection at a time; records the handshake's
+/// The (Upgrade, Connection) headers of each handshake the backend saw.
+type Handshakes = Arc<Mutex<Vec<(String, String)>>>;
+
+/// An echo server, a thread per connection; records each handshake's
 /// Upgrade and Connection headers.
-fn echo_server() -> (u16, Arc<Mutex<Vec<(String, String)>>>) {
+// tungstenite's handshake callback returns its (large) error response type.
+#[allow(clippy::result_large_err)]
+fn echo_server() -> (u16, Handshakes) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));
