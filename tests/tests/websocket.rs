@@ -42,10 +42,8 @@ fn echo_server() -> (u16, Handshakes) {
                     return;
                 };
                 while let Ok(msg) = ws.read() {
-                    if msg.is_text() || msg.is_binary() {
-                        if ws.send(msg).is_err() {
-                            return;
-                        }
+                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).is_err() {
+                        return;
                     }
                 }
             });
