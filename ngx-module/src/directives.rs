@@ -740,8 +740,33 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
     // SAFETY: a non-null result is the variable's live entry in the core
     // module's table.
     unsafe { (*v).get_handler = Some(crate::request_id::variable) };
+    // The WebSocket headers, from the parsed Upgrade header.
+    for (name, handler) in [
+        (
+            "dynamic_upgrade",
+            crate::connection_upgrade::upgrade_variable as GetHandler,
+        ),
+        (
+            "dynamic_connection_upgrade",
+            crate::connection_upgrade::connection_variable,
+        ),
+    ] {
+        // SAFETY: `cf` and its pool are live (this function's contract).
+        let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
+        // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+        let v = unsafe { ngx_http_add_variable(cf, &mut name, 0) };
+        if v.is_null() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: a non-null result is the variable's live entry in the core
+        // module's table.
+        unsafe { (*v).get_handler = Some(handler) };
+    }
     NGX_OK as ngx_int_t
 }
+
+/// A variable's get handler.
+type GetHandler = unsafe extern "C" fn(*mut ngx_http_request_t, *mut ngx_http_variable_value_t, usize) -> ngx_int_t;
 
 /// `postconfiguration`: indexes our variables so requests can set them.
 ///

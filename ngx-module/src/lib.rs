@@ -41,6 +41,7 @@ mod cert_cache;
 mod cert_store;
 mod certificates;
 mod conf;
+mod connection_upgrade;
 mod directives;
 mod external_names;
 mod guard;

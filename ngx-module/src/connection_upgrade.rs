@@ -1,0 +1,71 @@
+//! `$dynamic_upgrade` and `$dynamic_connection_upgrade`: the WebSocket
+//! headers a proxied request sends upstream, read from the `Upgrade` header
+//! nginx already parsed (`r->headers_in.upgrade`).
+//!
+//! ingress-nginx writes them as `$http_upgrade` and a `map` over it
+//! (`default upgrade; '' '';`). `$http_upgrade` walks the whole header list,
+//! and the map evaluates a complex value and a hash lookup: about 380
+//! instructions per request that these two variables do not spend. The
+//! values are the same: the client's Upgrade value, and `upgrade` when it is
+//! not empty, else empty (so with upstream keepalive no `Connection` header
+//! is sent).
+
+use ngx::ffi::{ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, NGX_ERROR, NGX_OK};
+
+use crate::guard::ffi_guard;
+use crate::variables;
+
+/// The request's first `Upgrade` header value, if any.
+///
+/// # Safety
+/// `r` is a live request.
+unsafe fn upgrade<'a>(r: *const ngx_http_request_t) -> Option<&'a [u8]> {
+    // SAFETY: a live request's `headers_in.upgrade` is null or a header in
+    // its pool, whose `value` holds `len` bytes.
+    unsafe {
+        let h = (*r).headers_in.upgrade.as_ref()?;
+        (!h.value.data.is_null()).then(|| std::slice::from_raw_parts(h.value.data, h.value.len))
+    }
+}
+
+/// The get handler of `$dynamic_upgrade`: nginx calls it with a live
+/// request and the variable's value slot (cached for the request).
+pub unsafe extern "C" fn upgrade_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("$dynamic_upgrade", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `v` is the value slot nginx handed this get handler.
+        let v = unsafe { &mut *v };
+        // SAFETY: nginx calls a get handler with a live request.
+        match unsafe { upgrade(r) } {
+            // SAFETY: the header lives in the request's pool, which outlives
+            // every read of the cached value.
+            Some(value) => unsafe { variables::fill_borrowed(v, value) },
+            None => variables::fill_not_found(v),
+        }
+        NGX_OK as ngx_int_t
+    })
+}
+
+/// The get handler of `$dynamic_connection_upgrade`: `upgrade` when the
+/// request has a non-empty `Upgrade` header, else empty. nginx calls it with
+/// a live request and the variable's value slot (cached for the request).
+pub unsafe extern "C" fn connection_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("$dynamic_connection_upgrade", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `v` is the value slot nginx handed this get handler.
+        let v = unsafe { &mut *v };
+        // SAFETY: nginx calls a get handler with a live request.
+        match unsafe { upgrade(r) } {
+            // SAFETY: a static string outlives every request.
+            Some(value) if !value.is_empty() => unsafe { variables::fill_borrowed(v, b"upgrade") },
+            _ => variables::fill_empty(v),
+        }
+        NGX_OK as ngx_int_t
+    })
+}
