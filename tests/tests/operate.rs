@@ -53,7 +53,23 @@ fn sigterm_drains_then_stops_without_failing_requests_in_flight() {
         "no request reached the upstream\n{}",
         std::fs::read_to_string(c.dir.path().join("nginx/logs/error.log")).unwrap_or_default()
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Every request is in flight once nginx has read it: a connection nginx
+    // accepted but has not read a request from yet is idle, and a graceful
+    // stop closes idle connections (as it must). On a loaded machine the
+    // 20 client threads take a while to send, so wait until nginx's
+    // stub_status counts them all as `writing` (plus the query itself).
+    let writing = || {
+        let (_, m) = c.api_get("/configuration/metrics").unwrap_or_default();
+        m.lines()
+            .find_map(|l| l.strip_prefix("nginx_ingress_controller_nginx_process_connections{state=\"writing\"} "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || writing() > 20),
+        "nginx holds {} requests, not 20",
+        writing().saturating_sub(1)
+    );
     let term = Instant::now();
     c.signal(libc::SIGTERM);
 
@@ -79,12 +95,13 @@ fn sigterm_drains_then_stops_without_failing_requests_in_flight() {
     assert_eq!(
         ok.load(Ordering::Relaxed),
         20,
-        "requests in flight at SIGTERM failed: {:?}\n{}",
+        "requests in flight at SIGTERM failed: {:?}\n{}\nnginx error log:\n{}",
         answers
             .iter()
             .filter(|a| a.as_ref().is_none_or(|(s, _)| *s != 200))
             .collect::<Vec<_>>(),
-        c.log()
+        c.log(),
+        std::fs::read_to_string(c.dir.path().join("nginx/logs/error.log")).unwrap_or_default()
     );
     assert!(
         wait_until(Duration::from_secs(10), || c.exited().is_some()),
