@@ -92,8 +92,10 @@ pub fn apply(zone: &Zone, change: CertChange) -> Result<CertApplied, CertStoreEr
     let mut put = |certs: &mut Vec<NonNull<Blob>>, built: &mut Built, p: &Prepared| -> Result<(), ()> {
         let position = old.certs.position(p.id.as_bytes());
         if let Ok(i) = position {
+            // The position is in the live index, not in `certs`, where an
+            // earlier insert of this write may have shifted it.
             // SAFETY: a blob of the live index.
-            let blob = unsafe { certs[i].as_ref() };
+            let blob = unsafe { old.certs.slice()[i].as_ref() };
             if blob.json() == p.info.as_slice() && blob.runtime() == p.payload.as_slice() {
                 return Ok(());
             }

@@ -46,6 +46,11 @@ pub unsafe extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 /// counted under the location it came for, as ingress-nginx's `set`
 /// variables make it.
 pub fn remember(req: &Request) {
+    // Subrequests (auth_request, mirror) share the main request's
+    // variables: they must not overwrite its location.
+    if !is_main(req) {
+        return;
+    }
     let Some(lm) = Module::location_conf(req).and_then(|l| l.metrics.as_ref()) else {
         return;
     };
@@ -65,11 +70,25 @@ fn location_metrics(req: &Request) -> Option<&LocMetrics> {
     unsafe { p.cast::<LocMetrics>().as_ref() }
 }
 
+/// Whether `req` is a main request, not a subrequest.
+fn is_main(req: &Request) -> bool {
+    let r = req.as_ref();
+    ptr::eq(r.main, r)
+}
+
 fn count(req: &Request) {
+    // A subrequest (with `log_subrequest on`) is part of its main request,
+    // which is counted once.
+    if !is_main(req) {
+        return;
+    }
     let Some(lm) = location_metrics(req) else {
         return;
     };
     if !metrics_zone::registered() {
+        if let Some(zone) = Module::main_conf(req).and_then(MainConf::metrics_zone) {
+            zone.uncounted();
+        }
         return;
     }
     let r = req.as_ref();
@@ -123,12 +142,14 @@ fn cell(
     if cache.retry_at > now {
         return None;
     }
-    let zone = Module::main_conf(req).and_then(MainConf::metrics_zone)?;
+    let mcf = Module::main_conf(req)?;
+    let zone = mcf.metrics_zone()?;
+    let epoch = mcf.metrics_ctx.epoch;
     let series = match canary {
         None => match cache.primary {
             Some(s) => Some(s),
             None => {
-                let s = zone.series(&lm.primary, lm.loc_hash);
+                let s = zone.series(&lm.primary, lm.loc_hash, epoch);
                 cache.primary = s;
                 s
             }
@@ -136,6 +157,7 @@ fn cell(
         Some(name) => zone.series(
             series_text(&String::from_utf8_lossy(name), &lm.location).as_bytes(),
             lm.loc_hash,
+            epoch,
         ),
     };
     // SAFETY: a plain read of the worker's number, set before init_process.

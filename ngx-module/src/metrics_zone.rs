@@ -13,10 +13,13 @@
 //! new worker number N finds and shares the cells of the old worker N.
 //!
 //! Series of locations that a new configuration no longer declares (a
-//! deleted Ingress) are *retired* at that configuration's load: hidden from
-//! the API at once, and freed at a later load, once no worker of an older
-//! configuration (which could still hold pointers to their cells) is alive.
-//! Workers register their pid and configuration epoch here for that.
+//! deleted Ingress) are *retired* at that configuration's load, and freed at
+//! a later load, once no worker of an older configuration (which could
+//! still hold pointers to their cells) is alive. Workers register their pid
+//! and configuration epoch here for that. The API shows the series that the
+//! newest configuration with a live worker declared: a deleted Ingress's
+//! disappear as soon as the new workers start, and a reload that fails
+//! after the zone's init (it has no workers) hides nothing.
 
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
@@ -30,7 +33,7 @@ use ngx::ngx_log_error;
 use crate::guard::ffi_guard;
 
 /// Changes with any change of the layout below.
-const MAGIC: u64 = 0x6462_6d65_7472_0002; // "dbmetr" v2
+const MAGIC: u64 = 0x6462_6d65_7472_0003; // "dbmetr" v3
 /// Hash buckets for series; chains stay short up to tens of thousands.
 const BUCKETS: usize = 4096;
 /// Worker processes (current and still-draining ones) that can register:
@@ -67,6 +70,9 @@ pub struct Series {
     loc_hash: u64,
     /// The epoch that retired it; 0 while declared.
     retired: u64,
+    /// The newest epoch whose configuration declared it (or whose worker
+    /// created it).
+    declared: u64,
     cells: *mut Cell,
     len: usize,
 }
@@ -148,18 +154,55 @@ impl MetricsZone {
     }
 
     /// Registers this process as a worker of configuration `epoch`; false
-    /// when every slot is taken (the worker must then not count, since
-    /// nothing would keep its series alive).
+    /// when every slot is taken, even after releasing the slots of workers
+    /// that died without deregistering (the worker must then not count,
+    /// since nothing would keep its series alive).
     pub fn register(&self, pid: i64, epoch: u64) -> bool {
         let _lock = self.slab.lock();
-        for slot in &self.header().live {
-            if slot.pid.load(Ordering::Relaxed) == 0 {
-                slot.epoch.store(epoch, Ordering::Relaxed);
-                slot.pid.store(pid, Ordering::Release);
-                return true;
+        for sweep in [false, true] {
+            if sweep {
+                self.release_dead();
+            }
+            for slot in &self.header().live {
+                if slot.pid.load(Ordering::Relaxed) == 0 {
+                    slot.epoch.store(epoch, Ordering::Relaxed);
+                    slot.pid.store(pid, Ordering::Release);
+                    return true;
+                }
             }
         }
         false
+    }
+
+    /// Frees the slots of registered processes that no longer exist (a
+    /// crashed worker never deregisters). The caller holds the slab mutex.
+    fn release_dead(&self) {
+        for slot in &self.header().live {
+            let pid = slot.pid.load(Ordering::Relaxed);
+            if pid == 0 {
+                continue;
+            }
+            // SAFETY: signal 0 only checks that the process exists. The
+            // master reaps its children, so a dead worker is gone (ESRCH);
+            // a reused pid only keeps a slot.
+            let gone = unsafe { libc::kill(pid as libc::pid_t, 0) } != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                slot.pid.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The newest configuration epoch among registered workers (0 when
+    /// none). The caller holds the slab mutex.
+    fn newest_live_epoch(&self) -> u64 {
+        self.header()
+            .live
+            .iter()
+            .filter(|slot| slot.pid.load(Ordering::Relaxed) != 0)
+            .map(|slot| slot.epoch.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Frees this worker's registration as it exits.
@@ -173,10 +216,10 @@ impl MetricsZone {
     }
 
     /// The series with label text `text` (whose location part hashes to
-    /// `loc_hash`), created if new; `None` when the zone is full. A
-    /// retired series found again is declared again (a configuration that
-    /// failed after the zone's init retired it).
-    pub fn series(&self, text: &[u8], loc_hash: u64) -> Option<NonNull<Series>> {
+    /// `loc_hash`), created if new by a worker of configuration `epoch`;
+    /// `None` when the zone is full. Finding a series changes nothing: only
+    /// a configuration's load declares or retires.
+    pub fn series(&self, text: &[u8], loc_hash: u64, epoch: u64) -> Option<NonNull<Series>> {
         let hash = lua_compat::metrics::labels::label_hash(text);
         let locked = self.slab.lock();
         let bucket = &self.header().buckets[hash as usize % BUCKETS];
@@ -186,7 +229,6 @@ impl MetricsZone {
         while let Some(s) = unsafe { p.as_mut() } {
             // SAFETY: as above; the text follows the struct.
             if s.hash == hash && unsafe { series_text(s) } == text {
-                s.retired = 0;
                 return NonNull::new(p);
             }
             p = s.next;
@@ -201,6 +243,7 @@ impl MetricsZone {
                 hash,
                 loc_hash,
                 retired: 0,
+                declared: epoch,
                 cells: ptr::null_mut(),
                 len: text.len(),
             });
@@ -260,16 +303,18 @@ impl MetricsZone {
         self.header().uncounted.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Every declared series, summed over workers, in a stable order.
+    /// Every series the newest live configuration declared, summed over
+    /// workers, in a stable order.
     pub fn collect(&self) -> Vec<Collected> {
         let mut out = Vec::new();
         let _lock = self.slab.lock();
+        let newest = self.newest_live_epoch();
         for bucket in &self.header().buckets {
             let mut p = bucket.load(Ordering::Relaxed);
             // SAFETY: chains and cell lists change only under the slab
             // mutex, held here; every node is live.
             while let Some(s) = unsafe { p.as_ref() } {
-                if s.retired == 0 {
+                if s.declared >= newest {
                     // SAFETY: as above; the text follows the struct and was
                     // copied from a `&[u8]` of valid UTF-8 label text.
                     let labels = String::from_utf8_lossy(unsafe { series_text(s) }).into_owned();
@@ -302,9 +347,13 @@ impl MetricsZone {
     /// (series in the zone, uncounted requests, zone size, bytes used).
     pub fn stats(&self) -> (u64, u64, u64, u64) {
         let h = self.header();
-        // SAFETY: ngx_pagesize is set at startup; pfree is a plain counter
-        // and a racy read only skews a statistic.
-        let free = self.slab.as_ref().pfree * unsafe { ngx::ffi::ngx_pagesize };
+        // `pfree` changes under the slab mutex.
+        let pages = {
+            let _lock = self.slab.lock();
+            self.slab.as_ref().pfree
+        };
+        // SAFETY: ngx_pagesize is set at startup and never changes.
+        let free = pages * unsafe { ngx::ffi::ngx_pagesize };
         (
             h.series.load(Ordering::Relaxed),
             h.uncounted.load(Ordering::Relaxed),
@@ -415,23 +464,16 @@ impl MetricsZone {
     /// epoch no older worker remains from. Returns how many were freed.
     fn retire_and_free(&self, declared: &[u64], epoch: u64) -> usize {
         let locked = self.slab.lock();
-        let mut oldest_live = u64::MAX;
-        for slot in &self.header().live {
-            let pid = slot.pid.load(Ordering::Relaxed);
-            if pid == 0 {
-                continue;
-            }
-            // SAFETY: signal 0 only checks that the process exists. The
-            // master reaps its children, so a dead worker is gone (ESRCH);
-            // a reused pid only delays a free.
-            if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-            {
-                slot.pid.store(0, Ordering::Relaxed);
-                continue;
-            }
-            oldest_live = oldest_live.min(slot.epoch.load(Ordering::Relaxed));
-        }
+        // A reused pid only delays a free.
+        self.release_dead();
+        let oldest_live = self
+            .header()
+            .live
+            .iter()
+            .filter(|slot| slot.pid.load(Ordering::Relaxed) != 0)
+            .map(|slot| slot.epoch.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX);
         let mut freed = 0;
         for bucket in &self.header().buckets {
             let mut prev: *mut Series = ptr::null_mut();
@@ -443,6 +485,7 @@ impl MetricsZone {
                 let next = s.next;
                 if declared.binary_search(&s.loc_hash).is_ok() {
                     s.retired = 0;
+                    s.declared = epoch;
                 } else if s.retired == 0 {
                     s.retired = epoch;
                 }

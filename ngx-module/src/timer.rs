@@ -58,7 +58,14 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
         }
         // SAFETY: `cycle` is the live cycle nginx passed in.
         let mcf = unsafe { main_conf(cycle) };
-        if let Some((metrics, mcf)) = mcf.and_then(|m| Some((m.metrics_zone()?, m))) {
+        // Cache manager and loader processes run init_process too, and exit
+        // without exit_process: only processes that serve requests register.
+        // SAFETY: a plain read of a global nginx set before init_process.
+        let serves = matches!(
+            unsafe { ngx::ffi::ngx_process } as u32,
+            ngx::ffi::NGX_PROCESS_WORKER | ngx::ffi::NGX_PROCESS_SINGLE
+        );
+        if let Some((metrics, mcf)) = mcf.filter(|_| serves).and_then(|m| Some((m.metrics_zone()?, m))) {
             // SAFETY: a plain read of a global nginx set before init_process.
             let pid = unsafe { ngx::ffi::ngx_pid } as i64;
             if !metrics_zone::start_worker(&metrics, pid, mcf.metrics_ctx.epoch) {

@@ -2,14 +2,15 @@
 //! two workers is counted exactly (counts, histogram buckets, sizes,
 //! connect errors, the canary label), the counts survive reloads, a
 //! deleted Ingress's series disappear at once and its memory is freed at a
-//! later reload, and the controller re-exports everything under
-//! ingress-nginx's names with its constant labels.
+//! later reload, a reload that fails hides nothing, and the controller
+//! re-exports everything under ingress-nginx's names with its constant
+//! labels.
 
 use std::time::Duration;
 
 use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
 use tests::nginx::Nginx;
-use tests::{agent, dead_port, Upstream};
+use tests::{agent, backend, dead_port, Upstream};
 
 const TWO_WORKERS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ingress-nginx, name: ingress-nginx-controller}\ndata: {worker-processes: \"2\"}\n";
 
@@ -390,4 +391,57 @@ fn bad_metrics_labels_fail_the_configuration_with_the_reason() {
         .location_extra(r#"dynamic_balancer_metrics "path=/a\"b{c}$d" namespace=x;"#)
         .test_config();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A reload that fails after the zones were set up (its port is taken)
+/// must hide none of the running configuration's series, even though its
+/// zone init did not declare them; the running workers keep counting.
+#[test]
+fn a_failed_reload_hides_no_series() {
+    let up = Upstream::start();
+    let ng = Nginx::builder()
+        .workers(1)
+        .http_extra("dynamic_balancer_metrics_zone 1m;")
+        .location_extra("dynamic_balancer_metrics namespace=demo ingress=kept service=web path=/;")
+        .start();
+    assert_eq!(
+        ng.post_backends(&serde_json::json!([backend("web", &[up.endpoint()])]))
+            .status,
+        201
+    );
+    let kept = ["namespace=\"demo\"", "ingress=\"kept\""];
+    let requests = |ng: &Nginx| {
+        let r = ng.api("GET", "/configuration/metrics", None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        sample(&r.body, "nginx_ingress_controller_requests", &kept)
+    };
+    for _ in 0..3 {
+        assert_eq!(ng.get("web").status, 200);
+    }
+    assert_eq!(requests(&ng), 3.0);
+
+    // A configuration that declares other labels and cannot bind its port.
+    let blocker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = blocker.local_addr().unwrap().port();
+    let conf = ng.prefix().join("nginx.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let failing = text.replacen("ingress=kept", "ingress=other", 1).replacen(
+        "http {",
+        &format!("http {{\n    server {{ listen 127.0.0.1:{taken}; return 204; }}"),
+        1,
+    );
+    std::fs::write(&conf, failing).unwrap();
+    // SAFETY: signalling the nginx master this test started.
+    unsafe { libc::kill(ng.pid() as libc::pid_t, libc::SIGHUP) };
+    assert!(
+        wait_until(Duration::from_secs(20), || ng
+            .error_log()
+            .contains("still could not bind()")),
+        "the reload did not fail: {}",
+        ng.error_log()
+    );
+    assert_eq!(requests(&ng), 3.0, "the failed configuration hid the series");
+    assert_eq!(ng.get("web").status, 200);
+    assert_eq!(requests(&ng), 4.0);
+    drop(blocker);
 }
