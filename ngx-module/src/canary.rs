@@ -15,22 +15,32 @@ use crate::variables;
 use crate::worker_cache::{lookup, WorkerBackend};
 use crate::zone::Zone;
 
+/// Canaries of a backend looked up without allocating.
+const INLINE_CANARIES: usize = 4;
+
 /// The backend the request goes to, and whether it is a canary.
 pub fn route(req: &Request, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<WorkerBackend>, bool) {
     if primary.alternatives.is_empty() || is_affinitized(req, &primary) {
         return (primary, false);
     }
-    // Walked twice rather than collected: this runs per request, and a
-    // worker-cache lookup is cheaper than a heap allocation.
-    let canaries = || {
-        primary
-            .alternatives
-            .iter()
-            .filter_map(|name| lookup(zone, name.as_bytes()))
-            .filter(|b| !b.endpoints.is_empty())
+    // Each canary is looked up once (the rules below walk them twice), into
+    // slots on the stack: ingress-nginx gives a backend one canary, and a
+    // request should not pay a heap allocation for it.
+    let resolve = |name: &String| lookup(zone, name.as_bytes()).filter(|b| !b.endpoints.is_empty());
+    let mut inline: [Option<Rc<WorkerBackend>>; INLINE_CANARIES] = Default::default();
+    let heap: Vec<Option<Rc<WorkerBackend>>>;
+    let resolved: &[Option<Rc<WorkerBackend>>] = if primary.alternatives.len() <= INLINE_CANARIES {
+        for (slot, name) in inline.iter_mut().zip(primary.alternatives.iter()) {
+            *slot = resolve(name);
+        }
+        &inline[..primary.alternatives.len()]
+    } else {
+        heap = primary.alternatives.iter().map(resolve).collect();
+        &heap
     };
+    let canaries = || resolved.iter().flatten();
     if let Some(c) = canaries().find(|c| is_affinitized(req, c)) {
-        return (c, true);
+        return (Rc::clone(c), true);
     }
     for canary in canaries() {
         let policy = &canary.traffic;
@@ -41,10 +51,10 @@ pub fn route(req: &Request, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<Work
             _ => Err(()),
         };
         match policy.header_and_cookie(header, cookie, matches) {
-            Verdict::Canary => return (canary, true),
+            Verdict::Canary => return (Rc::clone(canary), true),
             // `never` keeps the request off this canary; later ones may still take it.
             Verdict::Primary => continue,
-            Verdict::Undecided if policy.by_weight(|n| fastrand::u32(1..=n)) => return (canary, true),
+            Verdict::Undecided if policy.by_weight(|n| fastrand::u32(1..=n)) => return (Rc::clone(canary), true),
             Verdict::Undecided => {}
         }
     }

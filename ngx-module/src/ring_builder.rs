@@ -14,6 +14,7 @@
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 
 use lua_compat::runtime::RuntimeBackend;
@@ -106,10 +107,14 @@ pub fn is_pending(name: &[u8], version: u64) -> bool {
     PENDING.with_borrow(|p| p.iter().any(|(n, v)| *v == version && **n == *name))
 }
 
-/// Whether any build is in flight (checked on every lookup: one
-/// thread-local read).
+/// How many builds are in flight: `PENDING`'s length, mirrored in a plain
+/// static because every lookup asks, and a thread-local read from a shared
+/// object costs a `__tls_get_addr` call. Only the event loop changes it.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any build is in flight (checked on every lookup).
 pub fn any_pending() -> bool {
-    PENDING.with_borrow(|p| !p.is_empty())
+    IN_FLIGHT.load(Ordering::Relaxed) != 0
 }
 
 /// Queues the decoding of record `runtime` and the build of its selector.
@@ -134,7 +139,10 @@ pub fn submit(name: &[u8], version: u64, runtime: Vec<u8>, worker: Worker) -> Re
         };
         match builder.jobs.send(job) {
             Ok(()) => {
-                PENDING.with_borrow_mut(|p| p.push((name.into(), version)));
+                PENDING.with_borrow_mut(|p| {
+                    p.push((name.into(), version));
+                    IN_FLIGHT.store(p.len(), Ordering::Relaxed);
+                });
                 Ok(())
             }
             Err(mpsc::SendError(job)) => {
@@ -158,6 +166,7 @@ pub fn take_finished() -> Vec<Built> {
                 if !p.is_empty() {
                     p.remove(0);
                 }
+                IN_FLIGHT.store(p.len(), Ordering::Relaxed);
             });
             match result {
                 Ok(built) => out.push(built),

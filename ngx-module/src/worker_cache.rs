@@ -113,9 +113,12 @@ thread_local! {
 const SWEEP_BUDGET: usize = 200;
 
 /// The backend named `name`, current as of the zone's latest generation.
+/// It runs a few times per request: one borrow of the cache (a thread-local
+/// read from a shared object is a `__tls_get_addr` call) does it all.
 pub fn lookup(zone: &Zone, name: &[u8]) -> Option<Rc<WorkerBackend>> {
-    let current = observe(zone);
+    let current = zone.header().generation.load(Ordering::Acquire);
     CACHE.with_borrow_mut(|cache| {
+        note_generation(cache, zone, current);
         if ring_builder::any_pending() {
             absorb(cache, zone);
         }
@@ -284,13 +287,16 @@ fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, t
 /// Every lookup validates against it, so from here this worker routes by it.
 pub fn observe(zone: &Zone) -> u64 {
     let current = zone.header().generation.load(Ordering::Acquire);
-    CACHE.with_borrow_mut(|cache| {
-        if cache.generation != Some(current) {
-            cache.generation = Some(current);
-            report(zone, current);
-        }
-    });
+    CACHE.with_borrow_mut(|cache| note_generation(cache, zone, current));
     current
+}
+
+/// Records `current` as this worker's generation, reporting it if it moved.
+fn note_generation(cache: &mut WorkerCache, zone: &Zone, current: u64) {
+    if cache.generation != Some(current) {
+        cache.generation = Some(current);
+        report(zone, current);
+    }
 }
 
 /// Revalidates up to [`SWEEP_BUDGET`] stale entries (timer work).
