@@ -285,6 +285,7 @@ mod tests {
                 api_token_file: None,
                 metrics: true,
                 metrics_per_host: true,
+                cpus: 2,
             },
             Renderer::new(None).unwrap(),
             "nginx".into(),

@@ -209,6 +209,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             zone_size: args.zone_size.clone(),
             metrics: args.enable_metrics,
             metrics_per_host: args.metrics_per_host,
+            cpus: online_cpus(),
             default_certificate: display(&default_certificate),
             supervised,
             api_token_file: Some(display(&api_token_file)),
@@ -372,4 +373,15 @@ async fn shutdown(
     let timeout = Duration::from_secs(shared.worker_shutdown_timeout.load(Ordering::Acquire)) + Duration::from_secs(5);
     tracing::info!(timeout_s = timeout.as_secs(), "stopping nginx gracefully");
     shared.nginx.stop(timeout).await;
+}
+
+/// The CPUs `worker_processes auto` counts: nginx asks for the online ones
+/// (`_SC_NPROCESSORS_ONLN`), whatever a cgroup quota allows.
+fn online_cpus() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
 }

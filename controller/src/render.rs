@@ -43,6 +43,9 @@ pub struct RenderContext {
     pub metrics: bool,
     /// The `host` label of request metrics is the server name (else empty).
     pub metrics_per_host: bool,
+    /// This machine's CPUs: the workers `worker_processes auto` starts,
+    /// which the metrics zone is sized for.
+    pub cpus: usize,
 }
 
 pub struct Renderer {
@@ -164,22 +167,33 @@ impl Renderer {
                 s => Value::from_serialize(structure),
                 ctx => Value::from_serialize(ctx),
                 limits => Value::from_serialize(limits(structure)),
-                metrics_zone_size => metrics_zone_size(structure),
+                metrics_zone_size => metrics_zone_size(structure, ctx.cpus),
             })
             .map_err(|e| anyhow::anyhow!("rendering nginx.conf: {e:#}"))?;
         Ok(text)
     }
 }
 
-/// The metrics zone's size for this structure: 16 KiB per location (a
-/// series of a few method/status pairs on a few workers is about 3 KiB per
-/// worker), rounded up to a power of two between 16m and 1g. Rounding keeps
-/// the size, and so the zone and its counts, across most reloads: nginx
-/// makes a new zone when the size changes.
-pub fn metrics_zone_size(s: &Structure) -> String {
+/// The metrics zone's size for this structure: per location 8 KiB (its
+/// series and a canary's) and 4 KiB per worker (cells of 512 bytes for a few
+/// method/status pairs each), rounded up to a power of two between 16m and
+/// 1g. Rounding keeps the size, and so the zone and its counts, across most
+/// reloads: nginx makes a new zone when the size changes. `cpus` is what
+/// `worker_processes auto` means here.
+pub fn metrics_zone_size(s: &Structure, cpus: usize) -> String {
+    let workers = match s.global.worker_processes {
+        0 => cpus,
+        n => n as usize,
+    }
+    .max(1);
     let locations: usize = s.servers.iter().map(|srv| srv.locations.len()).sum();
-    let mib = (locations * 16).div_ceil(1024).next_power_of_two().clamp(16, 1024);
-    format!("{mib}m")
+    format!("{}m", metrics_zone_mib(locations, workers))
+}
+
+/// [`metrics_zone_size`] in MiB for `locations` and `workers`.
+fn metrics_zone_mib(locations: usize, workers: usize) -> usize {
+    let kib = locations.saturating_mul(8usize.saturating_add(workers.saturating_mul(4)));
+    kib.div_ceil(1024).next_power_of_two().clamp(16, 1024)
 }
 
 /// `{{ value|label }}`: one quoted token for a literal directive argument
@@ -236,6 +250,18 @@ mod tests {
         let v = literal_dollar_filter("/foo(/|$)(.*)".into()).unwrap();
         assert_eq!(v.as_str().unwrap(), "\"/foo(/|${literal_dollar})(.*)\"");
         assert!(literal_dollar_filter("a\nb".into()).is_err());
+    }
+
+    #[test]
+    fn the_metrics_zone_grows_with_locations_and_workers() {
+        assert_eq!(metrics_zone_mib(0, 2), 16);
+        assert_eq!(metrics_zone_mib(1000, 2), 16);
+        assert_eq!(metrics_zone_mib(1100, 2), 32);
+        // 64 workers: 264 KiB per location.
+        assert_eq!(metrics_zone_mib(100, 64), 32);
+        assert_eq!(metrics_zone_mib(1000, 64), 512);
+        assert_eq!(metrics_zone_mib(100_000, 256), 1024);
+        assert_eq!(metrics_zone_mib(usize::MAX, usize::MAX), 1024);
     }
 
     #[test]

@@ -35,7 +35,8 @@ async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
             Err(e) => {
                 tracing::debug!("module metrics unavailable: {e:#}");
                 s.metrics.module_scrape_errors.inc();
-                own
+                // Encoded again, so that this scrape shows its own failure.
+                s.metrics.encode()
             }
         },
         _ => own,

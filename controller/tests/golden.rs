@@ -30,6 +30,7 @@ fn context() -> RenderContext {
         api_token_file: Some("/etc/nginx/api-token".into()),
         metrics: true,
         metrics_per_host: true,
+        cpus: 2,
     }
 }
 

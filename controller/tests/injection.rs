@@ -119,6 +119,7 @@ fn render(ing: Ingress) -> String {
         api_token_file: Some("/etc/nginx/api-token".into()),
         metrics: true,
         metrics_per_host: true,
+        cpus: 2,
     };
     Renderer::new(None)
         .unwrap()

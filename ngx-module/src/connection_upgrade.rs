@@ -6,9 +6,11 @@
 //! (`default upgrade; '' '';`). `$http_upgrade` walks the whole header list,
 //! and the map evaluates a complex value and a hash lookup: about 380
 //! instructions per request that these two variables do not spend. The
-//! values are the same: the client's Upgrade value, and `upgrade` when it is
-//! not empty, else empty (so with upstream keepalive no `Connection` header
-//! is sent).
+//! values are the same for a request with at most one `Upgrade` header: the
+//! client's Upgrade value, and `upgrade` when it is not empty, else empty
+//! (so with upstream keepalive no `Connection` header is sent). With
+//! several, `$http_upgrade` joins them with `, ` while this is the first,
+//! the one nginx itself keeps as the request's `Upgrade`.
 
 use ngx::ffi::{ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, NGX_ERROR, NGX_OK};
 
