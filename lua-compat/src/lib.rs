@@ -19,6 +19,8 @@
 //!   per backend and algorithm, and the retry and health tiers applied once;
 //! - [`canary`]: canary routing rules, in Lua's order;
 //! - [`hash_key`]: `upstream-hash-by` templates;
+//! - [`https_redirect`]: `ssl-redirect`/`force-ssl-redirect` decided and
+//!   written as `lua_ingress.rewrite()` does;
 //! - [`endpoint_state`]: the table of per-endpoint state every worker shares
 //!   (passive health, connections, EWMA), laid out for shared memory;
 //! - [`dns`]: `ExternalName` resolution with a cache and a deadline;
@@ -45,6 +47,7 @@ pub mod dns;
 pub mod endpoint_state;
 pub mod ewma;
 pub mod hash_key;
+pub mod https_redirect;
 pub mod least_conn;
 pub mod metrics;
 pub mod request_id;

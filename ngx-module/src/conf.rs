@@ -11,10 +11,11 @@ use std::rc::Rc;
 use ngx::ffi::{ngx_http_upstream_srv_conf_t, ngx_shm_zone_t, ngx_str_t, ngx_uint_t, off_t};
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf, Request};
 
+use lua_compat::https_redirect::Rule;
 use lua_compat::metrics::Counters;
 
 use crate::metrics_zone::{MetricsZone, Series, ZoneCtx};
-use crate::variables::{self, Own};
+use crate::variables::{self, Own, Read};
 use crate::zone::Zone;
 use crate::Module;
 
@@ -29,6 +30,9 @@ pub struct MainConf {
     /// a worker the master respawns after a failed reload runs the old
     /// configuration, whose variables array the new indexes do not fit.
     pub own_variables: [usize; variables::OWN_NAMES.len()],
+    /// Indexes of the variables the module reads ([`variables::READ_NAMES`]),
+    /// per configuration for the same reason.
+    pub read_variables: [usize; variables::READ_NAMES.len()],
     /// `ctx_index` of the proxy and grpc modules in this configuration's
     /// cycle ([`UNKNOWN`] when compiled out); per configuration for the
     /// same reason, as a reload may load other modules.
@@ -40,6 +44,9 @@ pub struct MainConf {
     /// zone's init (the zone's `data` points here), which writes back the
     /// configuration's epoch.
     pub metrics_ctx: ZoneCtx,
+    /// Some location has `dynamic_balancer_https_redirect`: the REWRITE
+    /// handler is installed only then.
+    pub https_redirect_used: bool,
 }
 
 /// An index not found in this configuration.
@@ -51,9 +58,11 @@ impl Default for MainConf {
             shm_zone: ptr::null_mut(),
             used: false,
             own_variables: [UNKNOWN; variables::OWN_NAMES.len()],
+            read_variables: [UNKNOWN; variables::READ_NAMES.len()],
             upstream_users: [UNKNOWN; 2],
             metrics_zone: ptr::null_mut(),
             metrics_ctx: ZoneCtx::default(),
+            https_redirect_used: false,
         }
     }
 }
@@ -62,6 +71,16 @@ impl Default for MainConf {
 pub fn own_variable(req: &Request, which: Own) -> Option<usize> {
     let index = Module::main_conf(req)?.own_variables[which as usize];
     (index != UNKNOWN).then_some(index)
+}
+
+/// The value of variable `which` for this request (computed once, then
+/// cached by nginx); `None` when not found.
+pub fn read_variable(req: &Request, which: Read) -> Option<&[u8]> {
+    let index = Module::main_conf(req)?.read_variables[which as usize];
+    if index == UNKNOWN {
+        return None;
+    }
+    crate::request::variable(req, index)
 }
 
 impl MainConf {
@@ -111,6 +130,12 @@ pub struct LocConf {
     pub token: Option<Box<[u8]>>,
     /// `dynamic_balancer_metrics …;`, inherited by nested locations.
     pub metrics: Option<Rc<LocMetrics>>,
+    /// `dynamic_balancer_https_redirect`: `None` when not set here (a
+    /// nested location inherits), `Some(None)` for `off`.
+    pub https_redirect: Option<Option<Rule>>,
+    /// `dynamic_balancer_forwarded_headers`: trust `X-Forwarded-*`
+    /// (inherited; off when never set).
+    pub forwarded_headers: Option<bool>,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

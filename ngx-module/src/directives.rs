@@ -25,6 +25,7 @@ use ngx::ngx_conf_log_error;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use lua_compat::https_redirect::Rule;
 use lua_compat::metrics::labels::{label_hash, series_text};
 use lua_compat::metrics::LocationLabels;
 
@@ -316,6 +317,92 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
             return NGX_CONF_ERROR;
         }
         lcf.backend = Some(name);
+        NGX_CONF_OK
+    })
+}
+
+/// `dynamic_balancer_forwarded_headers on | off;`: whether
+/// `$dynamic_pass_access_scheme`, `$dynamic_pass_server_port` and the HTTPS
+/// redirect believe `X-Forwarded-*` headers. nginx calls it while parsing,
+/// with the live configuration and our `LocConf` as `conf`.
+pub unsafe extern "C" fn set_forwarded_headers(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_forwarded_headers", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+        if lcf.forwarded_headers.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        let value = args(unsafe { &*cf })[1];
+        lcf.forwarded_headers = Some(match value.as_bytes() {
+            b"on" => true,
+            b"off" => false,
+            _ => {
+                ngx_conf_log_error!(
+                    NGX_LOG_EMERG,
+                    cf,
+                    "invalid value \"{value}\" in dynamic_balancer_forwarded_headers: \"on\" or \"off\" is expected"
+                );
+                return NGX_CONF_ERROR;
+            }
+        });
+        NGX_CONF_OK
+    })
+}
+
+/// `dynamic_balancer_https_redirect off | code [preserve_trailing_slash]
+/// [port=N];` in a location: plain-HTTP requests
+/// are redirected to HTTPS (see [`crate::https_redirect`]). nginx calls it
+/// while parsing, with the live configuration and our `LocConf` as `conf`.
+pub unsafe extern "C" fn set_https_redirect(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_https_redirect", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+        if lcf.https_redirect.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        let words = &args(unsafe { &*cf })[1..];
+        let mut texts = Vec::with_capacity(words.len());
+        for w in words {
+            match std::str::from_utf8(w.as_bytes()) {
+                Ok(t) => texts.push(t),
+                Err(_) => {
+                    ngx_conf_log_error!(
+                        NGX_LOG_EMERG,
+                        cf,
+                        "dynamic_balancer_https_redirect: \"{w}\" is not UTF-8"
+                    );
+                    return NGX_CONF_ERROR;
+                }
+            }
+        }
+        let rule = match Rule::parse(&texts) {
+            Ok(rule) => rule,
+            Err(e) => {
+                ngx_conf_log_error!(NGX_LOG_EMERG, cf, "dynamic_balancer_https_redirect: {e}");
+                return NGX_CONF_ERROR;
+            }
+        };
+        if rule.is_some() {
+            // SAFETY: `cf` is live; the main conf is in its pool and this
+            // setter holds no other borrow of it.
+            let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+                return NGX_CONF_ERROR;
+            };
+            mcf.https_redirect_used = true;
+        }
+        lcf.https_redirect = Some(rule);
         NGX_CONF_OK
     })
 }
@@ -645,6 +732,12 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
         if acf.metrics.is_none() {
             acf.metrics.clone_from(&parent.metrics);
         }
+        if acf.https_redirect.is_none() {
+            acf.https_redirect = parent.https_redirect;
+        }
+        if acf.forwarded_headers.is_none() {
+            acf.forwarded_headers = parent.forwarded_headers;
+        }
         if acf.enabled && acf.token.is_none() {
             // During a merge cf->ctx->srv_conf is the merged server's.
             // SAFETY: `cf` is the live configuration, and in the http module
@@ -750,6 +843,9 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
             "dynamic_connection_upgrade",
             crate::connection_upgrade::connection_variable,
         ),
+        // ingress-nginx's $pass_access_scheme and $pass_server_port.
+        ("dynamic_pass_access_scheme", crate::forwarded::scheme_variable),
+        ("dynamic_pass_server_port", crate::forwarded::port_variable),
     ] {
         // SAFETY: `cf` and its pool are live (this function's contract).
         let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
@@ -779,6 +875,16 @@ pub unsafe fn index_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         return NGX_ERROR as ngx_int_t;
     };
     for (name, slot) in variables::OWN_NAMES.iter().zip(mcf.own_variables.iter_mut()) {
+        // SAFETY: `cf` and its pool are live (this function's contract).
+        let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
+        // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+        let i = unsafe { ngx_http_get_variable_index(cf, &mut name) };
+        if i == NGX_ERROR as ngx_int_t {
+            return NGX_ERROR as ngx_int_t;
+        }
+        *slot = i as usize;
+    }
+    for (name, slot) in variables::READ_NAMES.iter().zip(mcf.read_variables.iter_mut()) {
         // SAFETY: `cf` and its pool are live (this function's contract).
         let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
         // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.

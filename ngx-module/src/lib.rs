@@ -16,11 +16,13 @@
 //!    (`$dynamic_request_id`), [`store`] (writes to the zone),
 //!    [`worker_cache`] (each worker's decoded backends);
 //! 3. [`canary`], [`cert_store`] (certificate writes), [`external_names`]
-//!    (`ExternalName` re-resolution), [`request_ctx`] (the typed
+//!    (`ExternalName` re-resolution), [`forwarded`] (the client's scheme
+//!    and port, trusting a load balancer or not), [`metrics`] (the
+//!    log-phase counter and the metrics text), [`request_ctx`] (the typed
 //!    per-request state);
 //! 4. [`api_certificates`], [`body_limit`] (the API's body filter),
-//!    [`cert_cache`] (each worker's parsed certificates), [`metrics`] (the
-//!    log-phase counter and the metrics text), [`peer`] (the balancer),
+//!    [`cert_cache`] (each worker's parsed certificates),
+//!    [`https_redirect`] (the rewrite-phase HTTPS redirect), [`peer`] (the balancer),
 //!    [`timer`] (worker start, stop, sync timer);
 //! 5. the entry points [`api_handler`] (`/configuration`), [`preaccess`]
 //!    (503 for a backend without endpoints) and [`ssl_handshake`];
@@ -44,7 +46,9 @@ mod conf;
 mod connection_upgrade;
 mod directives;
 mod external_names;
+mod forwarded;
 mod guard;
+mod https_redirect;
 mod index;
 mod metrics;
 mod metrics_zone;
@@ -68,10 +72,10 @@ use std::ptr::addr_of_mut;
 
 use ngx::ffi::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_http_module_t,
-    ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE, ngx_int_t, ngx_module_t, ngx_uint_t,
-    NGX_CONF_1MORE, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET,
-    NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET,
-    NGX_HTTP_UPS_CONF, NGX_OK,
+    ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,
+    ngx_http_phases_NGX_HTTP_REWRITE_PHASE, ngx_int_t, ngx_module_t, ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_NOARGS,
+    NGX_CONF_TAKE1, NGX_ERROR, NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF,
+    NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_OK,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_string;
@@ -127,6 +131,7 @@ impl HttpModule for Module {
             // array was set before any configuration was parsed.
             unsafe { preaccess::discover_upstream_users((*cf).cycle, mcf) };
             let mcf_metrics_zone = mcf.metrics_zone;
+            let https_redirect_used = mcf.https_redirect_used;
             // SAFETY: postconfiguration runs once per configuration, before
             // any request, on nginx's only thread at that point.
             unsafe { body_limit::install() };
@@ -154,6 +159,16 @@ impl HttpModule for Module {
             // SAFETY: `h` is the non-null, aligned, element-sized slot that
             // ngx_array_push just reserved for us.
             unsafe { *h = Some(preaccess::preaccess_handler) };
+            if https_redirect_used {
+                let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_REWRITE_PHASE as usize].handlers;
+                // SAFETY: as above, for the rewrite phase's handler array.
+                let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
+                if h.is_null() {
+                    return NGX_ERROR as ngx_int_t;
+                }
+                // SAFETY: as above.
+                unsafe { *h = Some(https_redirect::rewrite_handler) };
+            }
             if !mcf_metrics_zone.is_null() {
                 let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_LOG_PHASE as usize].handlers;
                 // SAFETY: as above, for the log phase's handler array.
@@ -185,7 +200,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 10] = [
+static mut COMMANDS: [ngx_command_t; 12] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
@@ -254,6 +269,22 @@ static mut COMMANDS: [ngx_command_t; 10] = [
         name: ngx_string!("dynamic_balancer_metrics"),
         type_: (NGX_HTTP_LOC_CONF | NGX_CONF_1MORE) as ngx_uint_t,
         set: Some(directives::set_metrics),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_https_redirect"),
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_1MORE) as ngx_uint_t,
+        set: Some(directives::set_https_redirect),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_forwarded_headers"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_forwarded_headers),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),

@@ -184,39 +184,78 @@ pub fn variable(req: &Request, index: ngx_uint_t) -> Option<&[u8]> {
     unsafe { variables::found_bytes(v.as_ref()?) }
 }
 
-/// The value of the first request header named `lowercase_name` (which
-/// must be lower case), as `$http_*` finds it for a name nginx has no field
-/// for. It compares nginx's precomputed `lowcase_key` of each header, so a
-/// lookup is a length check and a `memcmp` per header.
-pub fn header_in<'r>(req: &'r Request, lowercase_name: &[u8]) -> Option<&'r [u8]> {
+/// The values of the request headers named `lowercase_name` (which must be
+/// lower case), in the order the client sent them. It compares nginx's
+/// precomputed `lowcase_key` of each header, so a header is a length check
+/// and, for names of the same length, a `memcmp`.
+fn headers_named<'r>(req: &'r Request, lowercase_name: &'r [u8]) -> impl Iterator<Item = &'r [u8]> + 'r {
     let mut part: *const ngx_list_part_t = &req.as_ref().headers_in.headers.part;
-    while !part.is_null() {
-        // SAFETY: `part` is the request's headers list's first part or a
-        // `next` link of a previous one; nginx keeps the list, in the
-        // request's pool, for the request's life.
-        let p = unsafe { &*part };
-        let elts = p.elts.cast::<ngx_table_elt_t>();
-        for i in 0..p.nelts {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        loop {
+            // SAFETY: `part` is the request's headers list's first part or a
+            // `next` link of a previous one; nginx keeps the list, in the
+            // request's pool, for the request's life.
+            let p = unsafe { part.as_ref() }?;
+            if i >= p.nelts {
+                part = p.next;
+                i = 0;
+                continue;
+            }
             // SAFETY: a list part holds `nelts` initialised elements of the
             // list's element type, `ngx_table_elt_t` for `headers_in`.
-            let h = unsafe { &*elts.add(i) };
+            let h = unsafe { &*p.elts.cast::<ngx_table_elt_t>().add(i) };
+            i += 1;
             // A zero hash marks a header a module deleted.
             if h.hash == 0 || h.key.len != lowercase_name.len() || h.lowcase_key.is_null() {
                 continue;
             }
             // SAFETY: nginx sets `lowcase_key` to `key.len` bytes when it
             // parses a header; both live in the request's pool.
-            if unsafe { slice::from_raw_parts(h.lowcase_key, h.key.len) } == lowercase_name {
-                if h.value.len == 0 {
-                    return Some(&[]);
-                }
-                // SAFETY: `value` is `len` bytes in the request's pool.
-                return Some(unsafe { slice::from_raw_parts(h.value.data, h.value.len) });
+            if unsafe { slice::from_raw_parts(h.lowcase_key, h.key.len) } != lowercase_name {
+                continue;
             }
+            if h.value.len == 0 {
+                return Some(&[][..]);
+            }
+            // SAFETY: `value` is `len` bytes in the request's pool.
+            return Some(unsafe { slice::from_raw_parts(h.value.data, h.value.len) });
         }
-        part = p.next;
+    })
+}
+
+/// The value of the first request header named `lowercase_name` (which
+/// must be lower case), for a name nginx has no field for.
+pub fn header_in<'r>(req: &'r Request, lowercase_name: &'r [u8]) -> Option<&'r [u8]> {
+    headers_named(req, lowercase_name).next()
+}
+
+/// The request headers named `lowercase_name` as `$http_<name>` gives them:
+/// the value of the only one, or all of them joined by `", "` (a copy in the
+/// request's pool); `None` when there is none, or the copy failed.
+pub fn header_in_joined<'r>(req: &'r Request, lowercase_name: &'r [u8]) -> Option<&'r [u8]> {
+    let mut values = headers_named(req, lowercase_name);
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        return Some(first);
+    };
+    let mut joined = Vec::with_capacity(first.len() + 2 + second.len());
+    for (i, v) in [first, second].into_iter().chain(values).enumerate() {
+        if i > 0 {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(v);
     }
-    None
+    // SAFETY: `req` is live, so its pool is; allocating changes the pool,
+    // not the request.
+    let data = unsafe { ngx::ffi::ngx_pnalloc(req.as_ref().pool, joined.len()) }.cast::<u8>();
+    if data.is_null() {
+        return None;
+    }
+    // SAFETY: `data` is a fresh pool allocation of `joined.len()` bytes.
+    unsafe { ptr::copy_nonoverlapping(joined.as_ptr(), data, joined.len()) };
+    // SAFETY: written just above; the pool outlives the request's borrow.
+    Some(unsafe { slice::from_raw_parts(data, joined.len()) })
 }
 
 /// Moves `value` into `pool` and drops it when the pool is destroyed (the end

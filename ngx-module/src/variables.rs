@@ -22,6 +22,18 @@ pub enum Own {
 
 pub const OWN_NAMES: [&str; 2] = ["proxy_alternative_upstream_name", "dynamic_balancer_metrics_location"];
 
+/// Variables the module reads per request by index (a cached read, no
+/// lookup by name): nginx's own and `$dynamic_pass_access_scheme`.
+#[derive(Clone, Copy)]
+pub enum Read {
+    ServerPort = 0,
+    Host = 1,
+    RequestUri = 2,
+    PassAccessScheme = 3,
+}
+
+pub const READ_NAMES: [&str; 4] = ["server_port", "host", "request_uri", "dynamic_pass_access_scheme"];
+
 // `ngx_variable_value_t` starts with one 32-bit word of bit-fields: `len:28,
 // valid:1, no_cacheable:1, not_found:1, escape:1`, the first in the low bits
 // (the System V ABI's layout on little-endian machines). bindgen's accessors
@@ -76,8 +88,8 @@ pub unsafe fn found_bytes(v: &ngx_http_variable_value_t) -> Option<&[u8]> {
     Some(unsafe { std::slice::from_raw_parts(v.data, len) })
 }
 
-/// Points `v` at `len` bytes at `data`, found and cacheable: the one place
-/// this module writes a variable value.
+/// Points `v` at `len` bytes at `data`, found and cacheable (every found
+/// value this module writes goes through here).
 fn assign(v: &mut ngx_http_variable_value_t, data: *mut u8, len: usize) {
     set_flags(v, (len as u32 & LEN_MASK) | VALID);
     v.data = data;

@@ -115,7 +115,7 @@ impl Upstream {
                     for h in request.headers() {
                         let name = h.field.as_str().as_str();
                         let lower = name.to_ascii_lowercase();
-                        if lower == "x-request-id" || lower.starts_with("x-forwarded-") {
+                        if lower == "x-request-id" || lower == "x-scheme" || lower.starts_with("x-forwarded-") {
                             let echoed = format!("X-Echo-{name}");
                             response.add_header(Header::from_bytes(echoed.as_bytes(), h.value.as_bytes()).unwrap());
                         }

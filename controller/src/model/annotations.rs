@@ -90,6 +90,8 @@ pub struct Annotations {
     pub use_regex: bool,
     pub ssl_redirect: Option<bool>,
     pub force_ssl_redirect: bool,
+    pub preserve_trailing_slash: bool,
+    pub use_port_in_redirects: bool,
     pub app_root: Option<UrlPath>,
     pub permanent_redirect: Option<(RedirectUrl, u16)>,
     pub temporal_redirect: Option<(RedirectUrl, u16)>,
@@ -308,6 +310,8 @@ impl Annotations {
             "use-regex" => self.use_regex = parse_bool(v)?,
             "ssl-redirect" => self.ssl_redirect = Some(parse_bool(v)?),
             "force-ssl-redirect" => self.force_ssl_redirect = parse_bool(v)?,
+            "preserve-trailing-slash" => self.preserve_trailing_slash = parse_bool(v)?,
+            "use-port-in-redirects" => self.use_port_in_redirects = parse_bool(v)?,
             "app-root" => self.app_root = Some(UrlPath::parse(v)?),
             "permanent-redirect" => {
                 let code = get("permanent-redirect-code").map_or(Ok(301), |c| parse_redirect_code(c, &[301, 308]))?;

@@ -43,6 +43,10 @@ pub struct GlobalConfig {
     /// The `ssl-*` keys.
     pub ssl: super::ssl_settings::SslSettings,
     pub http_redirect_code: u16,
+    /// `no-tls-redirect-locations`: locations whose path starts with one
+    /// of these are never redirected to HTTPS (ACME HTTP-01 challenges must
+    /// stay reachable over plain HTTP).
+    pub no_tls_redirect_locations: Vec<String>,
     pub use_forwarded_headers: bool,
     pub keep_alive: Seconds,
     pub enable_access_log: bool,
@@ -83,6 +87,7 @@ impl Default for GlobalConfig {
             use_http3: false,
             ssl: Default::default(),
             http_redirect_code: 308,
+            no_tls_redirect_locations: vec!["/.well-known/acme-challenge".into()],
             use_forwarded_headers: false,
             keep_alive: Seconds(75),
             enable_access_log: true,
@@ -101,6 +106,19 @@ fn flag(v: &str) -> Result<bool, Invalid> {
         "false" | "False" | "FALSE" | "0" | "f" | "F" => Ok(false),
         _ => Err(Invalid(format!("not a boolean: {v:?}"))),
     }
+}
+
+/// A comma-separated list of path prefixes (`no-tls-redirect-locations`):
+/// each starts with `/` and has no whitespace or control characters.
+fn url_path_prefixes(v: &str) -> Result<Vec<String>, Invalid> {
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        if !item.starts_with('/') || item.len() > 1024 || item.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Invalid(format!("not a path prefix: {item:?}")));
+        }
+        out.push(item.to_string());
+    }
+    Ok(out)
 }
 
 fn number<T: std::str::FromStr>(v: &str) -> Result<T, Invalid> {
@@ -183,6 +201,7 @@ impl GlobalConfig {
                         }
                         c.http_redirect_code = code;
                     }
+                    "no-tls-redirect-locations" => c.no_tls_redirect_locations = url_path_prefixes(v)?,
                     "use-forwarded-headers" => c.use_forwarded_headers = flag(v)?,
                     "keep-alive" => c.keep_alive = Seconds::parse(v)?,
                     "disable-access-log" => c.enable_access_log = !flag(v)?,

@@ -151,8 +151,15 @@ pub struct Location {
     /// cookie only where the backend lists it); only with affinity.
     pub location_path: Option<String>,
     pub rewrite_target: Option<RewriteTarget>,
+    /// Redirect plain HTTP to HTTPS when the host has TLS (`ssl-redirect`).
     pub ssl_redirect: bool,
+    /// Redirect plain HTTP to HTTPS in any case (`force-ssl-redirect`).
+    /// Both are off for `no-tls-redirect-locations`.
     pub force_ssl_redirect: bool,
+    /// Keep a trailing `/` in HTTPS redirects (`preserve-trailing-slash`).
+    pub preserve_trailing_slash: bool,
+    /// Name the HTTPS port in HTTPS redirects (`use-port-in-redirects`).
+    pub use_port_in_redirects: bool,
     pub app_root: Option<UrlPath>,
     pub redirect: Option<(u16, RedirectUrl)>,
     pub proxy_body_size: Size,

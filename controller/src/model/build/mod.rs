@@ -509,6 +509,12 @@ impl<'s> Builder<'s> {
                 .unwrap_or_default(),
             path: ingress_path.to_string(),
         };
+        // ingress-nginx's force_no_ssl_redirect: the Ingress path starts
+        // with one of `no-tls-redirect-locations` (ACME challenges).
+        let no_tls_redirect = g
+            .no_tls_redirect_locations
+            .iter()
+            .any(|prefix| ingress_path.starts_with(prefix.as_str()));
         Location {
             path: path.to_string(),
             match_: m,
@@ -519,8 +525,10 @@ impl<'s> Builder<'s> {
             closed: (!a.unimplemented_access_control.is_empty()).then(|| a.unimplemented_access_control.join(", ")),
             location_path: a.affinity.as_ref().map(|_| ingress_path.to_string()),
             rewrite_target: a.rewrite_target.clone(),
-            ssl_redirect: a.ssl_redirect.unwrap_or(g.ssl_redirect),
-            force_ssl_redirect: a.force_ssl_redirect,
+            ssl_redirect: a.ssl_redirect.unwrap_or(g.ssl_redirect) && !no_tls_redirect,
+            force_ssl_redirect: a.force_ssl_redirect && !no_tls_redirect,
+            preserve_trailing_slash: a.preserve_trailing_slash,
+            use_port_in_redirects: a.use_port_in_redirects,
             app_root: a.app_root.clone(),
             redirect: a
                 .permanent_redirect

@@ -1,0 +1,152 @@
+//! `$dynamic_pass_access_scheme` and `$dynamic_pass_server_port`: the scheme
+//! and port the client used, as ingress-nginx's `$pass_access_scheme` and
+//! `$pass_server_port` give them. Under `dynamic_balancer_forwarded_headers
+//! on` (ingress-nginx's `use-forwarded-headers`: a load balancer in front is
+//! trusted) they are its `X-Forwarded-Proto` and `X-Forwarded-Port` when
+//! present and not empty; otherwise, and always when it is off, the
+//! connection's own `$scheme` and `$server_port`.
+//!
+//! ingress-nginx sets them in Lua; a template writes them as a `map` each
+//! over `$http_x_forwarded_*`: a complex value for the key, a hash lookup, a
+//! complex value for the result, about 350 instructions apiece per request,
+//! and `$server_port` formats its number with `ngx_sprintf` (another 250).
+//! Here a header is one pass over the header list comparing lengths, the
+//! port is the listening socket's, formatted by hand, and nginx caches
+//! both for the request. Repeated headers are joined by `, `, as
+//! `$http_x_forwarded_proto` joins them.
+
+use ngx::ffi::{
+    ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, sockaddr_in, sockaddr_in6, NGX_ERROR, NGX_OK,
+};
+use ngx::http::{HttpModuleLocationConf, Request};
+
+use crate::conf::read_variable;
+use crate::guard::ffi_guard;
+use crate::request;
+use crate::variables::{self, Read};
+use crate::Module;
+
+/// Whether the request's location trusts `X-Forwarded-*` headers.
+pub fn trusted(req: &Request) -> bool {
+    Module::location_conf(req).is_some_and(|l| l.forwarded_headers == Some(true))
+}
+
+/// The scheme of the request's own connection, as `$scheme`.
+pub fn own_scheme(req: &Request) -> &'static [u8] {
+    // SAFETY: a live request's connection outlives it.
+    if unsafe { (*req.connection()).ssl.is_null() } {
+        b"http"
+    } else {
+        b"https"
+    }
+}
+
+/// A trusted, non-empty `X-Forwarded-*` header (joined when repeated).
+fn forwarded<'r>(req: &'r Request, lowercase_name: &'static [u8]) -> Option<&'r [u8]> {
+    if !trusted(req) {
+        return None;
+    }
+    request::header_in_joined(req, lowercase_name).filter(|v| !v.is_empty())
+}
+
+/// The get handler of `$dynamic_pass_access_scheme`: nginx calls it with a
+/// live request and the variable's value slot, once per request.
+pub unsafe extern "C" fn scheme_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("$dynamic_pass_access_scheme", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls a get handler with a live request, on the
+        // event loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        // SAFETY: `v` is the value slot nginx handed this get handler.
+        let v = unsafe { &mut *v };
+        let scheme = forwarded(req, b"x-forwarded-proto").unwrap_or_else(|| own_scheme(req));
+        // SAFETY: the header (or its joined copy) is in the request's pool,
+        // a static string otherwise: both outlive the cached value.
+        unsafe { variables::fill_borrowed(v, scheme) };
+        NGX_OK as ngx_int_t
+    })
+}
+
+/// The port the connection was accepted on: the listening socket's, which
+/// is what `getsockname` gives `$server_port` for TCP and QUIC.
+fn listening_port(req: &Request) -> Option<u16> {
+    // SAFETY: a live request's connection outlives it, and a connection a
+    // listener accepted keeps a pointer to that listener (the cycle's).
+    let ls = unsafe { (*req.connection()).listening.as_ref() }?;
+    if ls.sockaddr.is_null() {
+        return None;
+    }
+    // SAFETY: `sockaddr` is the listener's address, `socklen` bytes; the
+    // family says which layout it has.
+    unsafe {
+        match i32::from((*ls.sockaddr).sa_family) {
+            libc::AF_INET => Some(u16::from_be((*ls.sockaddr.cast::<sockaddr_in>()).sin_port)),
+            libc::AF_INET6 => Some(u16::from_be((*ls.sockaddr.cast::<sockaddr_in6>()).sin6_port)),
+            _ => None,
+        }
+    }
+}
+
+/// `port` in decimal, into `buf`; the digits used.
+fn decimal(port: u16, buf: &mut [u8; 5]) -> &[u8] {
+    let mut n = port;
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// The get handler of `$dynamic_pass_server_port`: nginx calls it with a
+/// live request and the variable's value slot, once per request.
+pub unsafe extern "C" fn port_variable(
+    r: *mut ngx_http_request_t,
+    v: *mut ngx_http_variable_value_t,
+    _data: usize,
+) -> ngx_int_t {
+    ffi_guard("$dynamic_pass_server_port", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls a get handler with a live request, on the
+        // event loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        // SAFETY: `v` is the value slot nginx handed this get handler.
+        let v = unsafe { &mut *v };
+        if let Some(port) = forwarded(req, b"x-forwarded-port") {
+            // SAFETY: the header (or its joined copy) is in the request's
+            // pool, which outlives the cached value.
+            unsafe { variables::fill_borrowed(v, port) };
+            return NGX_OK as ngx_int_t;
+        }
+        if let Some(port) = listening_port(req) {
+            let mut buf = [0u8; 5];
+            return variables::fill(req, v, decimal(port, &mut buf));
+        }
+        // A unix socket: whatever `$server_port` says.
+        match read_variable(req, Read::ServerPort) {
+            // SAFETY: `$server_port` is in the request's pool, which
+            // outlives every read of this variable's cached value.
+            Some(port) => unsafe { variables::fill_borrowed(v, port) },
+            None => variables::fill_not_found(v),
+        }
+        NGX_OK as ngx_int_t
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimal;
+
+    #[test]
+    fn ports_in_decimal() {
+        let mut buf = [0u8; 5];
+        for port in [0u16, 7, 80, 443, 8080, 10246, 65535] {
+            assert_eq!(decimal(port, &mut buf), port.to_string().as_bytes());
+        }
+    }
+}
