@@ -52,10 +52,26 @@ pub fn from_secret(secrets: &[std::sync::Arc<Secret>], ns: &str, name: &str) -> 
     }
     let checked = check(&crt.0, &key.0).map_err(|e| format!("Secret {ns}/{name}: {e}; TLS not served"))?;
     Ok(Certificate {
-        id: format!("{ns}_{name}"),
+        id: certificate_id(ns, name),
         pair: checked.pair,
         warnings: checked.warnings,
     })
+}
+
+/// The module's id of Secret `ns/name`: `{ns}_{name}`, or when that is
+/// longer than the module takes (a namespace of 63 and a name of up to 253
+/// characters), as much of it as fits before `-` and 16 hex digits of the
+/// SHA-256 of `ns/name`, so that long names still get distinct ids.
+pub fn certificate_id(ns: &str, name: &str) -> String {
+    let id = format!("{ns}_{name}");
+    if id.len() <= lua_compat::certificates::MAX_ID {
+        return id;
+    }
+    let digest = openssl::sha::sha256(format!("{ns}/{name}").as_bytes());
+    let suffix: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    // Namespaces and names are ASCII, so any byte offset is a boundary.
+    let keep = lua_compat::certificates::MAX_ID - 1 - suffix.len();
+    format!("{}-{suffix}", &id[..keep])
 }
 
 /// A usable certificate, normalised, and what is worth a warning.
@@ -130,6 +146,18 @@ pub fn check(crt: &[u8], key: &[u8]) -> Result<Checked, String> {
 
 #[cfg(test)]
 pub mod tests {
+    #[test]
+    fn long_secret_names_get_distinct_ids_the_module_takes() {
+        assert_eq!(super::certificate_id("shop", "web-tls"), "shop_web-tls");
+        let ns = "n".repeat(63);
+        let a = super::certificate_id(&ns, &format!("{}a", "x".repeat(252)));
+        let b = super::certificate_id(&ns, &format!("{}b", "x".repeat(252)));
+        assert_ne!(a, b);
+        for id in [&a, &b] {
+            assert_eq!(lua_compat::certificates::check_id(id), Ok(()), "{id}");
+        }
+    }
+
     use super::*;
     use openssl::bn::BigNum;
     use openssl::ec::{EcGroup, EcKey};
