@@ -93,7 +93,7 @@ pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
         let req = unsafe { Request::from_ngx_http_request(r) };
         let job = match handle(req) {
             Handled::Return(rc) => return rc,
-            Handled::Delete(job) => job,
+            Handled::Offload(job) => job,
         };
         // `offload` takes the request as a pointer (see there); `req` is not
         // used from here on.
@@ -105,7 +105,12 @@ pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
         unsafe { (*(*r).main).set_count((*(*r).main).count() + 1) };
         // SAFETY: `r` is live and otherwise unreferenced, and the count just
         // taken is the one `offload` releases when it finalizes the request.
-        unsafe { offload(r, job, run_write, finish_write) };
+        unsafe {
+            match job {
+                Offloaded::Write(job) => offload(r, job, run_write, finish_write),
+                Offloaded::Metrics(scrape) => offload(r, scrape, metrics::render, finish_metrics),
+            }
+        }
         NGX_DONE as ngx_int_t
     })
 }
@@ -114,9 +119,17 @@ pub unsafe extern "C" fn api_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
 enum Handled {
     /// What the content phase returns.
     Return(ngx_int_t),
-    /// A DELETE for the parser thread: the hook takes a reference on the
-    /// request and offloads it, once no reference to the request is live.
-    Delete(WriteJob),
+    /// Work for the worker's offload thread: the hook takes a reference on
+    /// the request and offloads it, once no reference to the request is live.
+    Offload(Offloaded),
+}
+
+/// What [`handle`] leaves to the offload thread.
+enum Offloaded {
+    /// A DELETE.
+    Write(WriteJob),
+    /// `GET /configuration/metrics`: the zone's copy, to format.
+    Metrics(metrics::Scrape),
 }
 
 /// Answers one API request, or starts its write. Called in the content
@@ -186,15 +199,12 @@ fn handle(req: &mut Request) -> Handled {
         }
         Ok(Action::Status) => send_json(req, OK, &status(&zone), None),
         Ok(Action::Health) => send_json(req, OK, &health(&zone), None),
-        Ok(Action::Metrics) => {
-            let body = metrics::exposition(req);
-            send_prometheus_text(req, &body)
-        }
+        Ok(Action::Metrics) => return Handled::Offload(Offloaded::Metrics(metrics::scrape(req))),
         Ok(Action::DeleteBackend(name)) => {
-            return Handled::Delete(WriteJob {
+            return Handled::Offload(Offloaded::Write(WriteJob {
                 zone,
                 write: Write::Delete(name.to_string()),
-            })
+            }))
         }
         Ok(Action::ListCertificates) => {
             let body = api_certificates::listing(&zone, None).unwrap_or_default();
@@ -206,10 +216,10 @@ fn handle(req: &mut Request) -> Handled {
         },
         Ok(Action::GetServers) => send_json(req, OK, &api_certificates::servers(&zone), None),
         Ok(Action::DeleteCertificate(id)) => {
-            return Handled::Delete(WriteJob {
+            return Handled::Offload(Offloaded::Write(WriteJob {
                 zone,
                 write: Write::DeleteCertificate(id.to_string()),
-            })
+            }))
         }
         Ok(
             Action::ReplaceBackends
@@ -456,6 +466,14 @@ fn run_write(job: WriteJob) -> WriteOutcome {
 /// Back on the event loop: answer, and return the code `offload` finalizes
 /// the request with. `None` means the thread panicked (it was caught;
 /// nothing was stored). The header has not been sent yet.
+/// Sends the formatted metrics (`None`: formatting panicked).
+fn finish_metrics(req: &mut Request, body: Option<Vec<u8>>) -> ngx_int_t {
+    match body {
+        Some(body) => send_prometheus_text(req, &body),
+        None => error(req, INTERNAL_ERROR, "internal error while formatting the metrics", None),
+    }
+}
+
 fn finish_write(req: &mut Request, outcome: Option<WriteOutcome>) -> ngx_int_t {
     match outcome {
         None => error(

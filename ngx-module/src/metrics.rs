@@ -224,11 +224,38 @@ fn upstream_times(r: &ngx_http_request_t) -> (Option<u64>, u64) {
     (total, connect_errors)
 }
 
-/// The body of `GET /configuration/metrics`.
-pub fn exposition(req: &Request) -> Vec<u8> {
+/// What a scrape of `GET /configuration/metrics` copies out of the zone
+/// (under its lock, on the event loop): formatting it, several KB of text
+/// per series, happens on the worker's offload thread ([`render`]), so a
+/// large scrape does not hold up the worker's traffic.
+pub struct Scrape {
+    collected: Vec<metrics_zone::Collected>,
+    connections: Option<Connections>,
+    stats: Option<ZoneStats>,
+}
+
+/// Copies the request's metrics out of the zone.
+pub fn scrape(req: &Request) -> Scrape {
     let zone = Module::main_conf(req).and_then(MainConf::metrics_zone);
-    let collected = zone.as_ref().map(|z| z.collect()).unwrap_or_default();
-    let entries: Vec<Entry<'_>> = collected
+    Scrape {
+        collected: zone.as_ref().map(|z| z.collect()).unwrap_or_default(),
+        connections: connections(),
+        stats: zone.as_ref().map(|z| {
+            let (series, uncounted, size, used) = z.stats();
+            ZoneStats {
+                series,
+                uncounted,
+                size,
+                used,
+            }
+        }),
+    }
+}
+
+/// The body of `GET /configuration/metrics`, in Prometheus' text format.
+pub fn render(scrape: Scrape) -> Vec<u8> {
+    let entries: Vec<Entry<'_>> = scrape
+        .collected
         .iter()
         .map(|c| Entry {
             labels: &c.labels,
@@ -237,16 +264,7 @@ pub fn exposition(req: &Request) -> Vec<u8> {
             counters: c.counters,
         })
         .collect();
-    let stats = zone.as_ref().map(|z| {
-        let (series, uncounted, size, used) = z.stats();
-        ZoneStats {
-            series,
-            uncounted,
-            size,
-            used,
-        }
-    });
-    exposition::render(&entries, connections().as_ref(), stats.as_ref()).into_bytes()
+    exposition::render(&entries, scrape.connections.as_ref(), scrape.stats.as_ref()).into_bytes()
 }
 
 /// nginx's connection counters (`stub_status`), when compiled in.

@@ -1,6 +1,6 @@
-//! Runs a request's heavy work (parsing a large POST) off the event loop, on
-//! one background thread per worker, then finishes the request back on the
-//! event loop.
+//! Runs a request's heavy work (parsing a large POST, formatting a large
+//! metrics scrape) off the event loop, on one background thread per worker,
+//! then finishes the request back on the event loop.
 //!
 //! The thread runs at the lowest CPU priority (nice 19), so on a busy machine
 //! the event loop, which serves traffic, keeps the CPU and the parse takes the
