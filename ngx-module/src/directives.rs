@@ -54,6 +54,15 @@ fn args(cf: &ngx_conf_t) -> &[ngx_str_t] {
     unsafe { (*cf.args).as_slice() }
 }
 
+/// The directive's arguments (after its name) as text, or the first one
+/// that is not UTF-8.
+fn text_args(cf: &ngx_conf_t) -> Result<Vec<&str>, ngx_str_t> {
+    args(cf)[1..]
+        .iter()
+        .map(|w| std::str::from_utf8(w.as_bytes()).map_err(|_| *w))
+        .collect()
+}
+
 /// `dynamic_balancer_zone size;` in `http{}`. nginx calls it while parsing,
 /// with the live configuration and our `MainConf` as `conf`.
 pub unsafe extern "C" fn set_zone(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
@@ -372,21 +381,17 @@ pub unsafe extern "C" fn set_https_redirect(
             return c"is duplicate".as_ptr().cast_mut();
         }
         // SAFETY: `cf` is the live configuration being parsed.
-        let words = &args(unsafe { &*cf })[1..];
-        let mut texts = Vec::with_capacity(words.len());
-        for w in words {
-            match std::str::from_utf8(w.as_bytes()) {
-                Ok(t) => texts.push(t),
-                Err(_) => {
-                    ngx_conf_log_error!(
-                        NGX_LOG_EMERG,
-                        cf,
-                        "dynamic_balancer_https_redirect: \"{w}\" is not UTF-8"
-                    );
-                    return NGX_CONF_ERROR;
-                }
+        let texts = match text_args(unsafe { &*cf }) {
+            Ok(texts) => texts,
+            Err(w) => {
+                ngx_conf_log_error!(
+                    NGX_LOG_EMERG,
+                    cf,
+                    "dynamic_balancer_https_redirect: \"{w}\" is not UTF-8"
+                );
+                return NGX_CONF_ERROR;
             }
-        }
+        };
         let rule = match Rule::parse(&texts) {
             Ok(rule) => rule,
             Err(e) => {
@@ -483,17 +488,13 @@ pub unsafe extern "C" fn set_metrics(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
             return c"is duplicate".as_ptr().cast_mut();
         }
         // SAFETY: `cf` is the live configuration being parsed.
-        let words = &args(unsafe { &*cf })[1..];
-        let mut texts = Vec::with_capacity(words.len());
-        for w in words {
-            match std::str::from_utf8(w.as_bytes()) {
-                Ok(t) => texts.push(t),
-                Err(_) => {
-                    ngx_conf_log_error!(NGX_LOG_EMERG, cf, "invalid metrics label \"{w}\": not UTF-8");
-                    return NGX_CONF_ERROR;
-                }
+        let texts = match text_args(unsafe { &*cf }) {
+            Ok(texts) => texts,
+            Err(w) => {
+                ngx_conf_log_error!(NGX_LOG_EMERG, cf, "invalid metrics label \"{w}\": not UTF-8");
+                return NGX_CONF_ERROR;
             }
-        }
+        };
         let labels = match LocationLabels::parse(texts) {
             Ok(l) => l,
             Err(e) => {

@@ -13,8 +13,8 @@
 
 use lua_compat::https_redirect;
 use ngx::ffi::{
-    ngx_http_complex_value_t, ngx_http_request_t, ngx_http_send_response, ngx_int_t, ngx_pnalloc, ngx_str_t,
-    ngx_uint_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    ngx_http_complex_value_t, ngx_http_request_t, ngx_http_send_response, ngx_int_t, ngx_str_t, ngx_uint_t,
+    NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR,
 };
 use ngx::http::{HttpModuleLocationConf, Request};
 
@@ -22,7 +22,7 @@ use crate::conf::read_variable;
 use crate::forwarded;
 use crate::guard::ffi_guard;
 use crate::request;
-use crate::variables::Read;
+use crate::variables::{self, Read};
 use crate::Module;
 
 /// The scheme the client used: `$dynamic_pass_access_scheme`, read once
@@ -45,15 +45,9 @@ fn target_host(req: &Request) -> &[u8] {
 /// the phase handler returns.
 fn send_redirect(req: &Request, code: u16, location: &[u8]) -> ngx_int_t {
     let r = req.as_ref();
-    // SAFETY: `req` is live, so its pool is; allocating changes the pool,
-    // not the request.
-    let data = unsafe { ngx_pnalloc(r.pool, location.len().max(1)) }.cast::<u8>();
-    if data.is_null() {
+    let Some(data) = variables::pool_copy(req, location) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    }
-    // SAFETY: `data` is a fresh pool allocation of at least `location.len()`
-    // bytes, so it cannot overlap `location`.
-    unsafe { std::ptr::copy_nonoverlapping(location.as_ptr(), data, location.len()) };
+    };
     // SAFETY: all-zero is a valid complex value (no scripts); with
     // `lengths` null nginx takes `value` as it is.
     let mut cv: ngx_http_complex_value_t = unsafe { std::mem::zeroed() };

@@ -246,15 +246,9 @@ pub fn header_in_joined<'r>(req: &'r Request, lowercase_name: &'r [u8]) -> Optio
         }
         joined.extend_from_slice(v);
     }
-    // SAFETY: `req` is live, so its pool is; allocating changes the pool,
-    // not the request.
-    let data = unsafe { ngx::ffi::ngx_pnalloc(req.as_ref().pool, joined.len()) }.cast::<u8>();
-    if data.is_null() {
-        return None;
-    }
-    // SAFETY: `data` is a fresh pool allocation of `joined.len()` bytes.
-    unsafe { ptr::copy_nonoverlapping(joined.as_ptr(), data, joined.len()) };
-    // SAFETY: written just above; the pool outlives the request's borrow.
+    let data = variables::pool_copy(req, &joined)?;
+    // SAFETY: `pool_copy` wrote `joined.len()` bytes there, in the request's
+    // pool, which outlives the request's borrow.
     Some(unsafe { slice::from_raw_parts(data, joined.len()) })
 }
 

@@ -96,7 +96,7 @@ fn assign(v: &mut ngx_http_variable_value_t, data: *mut u8, len: usize) {
 }
 
 /// A copy of `value` in the request pool.
-fn pool_copy(req: &Request, value: &[u8]) -> Option<*mut u8> {
+pub fn pool_copy(req: &Request, value: &[u8]) -> Option<*mut u8> {
     // SAFETY: `req` is a live request, so its pool is live; allocating
     // changes the pool, not the request.
     let data = unsafe { ngx_pnalloc(req.as_ref().pool, value.len().max(1)) }.cast::<u8>();

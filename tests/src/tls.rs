@@ -23,6 +23,16 @@ pub struct TestCert {
     pub sha256: String,
 }
 
+/// A `kubernetes.io/tls` Secret `name` in namespace `demo` holding `c`.
+pub fn tls_secret(name: &str, c: &TestCert) -> String {
+    let indent = |pem: &str| pem.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{namespace: demo, name: {name}}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(&c.cert_pem),
+        indent(&c.key_pem)
+    )
+}
+
 impl TestCert {
     /// An ECDSA P-256 certificate for `cn` (also its only DNS SAN), valid
     /// from `from_days` to `to_days` relative to now.

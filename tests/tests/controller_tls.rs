@@ -7,17 +7,8 @@ use std::time::Duration;
 
 use tests::controller::{ingress, service, wait_until, Controller};
 use tests::h2_h3::{h2_get, h3_get};
-use tests::tls::{handshake, TestCert};
+use tests::tls::{handshake, tls_secret, TestCert};
 use tests::Upstream;
-
-fn secret(name: &str, c: &TestCert) -> String {
-    let indent = |pem: &str| pem.lines().map(|l| format!("    {l}\n")).collect::<String>();
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{namespace: demo, name: {name}}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-        indent(&c.cert_pem),
-        indent(&c.key_pem)
-    )
-}
 
 fn tls_ingress(name: &str, host: &str, secret: &str) -> String {
     let plain = ingress(name, host, "/", "a", &[]);
@@ -50,8 +41,8 @@ fn secrets_are_served_by_sni_and_a_renewal_never_reloads() {
     let mut c = Controller::start(
         &[
             ("svc.yaml", service("a", &[up.port])),
-            ("secret.yaml", secret("secure-tls", &v1)),
-            ("other-secret.yaml", secret("other-tls", &other)),
+            ("secret.yaml", tls_secret("secure-tls", &v1)),
+            ("other-secret.yaml", tls_secret("other-tls", &other)),
             ("secure.yaml", tls_ingress("secure", "secure.test", "secure-tls")),
             ("other.yaml", tls_ingress("other", "other.test", "other-tls")),
             ("plain.yaml", ingress("plain", "plain.test", "/", "a", &[])),
@@ -84,7 +75,7 @@ fn secrets_are_served_by_sni_and_a_renewal_never_reloads() {
 
     let reloads = c.reloads();
     let workers = c.worker_pids();
-    c.write("secret.yaml", &secret("secure-tls", &v2));
+    c.write("secret.yaml", &tls_secret("secure-tls", &v2));
     assert!(
         wait_until(Duration::from_secs(10), || handshake(port, Some("secure.test"), &[])
             .is_ok_and(|p| p.sha256 == v2.sha256)),
@@ -135,7 +126,7 @@ fn http2_and_http3_requests_are_routed_by_the_module() {
             ("class.yaml", tests::controller::INGRESS_CLASS.into()),
             ("config.yaml", config.into()),
             ("svc.yaml", service("a", &[a.port, b.port])),
-            ("secret.yaml", secret("secure-tls", &cert)),
+            ("secret.yaml", tls_secret("secure-tls", &cert)),
             ("secure.yaml", tls_ingress("secure", "secure.test", "secure-tls")),
             ("plain.yaml", ingress("plain", "plain.test", "/", "a", &[])),
         ],

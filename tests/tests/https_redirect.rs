@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
 use tests::h2_h3::h2_get;
-use tests::tls::{handshake, TestCert};
+use tests::tls::{handshake, tls_secret, TestCert};
 use tests::Upstream;
 
 /// A plain-HTTP GET with `headers`: the status, the `Location` header and
@@ -59,15 +59,6 @@ fn config(forwarded: bool) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{namespace: ingress-nginx, name: ingress-nginx-controller}}\ndata: {{use-forwarded-headers: \"{forwarded}\"}}\n")
 }
 
-fn secret(name: &str, c: &TestCert) -> String {
-    let indent = |pem: &str| pem.lines().map(|l| format!("    {l}\n")).collect::<String>();
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{namespace: demo, name: {name}}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-        indent(&c.cert_pem),
-        indent(&c.key_pem)
-    )
-}
-
 /// The manifests both tests use: `force.test` (force-ssl-redirect, and an
 /// ACME challenge path on it), `keep.test` (force, preserving the slash and
 /// naming the port), `secure.test` (TLS, so ssl-redirect by default) and
@@ -94,7 +85,7 @@ fn manifests(forwarded: bool, up: &Upstream, cert: &TestCert) -> Vec<(&'static s
             ingress("acme", "force.test", "/.well-known/acme-challenge/tok", "web", &force),
         ),
         ("keep.yaml", ingress("keep", "keep.test", "/", "web", &keep)),
-        ("secret.yaml", secret("secure-tls", cert)),
+        ("secret.yaml", tls_secret("secure-tls", cert)),
         ("secure.yaml", secure),
         ("plain.yaml", ingress("plain", "plain.test", "/", "web", &[])),
     ]
