@@ -201,7 +201,14 @@ pub fn refuses(report: &model::Report) -> bool {
         return true;
     }
     let reason = report.reason.as_str();
-    let pending_or_unsupported = reason.starts_with("not supported by this controller")
+    // An annotation this controller does not support (by the catalogue,
+    // not by the wording) is admitted and reported, as ingress-nginx
+    // admits annotations it does not know.
+    let unsupported = report
+        .what
+        .strip_prefix(ANNOTATION_PREFIX)
+        .is_some_and(|n| model::catalogue::annotation(n).is_none_or(|e| !e.status.honoured()));
+    let pending_or_unsupported = unsupported
         || reason.starts_with("ignored: it needs")
         || reason.starts_with("resource backends are not supported")
         || report.what == "spec.tls.secretName"
@@ -244,7 +251,7 @@ mod tests {
             report("backend", "invalid service reference \"Bad_Name\""),
             report(
                 "nginx.ingress.kubernetes.io/auth-url",
-                "access control is not implemented by this controller: the Ingress fails closed (its paths answer 503) until the annotation is removed",
+                "not supported (not implemented yet); the Ingress fails closed: its paths answer 503 until the annotation is removed",
             ),
             // Whatever the message says, unhonoured access control refuses.
             report("nginx.ingress.kubernetes.io/auth-type", "not supported by this controller; ignored"),
@@ -254,9 +261,10 @@ mod tests {
         }
         for admitted in [
             report(
-                "nginx.ingress.kubernetes.io/proxy-buffer-size",
-                "not supported by this controller; ignored",
+                "nginx.ingress.kubernetes.io/mirror-target",
+                "not supported (not implemented yet); ignored",
             ),
+            report("nginx.ingress.kubernetes.io/no-such-name", "not an ingress-nginx name; ignored"),
             report(
                 "nginx.ingress.kubernetes.io/session-cookie-name",
                 "ignored: it needs affinity: cookie",

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+use controller::model::class::ClassFilter;
+use controller::model::{AddressPolicy, BuildOptions, Listen};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -27,50 +29,50 @@ pub struct Args {
 
     /// Read Ingresses, Services, EndpointSlices, Secrets, IngressClasses and
     /// the ConfigMap from this directory of YAML files instead of a cluster.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", global = true)]
     pub manifests: Option<PathBuf>,
 
     /// kubeconfig to use; without it (and without --manifests) the usual
     /// inference applies: $KUBECONFIG, ~/.kube/config, then in-cluster.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The IngressClass name this controller serves.
-    #[arg(long, default_value = "nginx")]
+    #[arg(long, default_value = "nginx", global = true)]
     pub ingress_class: String,
 
     /// `spec.controller` of the IngressClasses this controller owns.
-    #[arg(long, default_value = "k8s.io/ingress-nginx")]
+    #[arg(long, default_value = "k8s.io/ingress-nginx", global = true)]
     pub controller_class: String,
 
     /// Also serve Ingresses that name no class at all.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub watch_ingress_without_class: bool,
 
     /// Only watch this namespace (default: all).
-    #[arg(long, value_name = "NAMESPACE")]
+    #[arg(long, value_name = "NAMESPACE", global = true)]
     pub watch_namespace: Option<String>,
 
     /// The ConfigMap with global settings, as namespace/name.
-    #[arg(long, default_value = "ingress-nginx/ingress-nginx-controller")]
+    #[arg(long, default_value = "ingress-nginx/ingress-nginx-controller", global = true)]
     pub configmap: String,
 
     /// The Service (namespace/name) that serves requests no Ingress matches;
     /// without it nginx answers 404 itself.
-    #[arg(long, value_name = "NAMESPACE/NAME")]
+    #[arg(long, value_name = "NAMESPACE/NAME", global = true)]
     pub default_backend_service: Option<String>,
 
     /// The TLS Secret (namespace/name) served to handshakes whose SNI no
     /// Ingress's certificate matches (and to clients without SNI). Without
     /// it a self-signed "Kubernetes Ingress Controller Fake Certificate",
     /// made at start, is served. It must be in a watched namespace.
-    #[arg(long, value_name = "NAMESPACE/NAME")]
+    #[arg(long, value_name = "NAMESPACE/NAME", global = true)]
     pub default_ssl_certificate: Option<String>,
 
     /// Accept *-snippet annotations. They are rendered verbatim into
     /// nginx.conf, which is what CVE-2025-1974 exploited: leave this off
     /// unless every Ingress author is trusted.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub allow_snippet_annotations: bool,
 
     /// Accept EndpointSlice addresses on loopback and link-local networks
@@ -79,7 +81,7 @@ pub struct Args {
     /// EndpointSlice reach services of the node itself. Even with this, no
     /// endpoint may name the API, metrics, HTTP or HTTPS port on the local
     /// host, and an ExternalName of the local host is always refused.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub allow_local_endpoints: bool,
 
     /// A file holding the module API's bearer token (its first line), for
@@ -254,6 +256,11 @@ pub enum Command {
     },
     /// Readiness, workers, configuration generation and reload counts.
     Status,
+    /// The migration report: for the manifests (`--manifests DIR`) or the
+    /// cluster, which annotations and ConfigMap keys are honoured, ignored
+    /// or invalid, and what else would be refused. Exit code 1 if anything
+    /// would be dropped.
+    Check,
     /// One-shot jobs that create the webhook's certificate Secret and patch
     /// the caBundle of its ValidatingWebhookConfiguration (what
     /// ingress-nginx's kube-webhook-certgen image does).
@@ -302,6 +309,61 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 impl Args {
     pub fn configmap_ref(&self) -> anyhow::Result<(String, String)> {
         split_ref(&self.configmap, "--configmap")
+    }
+
+    /// A client for `--kubeconfig`, else the usual inference ($KUBECONFIG,
+    /// ~/.kube/config, in-cluster).
+    pub async fn kube_client(&self) -> anyhow::Result<kube::Client> {
+        use anyhow::Context as _;
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(path)?;
+                kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("finding a cluster (use --manifests DIR without one)")?,
+        };
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// What the model builder is told, from the flags (the controller and
+    /// `check` build the same model).
+    pub fn build_options(&self) -> anyhow::Result<BuildOptions> {
+        Ok(BuildOptions {
+            class: ClassFilter {
+                class: self.ingress_class.clone(),
+                controller: self.controller_class.clone(),
+                without_class: self.watch_ingress_without_class,
+            },
+            allow_snippets: self.allow_snippet_annotations,
+            default_backend_service: self
+                .default_backend_service
+                .as_deref()
+                .map(|s| split_ref(s, "--default-backend-service"))
+                .transpose()?,
+            default_ssl_certificate: self
+                .default_ssl_certificate
+                .as_deref()
+                .map(|s| split_ref(s, "--default-ssl-certificate"))
+                .transpose()?,
+            namespace: self.watch_namespace.clone(),
+            listen: Listen {
+                address: self.listen_address.clone(),
+                http_port: self.http_port,
+                https_port: self.https_port,
+                api_port: self.api_port,
+            },
+            endpoints: AddressPolicy {
+                allow_local: self.allow_local_endpoints,
+                reserved_ports: vec![
+                    self.api_port,
+                    self.metrics_address.port(),
+                    self.http_port,
+                    self.https_port,
+                ],
+            },
+        })
     }
 }
 

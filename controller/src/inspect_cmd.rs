@@ -14,8 +14,42 @@ pub async fn run(command: Command, args: &Args) -> anyhow::Result<()> {
         Command::Certs => certs(args).await,
         Command::Conf { host } => conf(args, host.as_deref()),
         Command::Status => status(args).await,
+        Command::Check => check(args).await,
         Command::Certgen(job) => certgen(args, job).await,
     }
+}
+
+/// The migration report; an error (exit code 1) if anything is dropped.
+async fn check(args: &Args) -> anyhow::Result<()> {
+    use controller::source::{cluster, manifests};
+    let opts = args.build_options()?;
+    let config_map = args.configmap_ref()?;
+    let (snap, source_problems) = match &args.manifests {
+        Some(dir) => manifests::ManifestDir::new(dir.clone(), config_map).read(),
+        None => {
+            let opts = cluster::ClusterOptions {
+                namespace: args.watch_namespace.clone(),
+                config_map,
+            };
+            (cluster::list_once(args.kube_client().await?, &opts).await?, Vec::new())
+        }
+    };
+    let mut report = controller::check::check(&snap, &opts);
+    report.add_source_problems(source_problems);
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Table => print!("{}", controller::check::text(&report)),
+    }
+    if report.drops_anything() {
+        let s = &report.summary;
+        anyhow::bail!(
+            "switching would drop something: {} ignored, {} invalid, {} other problems",
+            s.ignored,
+            s.invalid,
+            s.problems
+        );
+    }
+    Ok(())
 }
 
 fn api_base(args: &Args) -> String {

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod certgen;
+pub mod check;
 pub mod default_certificate;
 pub mod diff;
 pub mod events;

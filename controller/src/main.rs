@@ -13,8 +13,6 @@ use clap::Parser;
 use controller::events::Events;
 use controller::metrics::Metrics;
 use controller::metrics_relay::ConstLabels;
-use controller::model::class::ClassFilter;
-use controller::model::{AddressPolicy, BuildOptions, Listen};
 use controller::nginx::{reaper, ApiClient, Mode, Nginx};
 use controller::render::{RenderContext, Renderer};
 use controller::snapshot::Snapshot;
@@ -74,11 +72,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let renderer = Renderer::new(args.template.as_deref())?;
     let config_map = args.configmap_ref()?;
-    let default_backend_service = args
-        .default_backend_service
-        .as_deref()
-        .map(|s| cli::split_ref(s, "--default-backend-service"))
-        .transpose()?;
 
     let mode = match &args.nginx_pid_file {
         Some(pid_file) => Mode::External {
@@ -110,18 +103,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let kube_client = match &args.manifests {
         Some(_) => None,
-        None => {
-            let config = match &args.kubeconfig {
-                Some(path) => {
-                    let kc = kube::config::Kubeconfig::read_from(path)?;
-                    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-                }
-                None => kube::Config::infer()
-                    .await
-                    .context("finding a cluster (use --manifests DIR without one)")?,
-            };
-            Some(kube::Client::try_from(config)?)
-        }
+        None => Some(args.kube_client().await?),
     };
     let client = kube_client.clone();
     let config_map_ns = config_map.0.clone();
@@ -164,36 +146,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let display = |p: &std::path::Path| p.display().to_string();
     let settings = Settings {
-        build: BuildOptions {
-            class: ClassFilter {
-                class: args.ingress_class.clone(),
-                controller: args.controller_class.clone(),
-                without_class: args.watch_ingress_without_class,
-            },
-            allow_snippets: args.allow_snippet_annotations,
-            default_backend_service,
-            default_ssl_certificate: args
-                .default_ssl_certificate
-                .as_deref()
-                .map(|s| cli::split_ref(s, "--default-ssl-certificate"))
-                .transpose()?,
-            namespace: args.watch_namespace.clone(),
-            listen: Listen {
-                address: args.listen_address.clone(),
-                http_port: args.http_port,
-                https_port: args.https_port,
-                api_port: args.api_port,
-            },
-            endpoints: AddressPolicy {
-                allow_local: args.allow_local_endpoints,
-                reserved_ports: vec![
-                    args.api_port,
-                    args.metrics_address.port(),
-                    args.http_port,
-                    args.https_port,
-                ],
-            },
-        },
+        build: args.build_options()?,
         render: RenderContext {
             module_path: display(&module),
             pid_file: display(&pid_file),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::catalogue;
 use super::values::{
     error_status, number_in, parse_cidrs, HeaderName, Host, Invalid, Origin, RedirectUrl, RewriteTarget, Seconds, Size,
     UrlPath,
@@ -61,7 +62,6 @@ pub struct Canary {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Affinity {
     pub mode: String,
-    pub canary_behavior: String,
     pub cookie_name: String,
     pub path: String,
     pub domain: String,
@@ -84,6 +84,11 @@ pub struct Annotations {
     pub affinity: Option<Affinity>,
     pub canary: Option<Canary>,
     pub service_upstream: bool,
+    /// `affinity-canary-behavior: legacy` on a canary Ingress: its backend
+    /// does not share the primary's session affinity.
+    pub affinity_canary_legacy: bool,
+    /// `enable-global-auth` (default true).
+    pub enable_global_auth: Option<bool>,
 
     // Location and server (structural) settings.
     pub rewrite_target: Option<RewriteTarget>,
@@ -123,9 +128,7 @@ pub struct Annotations {
 /// Whether an annotation asks for access control (authentication, client
 /// certificates, `satisfy`, a WAF). Ignoring one would serve what it
 /// protects to everyone, so an unimplemented one fails closed instead of
-/// being ignored like other unknown annotations. `enable-global-auth` only
-/// opts out of a global auth this controller does not have, so it is safe
-/// to ignore.
+/// being ignored like other unknown annotations.
 pub fn is_access_control(name: &str) -> bool {
     (name.starts_with("auth-") || name.starts_with("modsecurity-") || name.starts_with("global-auth"))
         || matches!(
@@ -293,7 +296,11 @@ impl Annotations {
                 one_of(v, &["cookie"], "affinity")?;
                 self.affinity = Some(Self::affinity(get)?);
             }
-            "affinity-mode" | "affinity-canary-behavior" if get("affinity").is_some() => {}
+            "affinity-mode" if get("affinity").is_some() => {}
+            // Read on a canary Ingress, with or without its own affinity.
+            "affinity-canary-behavior" => {
+                self.affinity_canary_legacy = one_of(v, &["sticky", "legacy"], "affinity-canary-behavior")? == "legacy"
+            }
             n if n.starts_with("session-cookie-") && get("affinity").is_some() => {}
             n if n.starts_with("session-cookie-") || n.starts_with("affinity-") => {
                 return Err(Invalid("ignored: it needs affinity: cookie".into()))
@@ -395,14 +402,16 @@ impl Annotations {
                     self.configuration_snippet = text;
                 }
             }
+            // There is no global-auth-url yet; opting out of it is a no-op.
+            "enable-global-auth" => self.enable_global_auth = Some(parse_bool(v)?),
             n if is_access_control(n) => {
                 self.unimplemented_access_control.push(n.to_string());
-                return Err(Invalid(
-                    "access control is not implemented by this controller: the Ingress fails closed (its paths answer 503) until the annotation is removed"
-                        .into(),
-                ));
+                let why = catalogue::annotation(n).map_or("not implemented", |e| e.status.note());
+                return Err(Invalid(format!(
+                    "not supported ({why}); the Ingress fails closed: its paths answer 503 until the annotation is removed"
+                )));
             }
-            _ => return Err(Invalid("not supported by this controller; ignored".into())),
+            n => return Err(Invalid(catalogue::unsupported_reason(catalogue::annotation(n)))),
         }
         Ok(())
     }
@@ -420,10 +429,6 @@ impl Annotations {
                 .map(|v| one_of(v, &["balanced", "persistent"], "affinity-mode"))
                 .transpose()?
                 .unwrap_or_else(|| "balanced".into()),
-            canary_behavior: get("affinity-canary-behavior")
-                .map(|v| one_of(v, &["sticky", "legacy"], "affinity-canary-behavior"))
-                .transpose()?
-                .unwrap_or_default(),
             cookie_name: get("session-cookie-name")
                 .map(|v| parse_word(v, "a cookie name"))
                 .transpose()?
@@ -553,8 +558,12 @@ mod tests {
 
     #[test]
     fn unknown_annotations_are_reported() {
-        let (_, p) = parse(&[("proxy-buffer-size", "16k")], false);
-        assert!(p[0].reason.contains("not supported"));
+        let (_, p) = parse(
+            &[("mirror-target", "https://mirror.example/"), ("no-such-thing", "1")],
+            false,
+        );
+        assert!(p[0].reason.contains("not supported"), "{p:?}");
+        assert!(p[1].reason.contains("not an ingress-nginx name"), "{p:?}");
     }
 
     #[test]
@@ -567,7 +576,7 @@ mod tests {
                 ("satisfy", "any"),
                 ("enable-modsecurity", "true"),
                 ("enable-global-auth", "false"),
-                ("proxy-buffer-size", "16k"),
+                ("mirror-target", "https://mirror.example/"),
             ],
             false,
         );
@@ -581,7 +590,8 @@ mod tests {
         );
         assert!(p
             .iter()
-            .any(|p| p.annotation.ends_with("enable-global-auth") && p.reason.contains("ignored")));
+            .any(|p| p.annotation.ends_with("mirror-target") && p.reason.contains("ignored")));
+        assert!(!p.iter().any(|p| p.annotation.ends_with("enable-global-auth")));
     }
 
     #[test]

@@ -90,6 +90,12 @@ pub fn build(
         problems: Vec::new(),
         objects: BTreeMap::new(),
     };
+    // Canary backends whose Ingress says `affinity-canary-behavior: legacy`.
+    let legacy: BTreeSet<String> = refs
+        .iter()
+        .filter(|(_, r)| r.canary && r.annotations.affinity_canary_legacy)
+        .map(|(n, _)| n.clone())
+        .collect();
     for (name, r) in refs {
         let object = format!("Service {}/{}", r.namespace, r.service);
         let svc_key = (r.namespace.clone(), r.service.clone());
@@ -144,7 +150,33 @@ pub fn build(
             ),
         }
     }
+    share_affinity_with_canaries(&mut out.backends, alternatives, &legacy);
     out
+}
+
+/// A canary backend takes its primary's session affinity (ingress-nginx's
+/// default `sticky` canary behaviour): a client the canary served keeps its
+/// cookie, and the module keeps routing it to the canary. With `legacy` on
+/// the canary Ingress, the canary keeps its own (usually none).
+fn share_affinity_with_canaries(
+    backends: &mut BTreeMap<String, wire::Backend>,
+    alternatives: &BTreeMap<String, BTreeSet<String>>,
+    legacy: &BTreeSet<String>,
+) {
+    for (primary, canaries) in alternatives {
+        let Some(affinity) = backends
+            .get(primary)
+            .map(|b| b.session_affinity.clone())
+            .filter(|a| !a.name.is_empty())
+        else {
+            continue;
+        };
+        for c in canaries.iter().filter(|c| !legacy.contains(*c)) {
+            if let Some(b) = backends.get_mut(c) {
+                b.session_affinity = affinity.clone();
+            }
+        }
+    }
 }
 
 fn wire_backend(

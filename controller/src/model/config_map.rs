@@ -228,7 +228,11 @@ impl GlobalConfig {
                             .map(error_status)
                             .collect::<Result<_, _>>()?;
                     }
-                    _ => return Err(Invalid("not supported by this controller; ignored".into())),
+                    k => {
+                        return Err(Invalid(super::catalogue::unsupported_reason(
+                            super::catalogue::config_map_key(k),
+                        )))
+                    }
                 }
                 Ok(())
             })();

@@ -9,6 +9,7 @@
 pub mod annotations;
 mod backends;
 mod build;
+pub mod catalogue;
 pub mod class;
 pub mod config_map;
 pub mod endpoints;

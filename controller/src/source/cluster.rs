@@ -155,3 +155,55 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
     driver.abort();
     Ok(())
 }
+
+/// One LIST of every kind the model reads (for `ingress-controller check`):
+/// the same selectors as the watchers, no watch. A kind the caller may not
+/// list (Secrets, often) is left empty with a warning rather than failing
+/// the whole report.
+pub async fn list_once(client: Client, opts: &ClusterOptions) -> anyhow::Result<Snapshot> {
+    use kube::api::ListParams;
+
+    async fn list<K>(api: Api<K>, params: ListParams, required: bool) -> anyhow::Result<Vec<Arc<K>>>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let kind = K::kind(&Default::default()).to_string();
+        match api.list(&params).await {
+            Ok(list) => Ok(list.items.into_iter().map(Arc::new).collect()),
+            Err(e) if !required => {
+                tracing::warn!(%kind, error = %e, "cannot list; checking without them");
+                Ok(Vec::new())
+            }
+            Err(e) => Err(anyhow::Error::new(e).context(format!("listing {kind}"))),
+        }
+    }
+    let ns = opts.namespace.as_deref();
+    let (cm_ns, cm_name) = &opts.config_map;
+    let all = ListParams::default;
+    Ok(Snapshot {
+        ingresses: list(api::<Ingress>(&client, ns), all(), true).await?,
+        classes: list(Api::<IngressClass>::all(client.clone()), all(), false).await?,
+        services: list(api::<Service>(&client, ns), all(), false).await?,
+        slices: list(
+            api::<EndpointSlice>(&client, ns),
+            all().labels("kubernetes.io/service-name"),
+            false,
+        )
+        .await?,
+        secrets: list(
+            api::<Secret>(&client, ns),
+            all().fields("type=kubernetes.io/tls"),
+            false,
+        )
+        .await?,
+        config_map: list(
+            Api::<ConfigMap>::namespaced(client.clone(), cm_ns),
+            all().fields(&format!("metadata.name={cm_name}")),
+            false,
+        )
+        .await?
+        .into_iter()
+        .next(),
+    })
+}

@@ -1,0 +1,635 @@
+//! Every annotation and ConfigMap key of ingress-nginx (controller v1.15,
+//! `docs/user-guide/nginx-configuration/annotations.md` and `configmap.md`,
+//! plus the annotation names its parsers read but the tables omit), with
+//! what this controller does with it.
+//!
+//! This table is the one place that says what is supported: the parsers'
+//! "not supported" answers quote it, `ingress-controller check` sorts a
+//! user's annotations by it, and the README's compatibility table is
+//! generated from it. A test parses every entry's sample value, so an entry
+//! that says "supported" for a name the parser ignores (or the reverse)
+//! fails the build.
+
+use std::fmt::Write as _;
+
+use super::annotations::is_access_control;
+
+/// What this controller does with one ingress-nginx name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Same name, same default, same meaning (values are validated more
+    /// strictly).
+    Supported,
+    /// Honoured, with a difference the user should know about.
+    Differs(&'static str),
+    /// Reported and ignored, with the reason. An unsupported annotation
+    /// that would grant or restrict access makes its Ingress fail closed.
+    Unsupported(&'static str),
+}
+
+impl Status {
+    pub fn honoured(self) -> bool {
+        !matches!(self, Status::Unsupported(_))
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Supported => "supported",
+            Status::Differs(_) => "differs",
+            Status::Unsupported(_) => "unsupported",
+        }
+    }
+
+    pub fn note(self) -> &'static str {
+        match self {
+            Status::Supported => "",
+            Status::Differs(why) | Status::Unsupported(why) => why,
+        }
+    }
+}
+
+/// One ingress-nginx name with a value its parser accepts (for the test
+/// that keeps this table and the parsers in step).
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub name: &'static str,
+    pub sample: &'static str,
+    pub status: Status,
+}
+
+const fn ok(name: &'static str, sample: &'static str) -> Entry {
+    Entry {
+        name,
+        sample,
+        status: Status::Supported,
+    }
+}
+
+const fn differs(name: &'static str, sample: &'static str, why: &'static str) -> Entry {
+    Entry {
+        name,
+        sample,
+        status: Status::Differs(why),
+    }
+}
+
+const fn no(name: &'static str, why: &'static str) -> Entry {
+    Entry {
+        name,
+        sample: "x",
+        status: Status::Unsupported(why),
+    }
+}
+
+const SNIPPET: &str = "refused unless `--allow-snippet-annotations` (or the ConfigMap key): snippets are rendered verbatim, which CVE-2025-1974 exploited";
+const MODSECURITY: &str = "no ModSecurity in this nginx";
+const TRACING: &str = "no OpenTelemetry module in this nginx; request ids and metrics come from the module";
+const AUTH_LATER: &str = "not implemented yet";
+const PROXY_SSL: &str = "backend TLS settings are not implemented yet; nginx's defaults apply";
+const FASTCGI: &str = "FastCGI backends are not supported";
+const STREAM: &str = "layer 4 (TCP/UDP services) is not implemented yet";
+const GEOIP: &str = "no GeoIP database or module in this nginx";
+const JAEGER: &str = "Jaeger tracing was removed from ingress-nginx; no tracing module here";
+const LUA: &str = "there is no Lua in this data plane";
+
+/// ingress-nginx's annotations, without the `nginx.ingress.kubernetes.io/`
+/// prefix, in name order.
+pub static ANNOTATIONS: &[Entry] = &[
+    ok("affinity", "cookie"),
+    ok("affinity-canary-behavior", "legacy"),
+    ok("affinity-mode", "persistent"),
+    ok("allowlist-source-range", "10.0.0.0/8"),
+    differs("app-root", "/app", "only on the `/` path, as ingress-nginx renders it"),
+    no("auth-always-set-cookie", AUTH_LATER),
+    no("auth-cache-duration", AUTH_LATER),
+    no("auth-cache-key", AUTH_LATER),
+    no("auth-keepalive", AUTH_LATER),
+    no("auth-keepalive-requests", AUTH_LATER),
+    no("auth-keepalive-share-vars", AUTH_LATER),
+    no("auth-keepalive-timeout", AUTH_LATER),
+    no("auth-method", AUTH_LATER),
+    no("auth-proxy-set-headers", AUTH_LATER),
+    no("auth-realm", AUTH_LATER),
+    no("auth-request-redirect", AUTH_LATER),
+    no("auth-response-headers", AUTH_LATER),
+    no("auth-secret", AUTH_LATER),
+    no("auth-secret-type", AUTH_LATER),
+    no("auth-signin", AUTH_LATER),
+    no("auth-signin-redirect-param", AUTH_LATER),
+    no("auth-snippet", AUTH_LATER),
+    no("auth-tls-error-page", AUTH_LATER),
+    no("auth-tls-match-cn", AUTH_LATER),
+    no("auth-tls-pass-certificate-to-upstream", AUTH_LATER),
+    no("auth-tls-secret", AUTH_LATER),
+    no("auth-tls-verify-client", AUTH_LATER),
+    no("auth-tls-verify-depth", AUTH_LATER),
+    no("auth-type", AUTH_LATER),
+    no("auth-url", AUTH_LATER),
+    ok("backend-protocol", "GRPC"),
+    differs(
+        "canary",
+        "true",
+        "a canary attaches only to a primary Ingress of its own namespace",
+    ),
+    ok("canary-by-cookie", "canary"),
+    ok("canary-by-header", "X-Canary"),
+    ok("canary-by-header-pattern", "^yes$"),
+    ok("canary-by-header-value", "yes"),
+    ok("canary-weight", "10"),
+    ok("canary-weight-total", "1000"),
+    no("client-body-buffer-size", "not implemented yet"),
+    differs("configuration-snippet", "add_header X-Snippet 1;", SNIPPET),
+    no("connection-proxy-header", "not implemented yet"),
+    ok("cors-allow-credentials", "false"),
+    ok("cors-allow-headers", "X-Custom, Content-Type"),
+    ok("cors-allow-methods", "GET, POST"),
+    ok("cors-allow-origin", "https://a.example, https://b.example"),
+    ok("cors-expose-headers", "X-Custom"),
+    ok("cors-max-age", "600"),
+    no("custom-headers", "not implemented yet"),
+    ok("custom-http-errors", "404,503"),
+    differs(
+        "default-backend",
+        "fallback",
+        "serves the custom-http-errors pages; taking over a Service without endpoints is not implemented yet",
+    ),
+    ok("denylist-source-range", "192.0.2.0/24"),
+    no("disable-proxy-intercept-errors", "not implemented yet"),
+    no("enable-access-log", "not implemented yet"),
+    ok("enable-cors", "true"),
+    differs(
+        "enable-global-auth",
+        "false",
+        "accepted; there is no global-auth-url yet, so it changes nothing",
+    ),
+    no("enable-modsecurity", MODSECURITY),
+    no("enable-opentelemetry", TRACING),
+    no("enable-owasp-core-rules", MODSECURITY),
+    no("enable-rewrite-log", "not implemented yet"),
+    no("fastcgi-index", FASTCGI),
+    no("fastcgi-params-configmap", FASTCGI),
+    ok("force-ssl-redirect", "true"),
+    no("from-to-www-redirect", "not implemented yet"),
+    no("http2-push-preload", "nginx 1.25.1 removed HTTP/2 server push"),
+    no("limit-allowlist", "not implemented yet"),
+    no("limit-burst-multiplier", "not implemented yet"),
+    ok("limit-connections", "10"),
+    no("limit-rate", "not implemented yet"),
+    no("limit-rate-after", "not implemented yet"),
+    no("limit-rpm", "not implemented yet"),
+    ok("limit-rps", "5"),
+    no("limit-whitelist", "not implemented yet"),
+    ok("load-balance", "ewma"),
+    no("mirror-host", "not implemented yet"),
+    no("mirror-request-body", "not implemented yet"),
+    no("mirror-target", "not implemented yet"),
+    no("modsecurity-snippet", MODSECURITY),
+    no("modsecurity-transaction-id", MODSECURITY),
+    no("opentelemetry-operation-name", TRACING),
+    no("opentelemetry-trust-incoming-span", TRACING),
+    ok("permanent-redirect", "https://example.com/new"),
+    ok("permanent-redirect-code", "308"),
+    ok("preserve-trailing-slash", "true"),
+    ok("proxy-body-size", "8m"),
+    no("proxy-buffer-size", "not implemented yet"),
+    ok("proxy-buffering", "on"),
+    no("proxy-buffers-number", "not implemented yet"),
+    no("proxy-busy-buffers-size", "not implemented yet"),
+    ok("proxy-connect-timeout", "10"),
+    no("proxy-cookie-domain", "not implemented yet"),
+    no("proxy-cookie-path", "not implemented yet"),
+    no("proxy-http-version", "not implemented yet"),
+    no("proxy-max-temp-file-size", "not implemented yet"),
+    ok("proxy-next-upstream", "error timeout http_502"),
+    no("proxy-next-upstream-timeout", "not implemented yet"),
+    ok("proxy-next-upstream-tries", "2"),
+    ok("proxy-read-timeout", "120"),
+    no("proxy-redirect-from", "not implemented yet"),
+    no("proxy-redirect-to", "not implemented yet"),
+    no("proxy-request-buffering", "not implemented yet"),
+    ok("proxy-send-timeout", "120"),
+    no("proxy-ssl-ciphers", PROXY_SSL),
+    no("proxy-ssl-name", PROXY_SSL),
+    no("proxy-ssl-protocols", PROXY_SSL),
+    no("proxy-ssl-secret", PROXY_SSL),
+    no("proxy-ssl-server-name", PROXY_SSL),
+    no("proxy-ssl-verify", PROXY_SSL),
+    no("proxy-ssl-verify-depth", PROXY_SSL),
+    no("relative-redirects", "not implemented yet"),
+    ok("rewrite-target", "/$1"),
+    no("satisfy", AUTH_LATER),
+    ok("server-alias", "www.example.com"),
+    differs("server-snippet", "add_header X-Snippet 1;", SNIPPET),
+    ok("service-upstream", "true"),
+    ok("session-cookie-change-on-failure", "true"),
+    ok("session-cookie-conditional-samesite-none", "true"),
+    ok("session-cookie-domain", "example.com"),
+    ok("session-cookie-expires", "3600"),
+    ok("session-cookie-max-age", "3600"),
+    ok("session-cookie-name", "route"),
+    ok("session-cookie-path", "/app"),
+    ok("session-cookie-samesite", "Lax"),
+    ok("session-cookie-secure", "true"),
+    no("ssl-ciphers", "not implemented yet; the ConfigMap's ssl-ciphers apply"),
+    no("ssl-passthrough", STREAM),
+    no(
+        "ssl-prefer-server-ciphers",
+        "not implemented yet; the ConfigMap's setting applies",
+    ),
+    ok("ssl-redirect", "false"),
+    no("stream-snippet", STREAM),
+    ok("temporal-redirect", "https://example.com/tmp"),
+    ok("temporal-redirect-code", "307"),
+    ok("upstream-hash-by", "$request_uri"),
+    ok("upstream-hash-by-subset", "true"),
+    ok("upstream-hash-by-subset-size", "3"),
+    ok("upstream-vhost", "internal.example"),
+    ok("use-port-in-redirects", "true"),
+    ok("use-regex", "true"),
+    ok("whitelist-source-range", "10.0.0.0/8"),
+    no("x-forwarded-prefix", "not implemented yet"),
+];
+
+/// ingress-nginx's ConfigMap keys, in name order.
+pub static CONFIG_MAP: &[Entry] = &[
+    no("access-log-params", "not implemented yet"),
+    no("access-log-path", "not implemented yet; `--nginx-access-log` sets it"),
+    no("add-headers", "not implemented yet"),
+    no("allow-backend-server-header", "not implemented yet"),
+    no(
+        "allow-cross-namespace-resources",
+        "resources are never read across namespaces",
+    ),
+    differs("allow-snippet-annotations", "true", SNIPPET),
+    no(
+        "annotation-value-word-blocklist",
+        "every value is parsed into a typed value instead; no word list is needed",
+    ),
+    no(
+        "annotations-risk-level",
+        "no risk levels: snippets are off unless allowed, every other value is typed",
+    ),
+    no("bind-address", "not implemented yet; `--listen-address` sets it"),
+    no("block-cidrs", "not implemented yet"),
+    no("block-referers", "not implemented yet"),
+    no("block-user-agents", "not implemented yet"),
+    no("brotli-level", "no brotli module in this nginx"),
+    no("brotli-min-length", "no brotli module in this nginx"),
+    no("brotli-types", "no brotli module in this nginx"),
+    no("client-body-buffer-size", "not implemented yet"),
+    no("client-body-timeout", "not implemented yet"),
+    no("client-header-buffer-size", "not implemented yet"),
+    no("client-header-timeout", "not implemented yet"),
+    no("compute-full-forwarded-for", "not implemented yet"),
+    ok("custom-http-errors", "404,503"),
+    no("debug-connections", "not implemented yet"),
+    no("default-type", "not implemented yet"),
+    no("denylist-source-range", "not implemented yet"),
+    differs("disable-access-log", "true", "`enable-access-log` is accepted too"),
+    no("disable-ipv6", "not implemented yet"),
+    no("disable-ipv6-dns", "not implemented yet"),
+    no("enable-access-log-for-default-backend", "not implemented yet"),
+    no("enable-aio-write", "not implemented yet"),
+    no("enable-brotli", "no brotli module in this nginx"),
+    no("enable-modsecurity", MODSECURITY),
+    no("enable-multi-accept", "not implemented yet"),
+    no("enable-ocsp", "not implemented yet"),
+    no("enable-opentelemetry", TRACING),
+    no("enable-owasp-modsecurity-crs", MODSECURITY),
+    no("enable-real-ip", "not implemented yet"),
+    no("enable-serial-reloads", "reloads are always serial here"),
+    no("enable-syslog", "not implemented yet"),
+    no("enable-underscores-in-headers", "not implemented yet"),
+    no("error-log-level", "not implemented yet; `--error-log-level` sets it"),
+    no("error-log-path", "not implemented yet; `--nginx-error-log` sets it"),
+    no("force-ssl-redirect", "not implemented yet"),
+    no("forwarded-for-header", "not implemented yet"),
+    no("forwarded-for-proxy-protocol-header", "not implemented yet"),
+    ok("generate-request-id", "false"),
+    no("geoip2-autoreload-in-minutes", GEOIP),
+    no("global-allowed-response-headers", "not implemented yet"),
+    no("global-auth-cache-duration", AUTH_LATER),
+    no("global-auth-cache-key", AUTH_LATER),
+    no("global-auth-method", AUTH_LATER),
+    no("global-auth-request-redirect", AUTH_LATER),
+    no("global-auth-response-headers", AUTH_LATER),
+    no("global-auth-signin", AUTH_LATER),
+    no("global-auth-signin-redirect-param", AUTH_LATER),
+    no("global-auth-snippet", AUTH_LATER),
+    no("global-auth-url", AUTH_LATER),
+    no("grpc-buffer-size-kb", "not implemented yet"),
+    no("hide-headers", "not implemented yet"),
+    ok("hsts", "false"),
+    ok("hsts-include-subdomains", "false"),
+    ok("hsts-max-age", "600"),
+    ok("hsts-preload", "true"),
+    no("http-access-log-path", "not implemented yet"),
+    ok("http-redirect-code", "301"),
+    no("http-snippet", SNIPPET),
+    no("http2-max-concurrent-streams", "not implemented yet"),
+    no("http2-max-field-size", "removed from nginx (1.19.7); large-client-header-buffers applies"),
+    no("http2-max-header-size", "removed from nginx (1.19.7); large-client-header-buffers applies"),
+    no("http2-max-requests", "removed from nginx (1.19.7); keep-alive-requests applies"),
+    no("ignore-invalid-headers", "not implemented yet"),
+    no("jaeger-baggage-header", JAEGER),
+    no("jaeger-collector-host", JAEGER),
+    no("jaeger-collector-port", JAEGER),
+    no("jaeger-debug-header", JAEGER),
+    no("jaeger-endpoint", JAEGER),
+    no("jaeger-propagation-format", JAEGER),
+    no("jaeger-sampler-host", JAEGER),
+    no("jaeger-sampler-param", JAEGER),
+    no("jaeger-sampler-port", JAEGER),
+    no("jaeger-sampler-type", JAEGER),
+    no("jaeger-service-name", JAEGER),
+    no("jaeger-trace-baggage-header-prefix", JAEGER),
+    no("jaeger-trace-context-header-name", JAEGER),
+    ok("keep-alive", "30"),
+    no("keep-alive-requests", "not implemented yet"),
+    no("large-client-header-buffers", "not implemented yet"),
+    no("limit-conn-status-code", "not implemented yet"),
+    no("limit-conn-zone-variable", "not implemented yet"),
+    no("limit-rate", "not implemented yet"),
+    no("limit-rate-after", "not implemented yet"),
+    no("limit-req-status-code", "not implemented yet"),
+    ok("load-balance", "ewma"),
+    no("location-snippet", SNIPPET),
+    no("log-format-escape-json", "not implemented yet"),
+    no("log-format-escape-none", "not implemented yet"),
+    no("log-format-stream", STREAM),
+    no("log-format-upstream", "not implemented yet"),
+    no("lua-shared-dicts", LUA),
+    no("main-snippet", SNIPPET),
+    no("map-hash-bucket-size", "not implemented yet"),
+    ok("max-worker-connections", "4096"),
+    no("max-worker-open-files", "not implemented yet"),
+    no("modsecurity-snippet", MODSECURITY),
+    no("nginx-status-ipv4-whitelist", "there is no /nginx_status page; `/metrics` has the counters"),
+    no("nginx-status-ipv6-whitelist", "there is no /nginx_status page; `/metrics` has the counters"),
+    no("no-auth-locations", AUTH_LATER),
+    ok("no-tls-redirect-locations", "/.well-known/acme-challenge,/health"),
+    no("opentelemetry-config", TRACING),
+    no("opentelemetry-operation-name", TRACING),
+    no("opentelemetry-trust-incoming-span", TRACING),
+    no("otel-max-export-batch-size", TRACING),
+    no("otel-max-queuesize", TRACING),
+    no("otel-sampler", TRACING),
+    no("otel-sampler-parent-based", TRACING),
+    no("otel-sampler-ratio", TRACING),
+    no("otel-schedule-delay-millis", TRACING),
+    no("otel-service-name", TRACING),
+    no("otlp-collector-host", TRACING),
+    no("otlp-collector-port", TRACING),
+    no("proxy-add-original-uri-header", "not implemented yet"),
+    ok("proxy-body-size", "8m"),
+    no("proxy-buffer-size", "not implemented yet"),
+    ok("proxy-buffering", "on"),
+    no("proxy-buffers-number", "not implemented yet"),
+    no("proxy-busy-buffers-size", "not implemented yet"),
+    ok("proxy-connect-timeout", "10"),
+    no("proxy-cookie-domain", "not implemented yet"),
+    no("proxy-cookie-path", "not implemented yet"),
+    no("proxy-headers-hash-bucket-size", "not implemented yet"),
+    no("proxy-headers-hash-max-size", "not implemented yet"),
+    ok("proxy-next-upstream", "error timeout http_502"),
+    no("proxy-next-upstream-timeout", "not implemented yet"),
+    ok("proxy-next-upstream-tries", "2"),
+    no("proxy-protocol-header-timeout", "not implemented yet"),
+    ok("proxy-read-timeout", "120"),
+    no("proxy-real-ip-cidr", "not implemented yet"),
+    no("proxy-redirect-from", "not implemented yet"),
+    no("proxy-request-buffering", "not implemented yet"),
+    ok("proxy-send-timeout", "120"),
+    no("proxy-set-headers", "not implemented yet"),
+    no("proxy-ssl-location-only", PROXY_SSL),
+    no("proxy-stream-next-upstream", STREAM),
+    no("proxy-stream-next-upstream-timeout", STREAM),
+    no("proxy-stream-next-upstream-tries", STREAM),
+    no("proxy-stream-responses", STREAM),
+    no("proxy-stream-timeout", STREAM),
+    no("relative-redirects", "not implemented yet"),
+    no("retry-non-idempotent", "not implemented yet"),
+    no("reuse-port", "not implemented yet"),
+    differs(
+        "server-name-hash-bucket-size",
+        "128",
+        "a lower bound: the controller sizes the hash from the host names",
+    ),
+    differs(
+        "server-name-hash-max-size",
+        "2048",
+        "a lower bound: the controller sizes the hash from the host names",
+    ),
+    no("server-snippet", SNIPPET),
+    no("server-tokens", "not implemented yet"),
+    no("service-upstream", "not implemented yet; the annotation works"),
+    no("skip-access-log-urls", "not implemented yet"),
+    no("ssl-buffer-size", "not implemented yet"),
+    ok("ssl-ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256"),
+    no("ssl-dh-param", "not implemented yet"),
+    ok("ssl-ecdh-curve", "X25519:prime256v1"),
+    ok("ssl-protocols", "TLSv1.2 TLSv1.3"),
+    ok("ssl-redirect", "false"),
+    no(
+        "ssl-reject-handshake",
+        "every host answers TLS with the default certificate, as ingress-nginx's default does",
+    ),
+    ok("ssl-session-cache", "false"),
+    ok("ssl-session-cache-size", "20m"),
+    no("ssl-session-ticket-key", "not implemented yet"),
+    ok("ssl-session-tickets", "true"),
+    ok("ssl-session-timeout", "1h"),
+    no("stream-access-log-path", STREAM),
+    no("stream-snippet", STREAM),
+    no(
+        "strict-validate-path-type",
+        "paths are always validated strictly: a Prefix or Exact path is a plain URL path",
+    ),
+    no("syslog-host", "not implemented yet"),
+    no("syslog-port", "not implemented yet"),
+    ok("upstream-keepalive-connections", "64"),
+    ok("upstream-keepalive-requests", "1000"),
+    no("upstream-keepalive-time", "not implemented yet"),
+    ok("upstream-keepalive-timeout", "30"),
+    differs(
+        "use-forwarded-headers",
+        "true",
+        "trusts X-Forwarded-Proto/Host/Port for redirects and upstream headers; the client address (real_ip) is not taken from them yet",
+    ),
+    no("use-geoip", GEOIP),
+    no("use-geoip2", GEOIP),
+    no("use-gzip", "not implemented yet"),
+    ok("use-http2", "false"),
+    no("use-proxy-protocol", "not implemented yet"),
+    no("variables-hash-bucket-size", "not implemented yet"),
+    no("variables-hash-max-size", "not implemented yet"),
+    no("whitelist-source-range", "not implemented yet"),
+    no("worker-cpu-affinity", "not implemented yet"),
+    ok("worker-processes", "2"),
+    ok("worker-shutdown-timeout", "60s"),
+];
+
+/// Keys this controller reads that ingress-nginx does not have.
+pub static CONFIG_MAP_EXTRA: &[Entry] = &[
+    differs("enable-access-log", "false", "the opposite of `disable-access-log`"),
+    differs(
+        "ssl-early-data",
+        "true",
+        "ingress-nginx has it in the template but not in its documented keys",
+    ),
+    differs(
+        "ssl-prefer-server-ciphers",
+        "false",
+        "ingress-nginx has it in the template but not in its documented keys",
+    ),
+    differs("use-http3", "true", "HTTP/3 over QUIC; ingress-nginx has none"),
+];
+
+pub fn annotation(name: &str) -> Option<&'static Entry> {
+    ANNOTATIONS.iter().find(|e| e.name == name)
+}
+
+pub fn config_map_key(name: &str) -> Option<&'static Entry> {
+    CONFIG_MAP.iter().chain(CONFIG_MAP_EXTRA).find(|e| e.name == name)
+}
+
+/// Why an ingress-nginx name is ignored, or a generic answer for a name
+/// ingress-nginx does not have either.
+pub fn unsupported_reason(entry: Option<&Entry>) -> String {
+    match entry.map(|e| e.status) {
+        Some(Status::Unsupported(why)) => format!("not supported ({why}); ignored"),
+        Some(_) => "ignored".into(),
+        None => "not an ingress-nginx name; ignored".into(),
+    }
+}
+
+/// `(honoured, total)`.
+pub fn counts(entries: &[Entry]) -> (usize, usize) {
+    (entries.iter().filter(|e| e.status.honoured()).count(), entries.len())
+}
+
+/// The README's compatibility tables (between the `compat-table` markers).
+pub fn markdown() -> String {
+    let mut out = String::new();
+    let (a, at) = counts(ANNOTATIONS);
+    let (c, ct) = counts(CONFIG_MAP);
+    let _ = writeln!(
+        out,
+        "Generated from `controller/src/model/catalogue.rs` (a test fails if they differ). \
+         Annotations honoured: **{a} of {at}**; ConfigMap keys honoured: **{c} of {ct}**.\n"
+    );
+    for (title, prefix, entries) in [
+        ("Annotation (`nginx.ingress.kubernetes.io/`)", "", ANNOTATIONS),
+        ("ConfigMap key", "", CONFIG_MAP),
+        ("ConfigMap key (not in ingress-nginx)", "", CONFIG_MAP_EXTRA),
+    ] {
+        let _ = writeln!(out, "| {title} | status | notes |\n|---|---|---|");
+        for e in entries {
+            let closed = if !e.status.honoured() && std::ptr::eq(entries, ANNOTATIONS) && is_access_control(e.name) {
+                "; the Ingress fails closed (503)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "| `{prefix}{}` | {} | {}{closed} |",
+                e.name,
+                e.status.label(),
+                e.status.note()
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::model::annotations::{Annotations, PREFIX};
+    use crate::model::config_map::GlobalConfig;
+
+    /// Annotations that only mean something next to another one.
+    fn prerequisites(name: &str) -> &'static [(&'static str, &'static str)] {
+        match name {
+            n if n.starts_with("canary-") => &[("canary", "true")],
+            n if n.starts_with("session-cookie-") || n == "affinity-mode" => &[("affinity", "cookie")],
+            n if n.starts_with("cors-") => &[("enable-cors", "true")],
+            "permanent-redirect-code" => &[("permanent-redirect", "https://example.com/")],
+            "temporal-redirect-code" => &[("temporal-redirect", "https://example.com/")],
+            _ => &[],
+        }
+    }
+
+    /// The table and the parsers agree: every honoured annotation's sample
+    /// is accepted, every unsupported one is reported.
+    #[test]
+    fn annotations_match_the_parser() {
+        for e in ANNOTATIONS {
+            let raw: BTreeMap<String, String> = prerequisites(e.name)
+                .iter()
+                .chain([&(e.name, e.sample)])
+                .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
+                .collect();
+            let (_, problems) = Annotations::parse(&raw, true);
+            let mine: Vec<_> = problems
+                .iter()
+                .filter(|p| p.annotation == format!("{PREFIX}{}", e.name))
+                .collect();
+            if e.status.honoured() {
+                assert!(mine.is_empty(), "{}: listed as honoured, refused: {mine:?}", e.name);
+            } else {
+                assert!(!mine.is_empty(), "{}: listed as unsupported, accepted", e.name);
+            }
+        }
+    }
+
+    #[test]
+    fn config_map_keys_match_the_parser() {
+        for e in CONFIG_MAP.iter().chain(CONFIG_MAP_EXTRA) {
+            let data = BTreeMap::from([(e.name.to_string(), e.sample.to_string())]);
+            let (_, problems) = GlobalConfig::parse(&data);
+            let mine: Vec<_> = problems
+                .iter()
+                .filter(|p| p.annotation == format!("ConfigMap key {}", e.name))
+                .collect();
+            if e.status.honoured() {
+                assert!(mine.is_empty(), "{}: listed as honoured, refused: {mine:?}", e.name);
+            } else {
+                assert!(!mine.is_empty(), "{}: listed as unsupported, accepted", e.name);
+            }
+        }
+    }
+
+    /// The README's table is this one (`UPDATE_GOLDEN=1` rewrites it).
+    #[test]
+    fn readme_table_is_generated() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let (begin, end) = ("<!-- compat-table:begin -->\n", "<!-- compat-table:end -->");
+        let start = readme.find(begin).expect("README has the compat-table markers") + begin.len();
+        let stop = readme[start..].find(end).expect("end marker") + start;
+        let table = markdown();
+        if readme[start..stop] != table {
+            if std::env::var_os("UPDATE_GOLDEN").is_some() {
+                std::fs::write(path, format!("{}{table}{}", &readme[..start], &readme[stop..])).unwrap();
+            } else {
+                panic!("README.md's compatibility table is stale: run UPDATE_GOLDEN=1 cargo test -p controller");
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_sorted_and_unique() {
+        for list in [ANNOTATIONS, CONFIG_MAP, CONFIG_MAP_EXTRA] {
+            for w in list.windows(2) {
+                assert!(w[0].name < w[1].name, "{} then {}", w[0].name, w[1].name);
+            }
+        }
+        for e in CONFIG_MAP_EXTRA {
+            assert!(CONFIG_MAP.iter().all(|c| c.name != e.name), "{}", e.name);
+        }
+    }
+}
