@@ -264,7 +264,10 @@ mod tests {
                 "nginx.ingress.kubernetes.io/mirror-target",
                 "not supported (not implemented yet); ignored",
             ),
-            report("nginx.ingress.kubernetes.io/no-such-name", "not an ingress-nginx name; ignored"),
+            report(
+                "nginx.ingress.kubernetes.io/no-such-name",
+                "not an ingress-nginx name; ignored",
+            ),
             report(
                 "nginx.ingress.kubernetes.io/session-cookie-name",
                 "ignored: it needs affinity: cookie",

@@ -210,17 +210,23 @@ fn label_filter(value: String) -> Result<Value, Error> {
 struct LimitZone {
     id: usize,
     rps: Option<u32>,
+    rpm: Option<u32>,
     connections: Option<u32>,
+    /// `limit-allowlist`: the zones are keyed by `$limit_<id>`, empty (not
+    /// counted) for these clients.
+    allowlist: Vec<String>,
 }
 
 fn limits(s: &Structure) -> Vec<LimitZone> {
     let mut zones: std::collections::BTreeMap<usize, LimitZone> = Default::default();
     for l in s.servers.iter().flat_map(|srv| &srv.locations) {
-        if l.limit_rps.is_some() || l.limit_connections.is_some() {
+        if l.limit_rps.is_some() || l.limit_rpm.is_some() || l.limit_connections.is_some() {
             zones.entry(l.id).or_insert(LimitZone {
                 id: l.id,
                 rps: l.limit_rps,
+                rpm: l.limit_rpm,
                 connections: l.limit_connections,
+                allowlist: l.limit_allowlist.clone(),
             });
         }
     }

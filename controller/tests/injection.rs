@@ -6,60 +6,18 @@
 use std::collections::BTreeMap;
 
 use controller::model::annotations::PREFIX;
+use controller::model::catalogue;
 use controller::model::{build, BuildOptions};
 use controller::render::{RenderContext, Renderer};
 use controller::snapshot::Snapshot;
 use k8s_openapi::api::networking::v1::Ingress;
 use proptest::prelude::*;
 
-/// Every annotation the controller reads, plus ones it refuses.
-const KEYS: &[&str] = &[
-    "rewrite-target",
-    "use-regex",
-    "ssl-redirect",
-    "force-ssl-redirect",
-    "app-root",
-    "permanent-redirect",
-    "permanent-redirect-code",
-    "temporal-redirect",
-    "temporal-redirect-code",
-    "proxy-body-size",
-    "proxy-connect-timeout",
-    "proxy-read-timeout",
-    "proxy-send-timeout",
-    "proxy-next-upstream",
-    "proxy-next-upstream-tries",
-    "proxy-buffering",
-    "backend-protocol",
-    "upstream-vhost",
-    "enable-cors",
-    "cors-allow-origin",
-    "cors-allow-methods",
-    "cors-allow-headers",
-    "cors-expose-headers",
-    "cors-allow-credentials",
-    "cors-max-age",
-    "whitelist-source-range",
-    "allowlist-source-range",
-    "denylist-source-range",
-    "limit-rps",
-    "limit-connections",
-    "server-alias",
-    "default-backend",
-    "custom-http-errors",
-    "load-balance",
-    "upstream-hash-by",
-    "affinity",
-    "session-cookie-name",
-    "session-cookie-path",
-    "canary",
-    "canary-by-header",
-    "auth-tls-match-cn",
-    "auth-url",
-    "configuration-snippet",
-    "server-snippet",
-    "mirror-target",
-];
+/// Every ingress-nginx annotation, supported or not (the catalogue), so a
+/// newly supported one is covered the day it lands.
+fn keys() -> Vec<&'static str> {
+    catalogue::ANNOTATIONS.iter().map(|e| e.name).collect()
+}
 
 /// Shapes seen in real exploits, each carrying the marker `pwned`.
 const PAYLOADS: &[&str] = &[
@@ -102,8 +60,20 @@ fn ingress(annotations: BTreeMap<String, String>, host: &str, path: &str) -> Ing
 }
 
 fn render(ing: Ingress) -> String {
+    render_with(ing, None)
+}
+
+fn render_with(ing: Ingress, config: Option<BTreeMap<String, String>>) -> String {
+    let config_map = config.map(|data| {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ingress-nginx", "name": "ingress-nginx-controller"},
+            "data": data,
+        }))
+        .unwrap()
+    });
     let snap = Snapshot {
         ingresses: vec![ing.into()],
+        config_map: config_map.map(std::sync::Arc::new),
         ..Default::default()
     };
     let model = build(&snap, &options());
@@ -130,7 +100,7 @@ fn render(ing: Ingress) -> String {
 #[test]
 fn exploit_payloads_never_reach_nginx_conf() {
     for payload in PAYLOADS {
-        for key in KEYS {
+        for key in keys() {
             let mut a = BTreeMap::new();
             a.insert(format!("{PREFIX}{key}"), payload.to_string());
             // Keys that only take effect with a companion annotation.
@@ -138,8 +108,41 @@ fn exploit_payloads_never_reach_nginx_conf() {
             a.insert(format!("{PREFIX}canary"), "false".into());
             a.insert(format!("{PREFIX}use-regex"), "true".into());
             let conf = render(ingress(a, "safe.example.com", "/x"));
+            // A domain pair is what proxy-cookie-domain takes: it is
+            // rendered as the two tokens it is, and nothing else.
+            if key == "proxy-cookie-domain" && *payload == "x.com pwned.com" {
+                let lines: Vec<&str> = conf.lines().filter(|l| l.contains("pwned")).collect();
+                assert!(
+                    !lines.is_empty() && lines.iter().all(|l| l.trim() == "proxy_cookie_domain x.com pwned.com;"),
+                    "{lines:?}"
+                );
+                continue;
+            }
             assert!(!conf.contains("pwned"), "{key}={payload:?} reached nginx.conf:\n{conf}");
             assert!(!conf.contains("ssl_engine"), "{key}={payload:?}");
+        }
+        for e in catalogue::CONFIG_MAP.iter().chain(catalogue::CONFIG_MAP_EXTRA) {
+            let data = BTreeMap::from([(e.name.to_string(), payload.to_string())]);
+            let conf = render_with(ingress(BTreeMap::new(), "safe.example.com", "/x"), Some(data));
+            if e.name == "proxy-cookie-domain" && *payload == "x.com pwned.com" {
+                assert!(conf.contains("\n    proxy_cookie_domain x.com pwned.com;\n"));
+                continue;
+            }
+            // Free text (a user agent or referer to block) is data: one
+            // quoted token, nothing else on the line it could reach.
+            let quoted = format!("\"{payload}\"");
+            let as_data = |l: &str| l.trim() == format!("{quoted} 1;");
+            if !payload.contains(['"', '\\', ';', '{', '}', '#', '$', '\n', '\r'])
+                && conf.lines().filter(|l| l.contains("pwned")).all(as_data)
+            {
+                continue;
+            }
+            assert!(
+                !conf.contains("pwned"),
+                "ConfigMap {}={payload:?} reached nginx.conf",
+                e.name
+            );
+            assert!(!conf.contains("ssl_engine"), "ConfigMap {}={payload:?}", e.name);
         }
         let conf = render(ingress(BTreeMap::new(), payload, "/x"));
         assert!(!conf.contains("pwned"), "host {payload:?}");
@@ -156,7 +159,7 @@ proptest! {
     /// rendered file, so no value can open or close a block.
     #[test]
     fn random_values_cannot_change_the_directive_structure(
-        key in prop::sample::select(KEYS),
+        key in prop::sample::select(keys()),
         value in "[a-z0-9 ;{}#$\"'\\\\\n/.:=,-]{0,24}",
     ) {
         let mut a = BTreeMap::new();

@@ -5,18 +5,24 @@
 use std::collections::BTreeMap;
 
 use controller::model::annotations::{Annotations, PREFIX};
+use controller::model::catalogue;
 use controller::model::config_map::GlobalConfig;
 use controller::model::values::{Host, PathRegex, RedirectUrl, RewriteTarget, Size, UrlPath};
 use libfuzzer_sys::fuzz_target;
 
-const KEYS: &[&str] = &[
-    "load-balance", "upstream-hash-by", "upstream-hash-by-subset", "upstream-hash-by-subset-size", "affinity",
-    "affinity-mode", "session-cookie-name", "session-cookie-path", "session-cookie-samesite", "canary",
-    "canary-weight", "canary-by-header", "canary-by-header-pattern", "rewrite-target", "use-regex",
-    "permanent-redirect", "proxy-body-size", "proxy-read-timeout", "proxy-next-upstream", "limit-rps",
-    "limit-connections", "server-alias", "custom-http-errors", "enable-cors", "cors-allow-origin",
-    "whitelist-source-range", "auth-url", "app-root", "upstream-vhost", "default-backend",
-];
+/// Every string a typed value serializes to (what the template renders),
+/// but the validated user-agent regex, which is rendered quoted.
+fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        serde_json::Value::Object(o) => o
+            .iter()
+            .filter(|(k, _)| k.as_str() != "disable")
+            .for_each(|(_, x)| strings(x, out)),
+        _ => {}
+    }
+}
 
 /// What nginx.conf syntax needs; no typed value may contain it.
 fn inert(s: &str) -> bool {
@@ -24,9 +30,10 @@ fn inert(s: &str) -> bool {
 }
 
 fuzz_target!(|pairs: Vec<(u8, String)>| {
+    let names = catalogue::ANNOTATIONS;
     let raw: BTreeMap<String, String> = pairs
         .iter()
-        .map(|(k, v)| (format!("{PREFIX}{}", KEYS[*k as usize % KEYS.len()]), v.clone()))
+        .map(|(k, v)| (format!("{PREFIX}{}", names[*k as usize % names.len()].name), v.clone()))
         .collect();
     let (a, _) = Annotations::parse(&raw, false);
     assert!(a.configuration_snippet.is_none() && a.server_snippet.is_none());
@@ -36,11 +43,18 @@ fuzz_target!(|pairs: Vec<(u8, String)>| {
     for h in &a.server_alias {
         assert!(inert(h.as_str()) && !h.as_str().contains(' '));
     }
-    let plain: BTreeMap<String, String> = raw
+    let mut rendered = Vec::new();
+    strings(&serde_json::to_value(&a.proxy).unwrap(), &mut rendered);
+    let keys: Vec<_> = catalogue::CONFIG_MAP.iter().chain(catalogue::CONFIG_MAP_EXTRA).collect();
+    let plain: BTreeMap<String, String> = pairs
         .iter()
-        .map(|(k, v)| (k.trim_start_matches(PREFIX).to_string(), v.clone()))
+        .map(|(k, v)| (keys[*k as usize % keys.len()].name.to_string(), v.clone()))
         .collect();
-    let _ = GlobalConfig::parse(&plain);
+    let (g, _) = GlobalConfig::parse(&plain);
+    strings(&serde_json::to_value(&g).unwrap(), &mut rendered);
+    for s in &rendered {
+        assert!(inert(s) && !s.contains('$'), "{s:?}");
+    }
     for (_, v) in &pairs {
         if let Ok(h) = Host::parse(v) {
             assert!(inert(h.as_str()));

@@ -115,9 +115,18 @@ impl Upstream {
                     for h in request.headers() {
                         let name = h.field.as_str().as_str();
                         let lower = name.to_ascii_lowercase();
-                        if lower == "x-request-id" || lower == "x-scheme" || lower.starts_with("x-forwarded-") {
+                        if lower == "x-request-id"
+                            || lower == "x-scheme"
+                            || lower == "x-real-ip"
+                            || lower.starts_with("x-forwarded-")
+                        {
                             let echoed = format!("X-Echo-{name}");
                             response.add_header(Header::from_bytes(echoed.as_bytes(), h.value.as_bytes()).unwrap());
+                        }
+                        // `X-Respond-<Name>: v` asks for `<Name>: v` in the
+                        // answer (Set-Cookie, Location, a large header).
+                        if let Some(asked) = name.get(10..).filter(|_| lower.starts_with("x-respond-")) {
+                            response.add_header(Header::from_bytes(asked.as_bytes(), h.value.as_bytes()).unwrap());
                         }
                     }
                     if delay.is_zero() {

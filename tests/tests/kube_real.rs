@@ -657,7 +657,14 @@ fn the_admission_webhook_refuses_bad_ingresses() {
     // What ingress-nginx admits stays admitted: an annotation this
     // controller does not implement, and a TLS Secret that does not exist
     // yet (cert-manager makes it after the Ingress).
-    let pending = ingress("pending", "pending.test", "/", "web", &[("enable-opentelemetry", "true")]).replace(
+    let pending = ingress(
+        "pending",
+        "pending.test",
+        "/",
+        "web",
+        &[("enable-opentelemetry", "true")],
+    )
+    .replace(
         "spec:\n",
         "spec:\n  tls: [{hosts: [pending.test], secretName: not-yet}]\n",
     );

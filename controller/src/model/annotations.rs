@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::catalogue;
+use super::proxy_settings::{self as proxy, HttpVersion, ProxyOverrides, ProxyRedirect, Rewrite};
 use super::values::{
     error_status, number_in, parse_cidrs, HeaderName, Host, Invalid, Origin, RedirectUrl, RewriteTarget, Seconds, Size,
     UrlPath,
@@ -18,6 +19,8 @@ pub const PREFIX: &str = "nginx.ingress.kubernetes.io/";
 
 /// Largest `limit-rps`: far above any per-client rate anyone limits to.
 pub const MAX_RPS: u32 = 1_000_000;
+/// Largest `limit-rate`/`limit-rate-after` in kilobytes (1 TB).
+pub const MAX_RATE_KB: u64 = 1 << 30;
 /// Largest `proxy-next-upstream-tries`.
 pub const MAX_TRIES: u32 = 1_000;
 
@@ -84,6 +87,11 @@ pub struct Annotations {
     pub affinity: Option<Affinity>,
     pub canary: Option<Canary>,
     pub service_upstream: bool,
+    /// Buffers, bodies, cookie and redirect rewriting, HTTP version and
+    /// retry deadline (see `proxy_settings`).
+    pub proxy: ProxyOverrides,
+    /// `connection-proxy-header`: the `Connection` header sent upstream.
+    pub connection_header: Option<HeaderName>,
     /// `affinity-canary-behavior: legacy` on a canary Ingress: its backend
     /// does not share the primary's session affinity.
     pub affinity_canary_legacy: bool,
@@ -114,6 +122,15 @@ pub struct Annotations {
     pub deny_source_range: Vec<String>,
     pub limit_rps: Option<u32>,
     pub limit_connections: Option<u32>,
+    /// `limit-rpm`: requests per minute per client.
+    pub limit_rpm: Option<u32>,
+    /// `limit-burst-multiplier` (default 5): burst = rate × this.
+    pub limit_burst_multiplier: Option<u32>,
+    /// `limit-allowlist` (`limit-whitelist`): clients no limit applies to.
+    pub limit_allowlist: Vec<String>,
+    /// `limit-rate` and `limit-rate-after`, in kilobytes (per second).
+    pub limit_rate: Option<u64>,
+    pub limit_rate_after: Option<u64>,
     pub server_alias: Vec<Host>,
     pub default_backend: Option<String>,
     pub custom_http_errors: Vec<u16>,
@@ -125,17 +142,7 @@ pub struct Annotations {
     pub unimplemented_access_control: Vec<String>,
 }
 
-/// Whether an annotation asks for access control (authentication, client
-/// certificates, `satisfy`, a WAF). Ignoring one would serve what it
-/// protects to everyone, so an unimplemented one fails closed instead of
-/// being ignored like other unknown annotations.
-pub fn is_access_control(name: &str) -> bool {
-    (name.starts_with("auth-") || name.starts_with("modsecurity-") || name.starts_with("global-auth"))
-        || matches!(
-            name,
-            "satisfy" | "enable-modsecurity" | "enable-owasp-core-rules" | "enable-owasp-modsecurity-crs"
-        )
-}
+pub use super::catalogue::is_access_control;
 
 impl From<&Canary> for lua_compat::wire::TrafficShapingPolicy {
     fn from(c: &Canary) -> Self {
@@ -171,14 +178,7 @@ impl From<&Affinity> for lua_compat::wire::SessionAffinityConfig {
     }
 }
 
-/// Go's `strconv.ParseBool`, which ingress-nginx uses for every flag.
-fn parse_bool(s: &str) -> Result<bool, Invalid> {
-    match s.trim() {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        other => Err(Invalid(format!("not a boolean: {other:?}"))),
-    }
-}
+pub use super::values::parse_bool;
 
 fn parse_int<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, Invalid> {
     s.trim().parse().map_err(|_| Invalid(format!("not {what}: {s:?}")))
@@ -350,6 +350,27 @@ impl Annotations {
             "proxy-buffering" => {
                 self.proxy_buffering = Some(one_of(v, &["on", "off"], "proxy-buffering")? == "on");
             }
+            "proxy-buffer-size" => self.proxy.buffer_size = Some(proxy::buffer_size(v, name)?),
+            "proxy-buffers-number" => self.proxy.buffers_number = Some(proxy::buffers_number(v)?),
+            "proxy-busy-buffers-size" => self.proxy.busy_buffers_size = Some(proxy::buffer_size(v, name)?),
+            "proxy-max-temp-file-size" => self.proxy.max_temp_file_size = Some(proxy::max_temp_file_size(v)?),
+            "proxy-request-buffering" => self.proxy.request_buffering = Some(proxy::on_off(v, name)?),
+            "client-body-buffer-size" => self.proxy.client_body_buffer_size = Some(proxy::body_buffer_size(v)?),
+            "proxy-http-version" => self.proxy.http_version = Some(HttpVersion::parse(v)?),
+            "proxy-cookie-domain" => self.proxy.cookie_domain = Some(Rewrite::cookie_domain(v)?),
+            "proxy-cookie-path" => self.proxy.cookie_path = Some(Rewrite::cookie_path(v)?),
+            "proxy-redirect-from" => self.proxy.redirect = ProxyRedirect::parse(v, get("proxy-redirect-to"))?,
+            "proxy-redirect-to" if get("proxy-redirect-from").is_some() => {}
+            "proxy-redirect-to" => return Err(Invalid("ignored: it needs proxy-redirect-from".into())),
+            "proxy-next-upstream-timeout" => self.proxy.next_upstream_timeout = Some(Seconds::parse(v)?),
+            "connection-proxy-header" => {
+                // A header value, one token: `keep-alive`, `close`, `upgrade`.
+                self.connection_header = Some(HeaderName::parse(v).map_err(|_| {
+                    Invalid(format!(
+                        "connection-proxy-header must be one token such as keep-alive: {v:?}"
+                    ))
+                })?)
+            }
             "backend-protocol" => {
                 self.backend_protocol = match v.trim().to_ascii_uppercase().as_str() {
                     "HTTP" => BackendProtocol::Http,
@@ -376,6 +397,14 @@ impl Annotations {
             // nginx refuses a rate or connection limit of 0 (ingress-nginx
             // reads 0 as "off"), and a connection limit above 65535.
             "limit-rps" => self.limit_rps = Some(number_in(v, 0..=MAX_RPS, "limit-rps")?).filter(|n| *n > 0),
+            "limit-rpm" => self.limit_rpm = Some(number_in(v, 0..=MAX_RPS * 60, "limit-rpm")?).filter(|n| *n > 0),
+            "limit-burst-multiplier" => {
+                self.limit_burst_multiplier = Some(number_in(v, 1..=100, "limit-burst-multiplier")?)
+            }
+            "limit-allowlist" | "limit-whitelist" => self.limit_allowlist = parse_cidrs(v)?,
+            // Kilobytes, as ingress-nginx renders them (`limit_rate Nk`).
+            "limit-rate" => self.limit_rate = Some(number_in(v, 0..=MAX_RATE_KB, "limit-rate")?),
+            "limit-rate-after" => self.limit_rate_after = Some(number_in(v, 0..=MAX_RATE_KB, "limit-rate-after")?),
             "limit-connections" => {
                 self.limit_connections = Some(number_in(v, 0..=65535, "limit-connections")?).filter(|n| *n > 0)
             }

@@ -137,6 +137,24 @@ pub fn build(
                 Vec::new()
             }
         };
+        // ingress-nginx's `default-backend` annotation: a Service with no
+        // endpoints is served by the named Service of the same namespace
+        // (its first port). Here that is a push, not a reload.
+        let endpoints = match (&r.annotations.default_backend, endpoints.is_empty() && !r.canary) {
+            (Some(fallback), true) => {
+                let key = (r.namespace.clone(), fallback.clone());
+                let fallback_svc = index.services.get(&key).copied();
+                let fallback_port = fallback_svc.and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first());
+                match (fallback_svc, fallback_port) {
+                    (Some(s), Some(p)) => {
+                        let slices = index.slices.get(&key).map_or(&[][..], Vec::as_slice);
+                        endpoints::resolve(s, p, slices, false, policy).endpoints
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            _ => endpoints,
+        };
         let external = svc.and_then(|s| s.spec.as_ref()).and_then(|s| s.type_.as_deref()) == Some("ExternalName");
         let b = wire_backend(&name, &r, endpoints, external, alternatives, servers, global);
         match lua_compat::validate_backend(&b) {

@@ -12,8 +12,6 @@
 
 use std::fmt::Write as _;
 
-use super::annotations::is_access_control;
-
 /// What this controller does with one ingress-nginx name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -137,9 +135,9 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("canary-by-header-value", "yes"),
     ok("canary-weight", "10"),
     ok("canary-weight-total", "1000"),
-    no("client-body-buffer-size", "not implemented yet"),
+    ok("client-body-buffer-size", "64k"),
     differs("configuration-snippet", "add_header X-Snippet 1;", SNIPPET),
-    no("connection-proxy-header", "not implemented yet"),
+    ok("connection-proxy-header", "keep-alive"),
     ok("cors-allow-credentials", "false"),
     ok("cors-allow-headers", "X-Custom, Content-Type"),
     ok("cors-allow-methods", "GET, POST"),
@@ -148,11 +146,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("cors-max-age", "600"),
     no("custom-headers", "not implemented yet"),
     ok("custom-http-errors", "404,503"),
-    differs(
-        "default-backend",
-        "fallback",
-        "serves the custom-http-errors pages; taking over a Service without endpoints is not implemented yet",
-    ),
+    ok("default-backend", "fallback"),
     ok("denylist-source-range", "192.0.2.0/24"),
     no("disable-proxy-intercept-errors", "not implemented yet"),
     no("enable-access-log", "not implemented yet"),
@@ -171,14 +165,14 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("force-ssl-redirect", "true"),
     no("from-to-www-redirect", "not implemented yet"),
     no("http2-push-preload", "nginx 1.25.1 removed HTTP/2 server push"),
-    no("limit-allowlist", "not implemented yet"),
-    no("limit-burst-multiplier", "not implemented yet"),
+    ok("limit-allowlist", "10.0.0.0/8"),
+    ok("limit-burst-multiplier", "3"),
     ok("limit-connections", "10"),
-    no("limit-rate", "not implemented yet"),
-    no("limit-rate-after", "not implemented yet"),
-    no("limit-rpm", "not implemented yet"),
+    ok("limit-rate", "100"),
+    ok("limit-rate-after", "1024"),
+    ok("limit-rpm", "300"),
     ok("limit-rps", "5"),
-    no("limit-whitelist", "not implemented yet"),
+    ok("limit-whitelist", "10.0.0.0/8"),
     ok("load-balance", "ewma"),
     no("mirror-host", "not implemented yet"),
     no("mirror-request-body", "not implemented yet"),
@@ -191,22 +185,22 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("permanent-redirect-code", "308"),
     ok("preserve-trailing-slash", "true"),
     ok("proxy-body-size", "8m"),
-    no("proxy-buffer-size", "not implemented yet"),
+    ok("proxy-buffer-size", "16k"),
     ok("proxy-buffering", "on"),
-    no("proxy-buffers-number", "not implemented yet"),
-    no("proxy-busy-buffers-size", "not implemented yet"),
+    ok("proxy-buffers-number", "8"),
+    ok("proxy-busy-buffers-size", "32k"),
     ok("proxy-connect-timeout", "10"),
-    no("proxy-cookie-domain", "not implemented yet"),
-    no("proxy-cookie-path", "not implemented yet"),
-    no("proxy-http-version", "not implemented yet"),
-    no("proxy-max-temp-file-size", "not implemented yet"),
+    ok("proxy-cookie-domain", "localhost example.org"),
+    ok("proxy-cookie-path", "/app/ /"),
+    ok("proxy-http-version", "1.0"),
+    ok("proxy-max-temp-file-size", "0"),
     ok("proxy-next-upstream", "error timeout http_502"),
-    no("proxy-next-upstream-timeout", "not implemented yet"),
+    ok("proxy-next-upstream-timeout", "10"),
     ok("proxy-next-upstream-tries", "2"),
     ok("proxy-read-timeout", "120"),
-    no("proxy-redirect-from", "not implemented yet"),
-    no("proxy-redirect-to", "not implemented yet"),
-    no("proxy-request-buffering", "not implemented yet"),
+    ok("proxy-redirect-from", "http://backend:8080/"),
+    ok("proxy-redirect-to", "/app/"),
+    ok("proxy-request-buffering", "off"),
     ok("proxy-send-timeout", "120"),
     no("proxy-ssl-ciphers", PROXY_SSL),
     no("proxy-ssl-name", PROXY_SSL),
@@ -255,7 +249,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("access-log-params", "not implemented yet"),
     no("access-log-path", "not implemented yet; `--nginx-access-log` sets it"),
     no("add-headers", "not implemented yet"),
-    no("allow-backend-server-header", "not implemented yet"),
+    ok("allow-backend-server-header", "true"),
     no(
         "allow-cross-namespace-resources",
         "resources are never read across namespaces",
@@ -270,17 +264,17 @@ pub static CONFIG_MAP: &[Entry] = &[
         "no risk levels: snippets are off unless allowed, every other value is typed",
     ),
     no("bind-address", "not implemented yet; `--listen-address` sets it"),
-    no("block-cidrs", "not implemented yet"),
-    no("block-referers", "not implemented yet"),
-    no("block-user-agents", "not implemented yet"),
+    ok("block-cidrs", "192.0.2.0/24"),
+    ok("block-referers", "~*spam"),
+    ok("block-user-agents", "~*bot,curl/7.0"),
     no("brotli-level", "no brotli module in this nginx"),
     no("brotli-min-length", "no brotli module in this nginx"),
     no("brotli-types", "no brotli module in this nginx"),
-    no("client-body-buffer-size", "not implemented yet"),
-    no("client-body-timeout", "not implemented yet"),
-    no("client-header-buffer-size", "not implemented yet"),
-    no("client-header-timeout", "not implemented yet"),
-    no("compute-full-forwarded-for", "not implemented yet"),
+    ok("client-body-buffer-size", "64k"),
+    ok("client-body-timeout", "30"),
+    ok("client-header-buffer-size", "2k"),
+    ok("client-header-timeout", "30"),
+    ok("compute-full-forwarded-for", "true"),
     ok("custom-http-errors", "404,503"),
     no("debug-connections", "not implemented yet"),
     no("default-type", "not implemented yet"),
@@ -292,18 +286,18 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("enable-aio-write", "not implemented yet"),
     no("enable-brotli", "no brotli module in this nginx"),
     no("enable-modsecurity", MODSECURITY),
-    no("enable-multi-accept", "not implemented yet"),
+    ok("enable-multi-accept", "false"),
     no("enable-ocsp", "not implemented yet"),
     no("enable-opentelemetry", TRACING),
     no("enable-owasp-modsecurity-crs", MODSECURITY),
-    no("enable-real-ip", "not implemented yet"),
+    ok("enable-real-ip", "true"),
     no("enable-serial-reloads", "reloads are always serial here"),
     no("enable-syslog", "not implemented yet"),
-    no("enable-underscores-in-headers", "not implemented yet"),
+    ok("enable-underscores-in-headers", "true"),
     no("error-log-level", "not implemented yet; `--error-log-level` sets it"),
     no("error-log-path", "not implemented yet; `--nginx-error-log` sets it"),
     no("force-ssl-redirect", "not implemented yet"),
-    no("forwarded-for-header", "not implemented yet"),
+    ok("forwarded-for-header", "X-Real-Client"),
     no("forwarded-for-proxy-protocol-header", "not implemented yet"),
     ok("generate-request-id", "false"),
     no("geoip2-autoreload-in-minutes", GEOIP),
@@ -318,7 +312,11 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("global-auth-snippet", AUTH_LATER),
     no("global-auth-url", AUTH_LATER),
     no("grpc-buffer-size-kb", "not implemented yet"),
-    no("hide-headers", "not implemented yet"),
+    ok("gzip-disable", "msie6"),
+    ok("gzip-level", "5"),
+    ok("gzip-min-length", "1024"),
+    ok("gzip-types", "text/html application/json"),
+    ok("hide-headers", "X-Powered-By"),
     ok("hsts", "false"),
     ok("hsts-include-subdomains", "false"),
     ok("hsts-max-age", "600"),
@@ -326,11 +324,20 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("http-access-log-path", "not implemented yet"),
     ok("http-redirect-code", "301"),
     no("http-snippet", SNIPPET),
-    no("http2-max-concurrent-streams", "not implemented yet"),
-    no("http2-max-field-size", "removed from nginx (1.19.7); large-client-header-buffers applies"),
-    no("http2-max-header-size", "removed from nginx (1.19.7); large-client-header-buffers applies"),
-    no("http2-max-requests", "removed from nginx (1.19.7); keep-alive-requests applies"),
-    no("ignore-invalid-headers", "not implemented yet"),
+    ok("http2-max-concurrent-streams", "64"),
+    no(
+        "http2-max-field-size",
+        "removed from nginx (1.19.7); large-client-header-buffers applies",
+    ),
+    no(
+        "http2-max-header-size",
+        "removed from nginx (1.19.7); large-client-header-buffers applies",
+    ),
+    no(
+        "http2-max-requests",
+        "removed from nginx (1.19.7); keep-alive-requests applies",
+    ),
+    ok("ignore-invalid-headers", "false"),
     no("jaeger-baggage-header", JAEGER),
     no("jaeger-collector-host", JAEGER),
     no("jaeger-collector-port", JAEGER),
@@ -345,13 +352,13 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("jaeger-trace-baggage-header-prefix", JAEGER),
     no("jaeger-trace-context-header-name", JAEGER),
     ok("keep-alive", "30"),
-    no("keep-alive-requests", "not implemented yet"),
-    no("large-client-header-buffers", "not implemented yet"),
-    no("limit-conn-status-code", "not implemented yet"),
+    ok("keep-alive-requests", "500"),
+    ok("large-client-header-buffers", "4 16k"),
+    ok("limit-conn-status-code", "429"),
     no("limit-conn-zone-variable", "not implemented yet"),
-    no("limit-rate", "not implemented yet"),
-    no("limit-rate-after", "not implemented yet"),
-    no("limit-req-status-code", "not implemented yet"),
+    ok("limit-rate", "100"),
+    ok("limit-rate-after", "1024"),
+    ok("limit-req-status-code", "429"),
     ok("load-balance", "ewma"),
     no("location-snippet", SNIPPET),
     no("log-format-escape-json", "not implemented yet"),
@@ -360,12 +367,18 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("log-format-upstream", "not implemented yet"),
     no("lua-shared-dicts", LUA),
     no("main-snippet", SNIPPET),
-    no("map-hash-bucket-size", "not implemented yet"),
+    ok("map-hash-bucket-size", "128"),
     ok("max-worker-connections", "4096"),
     no("max-worker-open-files", "not implemented yet"),
     no("modsecurity-snippet", MODSECURITY),
-    no("nginx-status-ipv4-whitelist", "there is no /nginx_status page; `/metrics` has the counters"),
-    no("nginx-status-ipv6-whitelist", "there is no /nginx_status page; `/metrics` has the counters"),
+    no(
+        "nginx-status-ipv4-whitelist",
+        "there is no /nginx_status page; `/metrics` has the counters",
+    ),
+    no(
+        "nginx-status-ipv6-whitelist",
+        "there is no /nginx_status page; `/metrics` has the counters",
+    ),
     no("no-auth-locations", AUTH_LATER),
     ok("no-tls-redirect-locations", "/.well-known/acme-challenge,/health"),
     no("opentelemetry-config", TRACING),
@@ -382,23 +395,27 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("otlp-collector-port", TRACING),
     no("proxy-add-original-uri-header", "not implemented yet"),
     ok("proxy-body-size", "8m"),
-    no("proxy-buffer-size", "not implemented yet"),
+    ok("proxy-buffer-size", "16k"),
     ok("proxy-buffering", "on"),
-    no("proxy-buffers-number", "not implemented yet"),
-    no("proxy-busy-buffers-size", "not implemented yet"),
+    ok("proxy-buffers-number", "8"),
+    ok("proxy-busy-buffers-size", "32k"),
     ok("proxy-connect-timeout", "10"),
-    no("proxy-cookie-domain", "not implemented yet"),
-    no("proxy-cookie-path", "not implemented yet"),
-    no("proxy-headers-hash-bucket-size", "not implemented yet"),
-    no("proxy-headers-hash-max-size", "not implemented yet"),
+    ok("proxy-cookie-domain", "localhost example.org"),
+    ok("proxy-cookie-path", "/app/ /"),
+    ok("proxy-headers-hash-bucket-size", "128"),
+    ok("proxy-headers-hash-max-size", "1024"),
     ok("proxy-next-upstream", "error timeout http_502"),
-    no("proxy-next-upstream-timeout", "not implemented yet"),
+    ok("proxy-next-upstream-timeout", "10"),
     ok("proxy-next-upstream-tries", "2"),
     no("proxy-protocol-header-timeout", "not implemented yet"),
     ok("proxy-read-timeout", "120"),
-    no("proxy-real-ip-cidr", "not implemented yet"),
-    no("proxy-redirect-from", "not implemented yet"),
-    no("proxy-request-buffering", "not implemented yet"),
+    ok("proxy-real-ip-cidr", "10.0.0.0/8,192.168.0.1"),
+    differs(
+        "proxy-redirect-from",
+        "default",
+        "off or default only; a replacement needs the annotations",
+    ),
+    ok("proxy-request-buffering", "off"),
     ok("proxy-send-timeout", "120"),
     no("proxy-set-headers", "not implemented yet"),
     no("proxy-ssl-location-only", PROXY_SSL),
@@ -421,11 +438,14 @@ pub static CONFIG_MAP: &[Entry] = &[
         "a lower bound: the controller sizes the hash from the host names",
     ),
     no("server-snippet", SNIPPET),
-    no("server-tokens", "not implemented yet"),
+    ok("server-tokens", "true"),
     no("service-upstream", "not implemented yet; the annotation works"),
     no("skip-access-log-urls", "not implemented yet"),
     no("ssl-buffer-size", "not implemented yet"),
-    ok("ssl-ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256"),
+    ok(
+        "ssl-ciphers",
+        "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256",
+    ),
     no("ssl-dh-param", "not implemented yet"),
     ok("ssl-ecdh-curve", "X25519:prime256v1"),
     ok("ssl-protocols", "TLSv1.2 TLSv1.3"),
@@ -449,20 +469,16 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("syslog-port", "not implemented yet"),
     ok("upstream-keepalive-connections", "64"),
     ok("upstream-keepalive-requests", "1000"),
-    no("upstream-keepalive-time", "not implemented yet"),
+    ok("upstream-keepalive-time", "30m"),
     ok("upstream-keepalive-timeout", "30"),
-    differs(
-        "use-forwarded-headers",
-        "true",
-        "trusts X-Forwarded-Proto/Host/Port for redirects and upstream headers; the client address (real_ip) is not taken from them yet",
-    ),
+    ok("use-forwarded-headers", "true"),
     no("use-geoip", GEOIP),
     no("use-geoip2", GEOIP),
-    no("use-gzip", "not implemented yet"),
+    ok("use-gzip", "true"),
     ok("use-http2", "false"),
     no("use-proxy-protocol", "not implemented yet"),
-    no("variables-hash-bucket-size", "not implemented yet"),
-    no("variables-hash-max-size", "not implemented yet"),
+    ok("variables-hash-bucket-size", "512"),
+    ok("variables-hash-max-size", "4096"),
     no("whitelist-source-range", "not implemented yet"),
     no("worker-cpu-affinity", "not implemented yet"),
     ok("worker-processes", "2"),
@@ -491,6 +507,18 @@ pub fn annotation(name: &str) -> Option<&'static Entry> {
 
 pub fn config_map_key(name: &str) -> Option<&'static Entry> {
     CONFIG_MAP.iter().chain(CONFIG_MAP_EXTRA).find(|e| e.name == name)
+}
+
+/// Whether an annotation asks for access control (authentication, client
+/// certificates, `satisfy`, a WAF). Ignoring one would serve what it
+/// protects to everyone, so an unimplemented one fails closed instead of
+/// being ignored like other unknown annotations.
+pub fn is_access_control(name: &str) -> bool {
+    (name.starts_with("auth-") || name.starts_with("modsecurity-") || name.starts_with("global-auth"))
+        || matches!(
+            name,
+            "satisfy" | "enable-modsecurity" | "enable-owasp-core-rules" | "enable-owasp-modsecurity-crs"
+        )
 }
 
 /// Why an ingress-nginx name is ignored, or a generic answer for a name
@@ -545,81 +573,7 @@ pub fn markdown() -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::model::annotations::{Annotations, PREFIX};
-    use crate::model::config_map::GlobalConfig;
-
-    /// Annotations that only mean something next to another one.
-    fn prerequisites(name: &str) -> &'static [(&'static str, &'static str)] {
-        match name {
-            n if n.starts_with("canary-") => &[("canary", "true")],
-            n if n.starts_with("session-cookie-") || n == "affinity-mode" => &[("affinity", "cookie")],
-            n if n.starts_with("cors-") => &[("enable-cors", "true")],
-            "permanent-redirect-code" => &[("permanent-redirect", "https://example.com/")],
-            "temporal-redirect-code" => &[("temporal-redirect", "https://example.com/")],
-            _ => &[],
-        }
-    }
-
-    /// The table and the parsers agree: every honoured annotation's sample
-    /// is accepted, every unsupported one is reported.
-    #[test]
-    fn annotations_match_the_parser() {
-        for e in ANNOTATIONS {
-            let raw: BTreeMap<String, String> = prerequisites(e.name)
-                .iter()
-                .chain([&(e.name, e.sample)])
-                .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
-                .collect();
-            let (_, problems) = Annotations::parse(&raw, true);
-            let mine: Vec<_> = problems
-                .iter()
-                .filter(|p| p.annotation == format!("{PREFIX}{}", e.name))
-                .collect();
-            if e.status.honoured() {
-                assert!(mine.is_empty(), "{}: listed as honoured, refused: {mine:?}", e.name);
-            } else {
-                assert!(!mine.is_empty(), "{}: listed as unsupported, accepted", e.name);
-            }
-        }
-    }
-
-    #[test]
-    fn config_map_keys_match_the_parser() {
-        for e in CONFIG_MAP.iter().chain(CONFIG_MAP_EXTRA) {
-            let data = BTreeMap::from([(e.name.to_string(), e.sample.to_string())]);
-            let (_, problems) = GlobalConfig::parse(&data);
-            let mine: Vec<_> = problems
-                .iter()
-                .filter(|p| p.annotation == format!("ConfigMap key {}", e.name))
-                .collect();
-            if e.status.honoured() {
-                assert!(mine.is_empty(), "{}: listed as honoured, refused: {mine:?}", e.name);
-            } else {
-                assert!(!mine.is_empty(), "{}: listed as unsupported, accepted", e.name);
-            }
-        }
-    }
-
-    /// The README's table is this one (`UPDATE_GOLDEN=1` rewrites it).
-    #[test]
-    fn readme_table_is_generated() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-        let readme = std::fs::read_to_string(path).unwrap();
-        let (begin, end) = ("<!-- compat-table:begin -->\n", "<!-- compat-table:end -->");
-        let start = readme.find(begin).expect("README has the compat-table markers") + begin.len();
-        let stop = readme[start..].find(end).expect("end marker") + start;
-        let table = markdown();
-        if readme[start..stop] != table {
-            if std::env::var_os("UPDATE_GOLDEN").is_some() {
-                std::fs::write(path, format!("{}{table}{}", &readme[..start], &readme[stop..])).unwrap();
-            } else {
-                panic!("README.md's compatibility table is stale: run UPDATE_GOLDEN=1 cargo test -p controller");
-            }
-        }
-    }
 
     #[test]
     fn names_are_sorted_and_unique() {

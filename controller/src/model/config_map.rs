@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::annotations::Problem;
+use super::http_settings::HttpSettings;
+use super::proxy_settings::ProxyDefaults;
+use super::real_ip::RealIp;
 use super::ssl_settings;
 use super::values::{error_status, number_in, Invalid, Seconds, Size};
 
@@ -56,6 +59,12 @@ pub struct GlobalConfig {
     pub generate_request_id: bool,
     pub allow_snippet_annotations: bool,
     pub custom_http_errors: Vec<u16>,
+    /// Proxy buffers, bodies and rewrites for every location.
+    pub proxy: ProxyDefaults,
+    /// Plain `http {}` settings (client buffers, hashes, headers, gzip).
+    pub http: HttpSettings,
+    /// The client address behind trusted proxies.
+    pub real_ip: RealIp,
     /// Lower bounds for the computed `server_names_hash_*` sizes.
     pub server_name_hash_bucket_size: usize,
     pub server_name_hash_max_size: usize,
@@ -94,6 +103,9 @@ impl Default for GlobalConfig {
             generate_request_id: true,
             allow_snippet_annotations: false,
             custom_http_errors: Vec::new(),
+            proxy: ProxyDefaults::default(),
+            http: HttpSettings::default(),
+            real_ip: RealIp::default(),
             server_name_hash_bucket_size: 64,
             server_name_hash_max_size: 1024,
         }
@@ -130,7 +142,10 @@ impl GlobalConfig {
         let mut c = GlobalConfig::default();
         let mut problems = Vec::new();
         for (key, v) in data {
-            let result: Result<(), Invalid> = (|| {
+            let grouped = (c.proxy.apply(key, v))
+                .or_else(|| c.http.apply(key, v))
+                .or_else(|| c.real_ip.apply(key, v));
+            let result: Result<(), Invalid> = grouped.unwrap_or_else(|| {
                 match key.as_str() {
                     "worker-processes" => {
                         c.worker_processes = if v.trim() == "auto" {
@@ -235,13 +250,22 @@ impl GlobalConfig {
                     }
                 }
                 Ok(())
-            })();
+            });
             if let Err(e) = result {
                 problems.push(Problem {
                     annotation: format!("ConfigMap key {key}"),
                     reason: e.0,
                 });
             }
+        }
+        c.http.finish();
+        if let Err(e) = c.proxy.settle_buffers() {
+            problems.push(Problem {
+                annotation: "ConfigMap key proxy-buffers-number".into(),
+                reason: format!(
+                    "{e}; proxy-buffer-size, proxy-buffers-number and proxy-busy-buffers-size keep their defaults"
+                ),
+            });
         }
         // QUIC carries TLS 1.3 only: without it every HTTP/3 handshake
         // would fail, so HTTP/3 stays off and the operator is told.

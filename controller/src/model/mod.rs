@@ -13,7 +13,10 @@ pub mod catalogue;
 pub mod class;
 pub mod config_map;
 pub mod endpoints;
+pub mod http_settings;
 pub mod names;
+pub mod proxy_settings;
+pub mod real_ip;
 pub mod ssl_settings;
 pub mod tls;
 pub mod values;
@@ -170,6 +173,10 @@ pub struct Location {
     pub proxy_next_upstream: Vec<String>,
     pub proxy_next_upstream_tries: u32,
     pub proxy_buffering: bool,
+    /// The Ingress's proxy overrides (only these are rendered in the
+    /// location; the ConfigMap's values are in `http {}`).
+    pub proxy: proxy_settings::ProxyOverrides,
+    pub connection_header: Option<values::HeaderName>,
     pub backend_protocol: BackendProtocol,
     pub upstream_vhost: Option<Host>,
     pub cors: Option<Cors>,
@@ -177,6 +184,19 @@ pub struct Location {
     pub deny: Vec<String>,
     pub limit_rps: Option<u32>,
     pub limit_connections: Option<u32>,
+    pub limit_rpm: Option<u32>,
+    /// Burst of `limit_req`: the rate times `limit-burst-multiplier`.
+    pub limit_burst_multiplier: u32,
+    /// Clients the request and connection limits do not apply to.
+    pub limit_allowlist: Vec<String>,
+    /// `limit_rate`/`limit_rate_after` in kilobytes; `None` inherits the
+    /// ConfigMap's (rendered in `http {}`).
+    pub limit_rate: Option<u64>,
+    pub limit_rate_after: Option<u64>,
+    /// The ConfigMap's `block-cidrs`, repeated in a location with its own
+    /// allow/deny rules (nginx inherits access rules only into a location
+    /// that has none).
+    pub block_cidrs: Vec<String>,
     /// custom-http-errors: codes sent to a named error location.
     pub error_pages: Vec<ErrorPage>,
     pub snippet: Option<String>,

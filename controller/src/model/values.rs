@@ -201,6 +201,18 @@ impl Size {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The size in bytes (the parser has checked that it fits).
+    pub fn bytes(&self) -> u64 {
+        let digits = self.0.trim_end_matches(['k', 'm', 'g']);
+        let scale = match self.0.as_bytes().last() {
+            Some(b'k') => 1 << 10,
+            Some(b'm') => 1 << 20,
+            Some(b'g') => 1 << 30,
+            _ => 1,
+        };
+        digits.parse::<u64>().unwrap_or(0).saturating_mul(scale)
+    }
 }
 
 /// An HTTP status that `error_page` accepts as an error: 400-599, except
@@ -327,6 +339,15 @@ pub fn parse_cidrs(s: &str) -> Result<Vec<String>, Invalid> {
             }
         })
         .collect()
+}
+
+/// Go's `strconv.ParseBool`, which ingress-nginx uses for every flag.
+pub fn parse_bool(s: &str) -> Result<bool, Invalid> {
+    match s.trim() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        other => Err(Invalid(format!("not a boolean: {other:?}"))),
+    }
 }
 
 #[cfg(test)]

@@ -509,6 +509,19 @@ impl<'s> Builder<'s> {
                 .unwrap_or_default(),
             path: ingress_path.to_string(),
         };
+        let mut proxy = a.proxy.clone();
+        if let Err(e) = proxy.settle_buffers(&g.proxy) {
+            let report = Report {
+                object: format!("Ingress {ing}"),
+                what: format!("{}proxy-buffers-number", super::annotations::PREFIX),
+                reason: format!("{e}; the buffer annotations are ignored"),
+            };
+            // A Prefix path renders two locations: one report.
+            if !self.problems.contains(&report) {
+                self.problems.push(report);
+            }
+        }
+        let g = &self.global;
         // ingress-nginx's force_no_ssl_redirect: the Ingress path starts
         // with one of `no-tls-redirect-locations` (ACME challenges).
         let no_tls_redirect = g
@@ -545,6 +558,8 @@ impl<'s> Builder<'s> {
                 .unwrap_or_else(|| g.proxy_next_upstream.clone()),
             proxy_next_upstream_tries: a.proxy_next_upstream_tries.unwrap_or(g.proxy_next_upstream_tries),
             proxy_buffering: a.proxy_buffering.unwrap_or(g.proxy_buffering),
+            proxy,
+            connection_header: a.connection_header.clone(),
             backend_protocol: a.backend_protocol,
             upstream_vhost: a.upstream_vhost.clone(),
             cors: a.cors.clone(),
@@ -552,6 +567,16 @@ impl<'s> Builder<'s> {
             deny: a.deny_source_range.clone(),
             limit_rps: a.limit_rps,
             limit_connections: a.limit_connections,
+            limit_rpm: a.limit_rpm,
+            limit_burst_multiplier: a.limit_burst_multiplier.unwrap_or(5),
+            limit_allowlist: a.limit_allowlist.clone(),
+            limit_rate: a.limit_rate,
+            limit_rate_after: a.limit_rate_after,
+            block_cidrs: if a.allow_source_range.is_empty() && a.deny_source_range.is_empty() {
+                Vec::new()
+            } else {
+                g.http.block.cidrs.clone()
+            },
             error_pages,
             snippet: a.configuration_snippet.clone(),
         }

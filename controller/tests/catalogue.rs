@@ -1,0 +1,80 @@
+//! The catalogue (`controller::model::catalogue`), the parsers and the
+//! README agree: every honoured name's sample value is accepted, every
+//! unsupported one is reported, and the README's table is the generated one.
+
+use std::collections::BTreeMap;
+
+use controller::model::annotations::{Annotations, PREFIX};
+use controller::model::catalogue::{markdown, ANNOTATIONS, CONFIG_MAP, CONFIG_MAP_EXTRA};
+use controller::model::config_map::GlobalConfig;
+
+/// Annotations that only mean something next to another one.
+fn prerequisites(name: &str) -> &'static [(&'static str, &'static str)] {
+    match name {
+        n if n.starts_with("canary-") => &[("canary", "true")],
+        n if n.starts_with("session-cookie-") || n == "affinity-mode" => &[("affinity", "cookie")],
+        n if n.starts_with("cors-") => &[("enable-cors", "true")],
+        "permanent-redirect-code" => &[("permanent-redirect", "https://example.com/")],
+        "temporal-redirect-code" => &[("temporal-redirect", "https://example.com/")],
+        "proxy-redirect-to" => &[("proxy-redirect-from", "http://backend:8080/")],
+        _ => &[],
+    }
+}
+
+/// The table and the parsers agree: every honoured annotation's sample
+/// is accepted, every unsupported one is reported.
+#[test]
+fn annotations_match_the_parser() {
+    for e in ANNOTATIONS {
+        let raw: BTreeMap<String, String> = prerequisites(e.name)
+            .iter()
+            .chain([&(e.name, e.sample)])
+            .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
+            .collect();
+        let (_, problems) = Annotations::parse(&raw, true);
+        let mine: Vec<_> = problems
+            .iter()
+            .filter(|p| p.annotation == format!("{PREFIX}{}", e.name))
+            .collect();
+        if e.status.honoured() {
+            assert!(mine.is_empty(), "{}: listed as honoured, refused: {mine:?}", e.name);
+        } else {
+            assert!(!mine.is_empty(), "{}: listed as unsupported, accepted", e.name);
+        }
+    }
+}
+
+#[test]
+fn config_map_keys_match_the_parser() {
+    for e in CONFIG_MAP.iter().chain(CONFIG_MAP_EXTRA) {
+        let data = BTreeMap::from([(e.name.to_string(), e.sample.to_string())]);
+        let (_, problems) = GlobalConfig::parse(&data);
+        let mine: Vec<_> = problems
+            .iter()
+            .filter(|p| p.annotation == format!("ConfigMap key {}", e.name))
+            .collect();
+        if e.status.honoured() {
+            assert!(mine.is_empty(), "{}: listed as honoured, refused: {mine:?}", e.name);
+        } else {
+            assert!(!mine.is_empty(), "{}: listed as unsupported, accepted", e.name);
+        }
+    }
+}
+
+/// The README's table is this one (`UPDATE_GOLDEN=1` rewrites it).
+#[test]
+fn readme_table_is_generated() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let (begin, end) = ("<!-- compat-table:begin -->\n", "<!-- compat-table:end -->");
+    let start = readme.find(begin).expect("README has the compat-table markers") + begin.len();
+    let stop = readme[start..].find(end).expect("end marker") + start;
+    let table = markdown();
+    if readme[start..stop] != table {
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(path, format!("{}{table}{}", &readme[..start], &readme[stop..])).unwrap();
+        } else {
+            panic!("README.md's compatibility table is stale: run UPDATE_GOLDEN=1 cargo test -p controller");
+        }
+    }
+}
