@@ -92,7 +92,13 @@ fn buffers_rewrites_hidden_headers_and_gzip() {
         ("small.yaml", ingress("small", "small.test", "/", "web", &[])),
         (
             "big.yaml",
-            ingress("big", "big.test", "/", "web", &[("proxy-buffer-size", "16k")]),
+            ingress(
+                "big",
+                "big.test",
+                "/",
+                "web",
+                &[("proxy-buffer-size", "16k"), ("x-forwarded-prefix", "/big")],
+            ),
         ),
         (
             "rewrite.yaml",
@@ -130,6 +136,7 @@ fn buffers_rewrites_hidden_headers_and_gzip() {
     let (status, h) = get(port, "big.test", "/", &asked);
     assert_eq!(status, 200);
     assert_eq!(header(&h, "x-large").map(str::len), Some(6000));
+    assert_eq!(header(&h, "x-echo-x-forwarded-prefix"), Some("/big"));
 
     // Set-Cookie domain and path, and Location, rewritten for this Ingress.
     let (status, h) = get(

@@ -90,6 +90,15 @@ pub struct Annotations {
     /// Buffers, bodies, cookie and redirect rewriting, HTTP version and
     /// retry deadline (see `proxy_settings`).
     pub proxy: ProxyOverrides,
+    /// `x-forwarded-prefix`: sent upstream as `X-Forwarded-Prefix`.
+    pub x_forwarded_prefix: Option<UrlPath>,
+    /// `enable-access-log: "false"` turns the access log off here.
+    pub enable_access_log: Option<bool>,
+    /// `enable-rewrite-log`: nginx logs each rewrite (at notice level).
+    pub enable_rewrite_log: bool,
+    /// `disable-proxy-intercept-errors`: with `custom-http-errors`, the
+    /// backend's own error pages pass through unchanged.
+    pub disable_proxy_intercept_errors: bool,
     /// `connection-proxy-header`: the `Connection` header sent upstream.
     pub connection_header: Option<HeaderName>,
     /// `affinity-canary-behavior: legacy` on a canary Ingress: its backend
@@ -363,6 +372,10 @@ impl Annotations {
             "proxy-redirect-to" if get("proxy-redirect-from").is_some() => {}
             "proxy-redirect-to" => return Err(Invalid("ignored: it needs proxy-redirect-from".into())),
             "proxy-next-upstream-timeout" => self.proxy.next_upstream_timeout = Some(Seconds::parse(v)?),
+            "x-forwarded-prefix" => self.x_forwarded_prefix = Some(UrlPath::parse(v.trim())?),
+            "enable-access-log" => self.enable_access_log = Some(parse_bool(v)?),
+            "enable-rewrite-log" => self.enable_rewrite_log = parse_bool(v)?,
+            "disable-proxy-intercept-errors" => self.disable_proxy_intercept_errors = parse_bool(v)?,
             "connection-proxy-header" => {
                 // A header value, one token: `keep-alive`, `close`, `upgrade`.
                 self.connection_header = Some(HeaderName::parse(v).map_err(|_| {

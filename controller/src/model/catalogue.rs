@@ -148,8 +148,8 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("custom-http-errors", "404,503"),
     ok("default-backend", "fallback"),
     ok("denylist-source-range", "192.0.2.0/24"),
-    no("disable-proxy-intercept-errors", "not implemented yet"),
-    no("enable-access-log", "not implemented yet"),
+    ok("disable-proxy-intercept-errors", "true"),
+    ok("enable-access-log", "false"),
     ok("enable-cors", "true"),
     differs(
         "enable-global-auth",
@@ -159,7 +159,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     no("enable-modsecurity", MODSECURITY),
     no("enable-opentelemetry", TRACING),
     no("enable-owasp-core-rules", MODSECURITY),
-    no("enable-rewrite-log", "not implemented yet"),
+    ok("enable-rewrite-log", "true"),
     no("fastcgi-index", FASTCGI),
     no("fastcgi-params-configmap", FASTCGI),
     ok("force-ssl-redirect", "true"),
@@ -241,7 +241,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("use-port-in-redirects", "true"),
     ok("use-regex", "true"),
     ok("whitelist-source-range", "10.0.0.0/8"),
-    no("x-forwarded-prefix", "not implemented yet"),
+    ok("x-forwarded-prefix", "/app"),
 ];
 
 /// ingress-nginx's ConfigMap keys, in name order.

@@ -177,6 +177,13 @@ pub struct Location {
     /// location; the ConfigMap's values are in `http {}`).
     pub proxy: proxy_settings::ProxyOverrides,
     pub connection_header: Option<values::HeaderName>,
+    pub x_forwarded_prefix: Option<UrlPath>,
+    /// `false` turns the access log off in this location.
+    pub access_log: bool,
+    pub rewrite_log: bool,
+    /// Whether `proxy_intercept_errors` is on (custom-http-errors, unless
+    /// `disable-proxy-intercept-errors`).
+    pub intercept_errors: bool,
     pub backend_protocol: BackendProtocol,
     pub upstream_vhost: Option<Host>,
     pub cors: Option<Cors>,

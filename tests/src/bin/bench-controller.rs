@@ -171,10 +171,17 @@ fn instructions_with(n: usize, forwarded: bool) {
         .find(|l| l.contains("dynamic_balancer_api_token_file"))
         .map(|l| format!("{l}\n"))
         .unwrap_or_default();
+    // Unlimited keep-alive: the rendered http-level keepalive_requests
+    // (keep-alive-requests) is replaced, not duplicated.
+    let keepalive = rendered
+        .lines()
+        .find(|l| l.starts_with("    keepalive_requests "))
+        .map(|l| format!("{l}\n"))
+        .expect("the template renders keepalive_requests in http {}");
     let ingress_conf = rendered
         .replacen(&token_line, "", 1)
         .replacen("worker_processes 1;", "master_process off;\nworker_processes 1;", 1)
-        .replacen("http {", "http {\n    keepalive_requests 1000000;", 1);
+        .replacen(&keepalive, "    keepalive_requests 1000000;\n", 1);
     let (plain_port, plain_api) = (free_port(), free_port());
     let plain_conf = single_process_conf(&plain_http_block(plain_port, plain_api));
     let per_request = |conf: &str, body: &str, port: u16, api: u16, headers: &str| {
