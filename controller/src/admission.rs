@@ -197,6 +197,12 @@ pub fn refuses(report: &model::Report) -> bool {
     // Access control that is not honoured fails closed: refused whatever
     // its message says, so no rewording can make it look "unsupported".
     let annotation = report.what.strip_prefix(ANNOTATION_PREFIX).unwrap_or("");
+    // A basic-auth Secret that does not exist yet (`kubectl apply -f dir`
+    // creates in file order): admitted like a TLS Secret; until it exists
+    // the Ingress fails closed.
+    if annotation == "auth-secret" && report.reason.contains("not found") {
+        return false;
+    }
     if model::annotations::is_access_control(annotation) {
         return true;
     }

@@ -9,6 +9,7 @@
 //!   (per-backend pushes), which never wait on each other.
 
 pub mod admission;
+pub mod auth_files;
 pub mod certgen;
 pub mod check;
 pub mod default_certificate;

@@ -43,6 +43,9 @@ pub async fn test_candidate(
     structure: &Structure,
 ) -> anyhow::Result<String> {
     let text = renderer.render(structure, &settings.render)?;
+    // The basic-auth user files the candidate names (new names only: a
+    // running configuration's files are never rewritten).
+    crate::auth_files::write_all(&settings.conf_dir, &structure.auth_files)?;
     let candidate = candidate_path(settings);
     std::fs::write(&candidate, &text).with_context(|| format!("writing {}", candidate.display()))?;
     shared.nginx.test(&candidate).await?;
@@ -79,6 +82,9 @@ pub async fn apply_tested(
         shared.nginx.reload()?;
         wait_for_workers(&shared.api, &old, expected, settings.reload_timeout).await?;
     }
+    // Files neither this configuration nor the one before names (its old
+    // workers may still be finishing requests) are removed.
+    crate::auth_files::remove_stale(&settings.conf_dir, &structure.auth_files);
     let digest = Sha256::digest(text.as_bytes());
     let mut first = [0u8; 8];
     first[2..].copy_from_slice(&digest[..6]);

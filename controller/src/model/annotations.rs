@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::basic_auth::{self, SecretType};
 use super::catalogue;
 use super::proxy_settings::{self as proxy, HttpVersion, ProxyOverrides, ProxyRedirect, Rewrite};
 use super::values::{
@@ -76,6 +77,14 @@ pub struct Affinity {
     pub change_on_failure: bool,
 }
 
+/// `auth-type: basic`: where the users are and the realm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BasicAuthRef {
+    pub secret: String,
+    pub secret_type: SecretType,
+    pub realm: String,
+}
+
 /// Everything this controller understands from one Ingress's annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Annotations {
@@ -90,6 +99,9 @@ pub struct Annotations {
     /// Buffers, bodies, cookie and redirect rewriting, HTTP version and
     /// retry deadline (see `proxy_settings`).
     pub proxy: ProxyOverrides,
+    /// `auth-type: basic` with `auth-secret` (a Secret of the Ingress's
+    /// namespace), `auth-secret-type` and `auth-realm`.
+    pub basic_auth: Option<BasicAuthRef>,
     /// `x-forwarded-prefix`: sent upstream as `X-Forwarded-Prefix`.
     pub x_forwarded_prefix: Option<UrlPath>,
     /// `enable-access-log: "false"` turns the access log off here.
@@ -444,6 +456,29 @@ impl Annotations {
                     self.configuration_snippet = text;
                 }
             }
+            "auth-type" => match v.trim() {
+                "basic" => {
+                    let Some(secret) = get("auth-secret") else {
+                        self.unimplemented_access_control.push(name.to_string());
+                        return Err(Invalid(
+                            "auth-type basic needs auth-secret; the Ingress fails closed (503) until it has one".into(),
+                        ));
+                    };
+                    self.basic_auth = Some(Self::basic_auth(secret, get).inspect_err(|_| {
+                        self.unimplemented_access_control.push("auth-secret".into());
+                    })?);
+                }
+                _ => {
+                    self.unimplemented_access_control.push(name.to_string());
+                    return Err(Invalid(format!(
+                        "auth-type must be basic (nginx has no digest authentication): {v:?}; the Ingress fails closed (503)"
+                    )));
+                }
+            },
+            "auth-secret" | "auth-secret-type" | "auth-realm" if get("auth-type").is_some() => {}
+            "auth-secret" | "auth-secret-type" | "auth-realm" => {
+                return Err(Invalid("ignored: it needs auth-type".into()))
+            }
             // There is no global-auth-url yet; opting out of it is a no-op.
             "enable-global-auth" => self.enable_global_auth = Some(parse_bool(v)?),
             n if is_access_control(n) => {
@@ -456,6 +491,23 @@ impl Annotations {
             n => return Err(Invalid(catalogue::unsupported_reason(catalogue::annotation(n)))),
         }
         Ok(())
+    }
+
+    /// The secret (`name`, or `namespace/name` of the Ingress's own
+    /// namespace, which the builder checks), its type and the realm.
+    fn basic_auth<'r>(secret: &str, get: &dyn Fn(&str) -> Option<&'r str>) -> Result<BasicAuthRef, Invalid> {
+        let secret = secret.trim();
+        let name = secret.rsplit('/').next().unwrap_or(secret);
+        if !super::values::is_object_name(name) || secret.matches('/').count() > 1 {
+            return Err(Invalid(format!(
+                "auth-secret is not a Secret name: {secret:?}; the Ingress fails closed"
+            )));
+        }
+        Ok(BasicAuthRef {
+            secret: secret.to_string(),
+            secret_type: get("auth-secret-type").map_or(Ok(SecretType::AuthFile), SecretType::parse)?,
+            realm: get("auth-realm").map_or_else(|| Ok("Authentication Required".into()), basic_auth::realm)?,
+        })
     }
 
     fn affinity<'r>(get: &dyn Fn(&str) -> Option<&'r str>) -> Result<Affinity, Invalid> {
@@ -612,7 +664,7 @@ mod tests {
     fn unimplemented_access_control_fails_closed() {
         let (a, p) = parse(
             &[
-                ("auth-type", "basic"),
+                ("auth-type", "digest"),
                 ("auth-secret", "basic-auth"),
                 ("auth-url", "https://auth.example/check"),
                 ("satisfy", "any"),
@@ -624,16 +676,45 @@ mod tests {
         );
         assert_eq!(
             a.unimplemented_access_control,
-            ["auth-secret", "auth-type", "auth-url", "enable-modsecurity", "satisfy"]
+            ["auth-type", "auth-url", "enable-modsecurity", "satisfy"]
         );
         assert!(
-            p.iter().filter(|p| p.reason.contains("fails closed")).count() == 5,
+            p.iter().filter(|p| p.reason.contains("fails closed")).count() == 4,
             "{p:?}"
         );
         assert!(p
             .iter()
             .any(|p| p.annotation.ends_with("mirror-target") && p.reason.contains("ignored")));
         assert!(!p.iter().any(|p| p.annotation.ends_with("enable-global-auth")));
+    }
+
+    #[test]
+    fn basic_auth_needs_its_secret() {
+        let (a, p) = parse(
+            &[
+                ("auth-type", "basic"),
+                ("auth-secret", "team/users"),
+                ("auth-realm", "Team"),
+            ],
+            false,
+        );
+        assert!(p.is_empty(), "{p:?}");
+        let b = a.basic_auth.unwrap();
+        assert_eq!((b.secret.as_str(), b.realm.as_str()), ("team/users", "Team"));
+        let (a, p) = parse(&[("auth-type", "basic")], false);
+        assert!(
+            a.basic_auth.is_none() && a.unimplemented_access_control == ["auth-type"],
+            "{p:?}"
+        );
+        let (a, _) = parse(&[("auth-type", "basic"), ("auth-secret", "a/b/c")], false);
+        assert!(a.basic_auth.is_none() && !a.unimplemented_access_control.is_empty());
+        let (a, _) = parse(
+            &[("auth-type", "basic"), ("auth-secret", "users"), ("auth-realm", "\"$x")],
+            false,
+        );
+        assert!(a.basic_auth.is_none() && !a.unimplemented_access_control.is_empty());
+        let (_, p) = parse(&[("auth-secret", "users")], false);
+        assert!(p[0].reason.contains("needs auth-type"), "{p:?}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod annotations;
 mod backends;
+pub mod basic_auth;
 mod build;
 pub mod catalogue;
 pub mod class;
@@ -47,6 +48,10 @@ pub struct Structure {
     /// it the default server answers 404 itself.
     pub has_default_backend: bool,
     pub server_names_hash: ServerNamesHash,
+    /// Basic-auth user files, by name (under `<conf-dir>/auth/`). Only
+    /// their names reach nginx.conf.
+    #[serde(skip)]
+    pub auth_files: BTreeMap<String, String>,
 }
 
 /// `server_names_hash_bucket_size` and `_max_size`, sized from the names
@@ -178,6 +183,8 @@ pub struct Location {
     pub proxy: proxy_settings::ProxyOverrides,
     pub connection_header: Option<values::HeaderName>,
     pub x_forwarded_prefix: Option<UrlPath>,
+    /// `auth-type: basic`: the realm and the user file.
+    pub basic_auth: Option<basic_auth::BasicAuth>,
     /// `false` turns the access log off in this location.
     pub access_log: bool,
     pub rewrite_log: bool,

@@ -32,6 +32,8 @@ struct Stores {
     services: Store<Service>,
     slices: Store<EndpointSlice>,
     secrets: Store<Secret>,
+    /// Opaque Secrets: basic-auth user lists (`auth-secret`).
+    opaque_secrets: Store<Secret>,
     config_maps: Store<ConfigMap>,
 }
 
@@ -48,7 +50,10 @@ impl Stores {
             classes: all(&self.classes),
             services: all(&self.services),
             slices: all(&self.slices),
-            secrets: all(&self.secrets),
+            secrets: all(&self.secrets)
+                .into_iter()
+                .chain(all(&self.opaque_secrets))
+                .collect(),
             config_map: self.config_maps.state().first().cloned(),
         }
     }
@@ -59,6 +64,7 @@ impl Stores {
         self.services.wait_until_ready().await?;
         self.slices.wait_until_ready().await?;
         self.secrets.wait_until_ready().await?;
+        self.opaque_secrets.wait_until_ready().await?;
         self.config_maps.wait_until_ready().await
     }
 }
@@ -120,6 +126,10 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
     let (slices, t4) = reflect(api::<EndpointSlice>(&client, ns), slice_cfg);
     let secret_cfg = watcher::Config::default().fields("type=kubernetes.io/tls");
     let (secrets, t5) = reflect(api::<Secret>(&client, ns), secret_cfg);
+    // Only TLS and Opaque Secrets: never service-account tokens or Helm's
+    // release records, which are many and large.
+    let opaque_cfg = watcher::Config::default().fields("type=Opaque");
+    let (opaque_secrets, t7) = reflect(api::<Secret>(&client, ns), opaque_cfg);
     let (cm_ns, cm_name) = &opts.config_map;
     let cm_cfg = watcher::Config::default().fields(&format!("metadata.name={cm_name}"));
     let (config_maps, t6) = reflect(Api::<ConfigMap>::namespaced(client.clone(), cm_ns), cm_cfg);
@@ -129,11 +139,20 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         services,
         slices,
         secrets,
+        opaque_secrets,
         config_maps,
     };
 
     let changed = Arc::new(Notify::new());
-    let ticks = stream::select_all([t1.boxed(), t2.boxed(), t3.boxed(), t4.boxed(), t5.boxed(), t6.boxed()]);
+    let ticks = stream::select_all([
+        t1.boxed(),
+        t2.boxed(),
+        t3.boxed(),
+        t4.boxed(),
+        t5.boxed(),
+        t6.boxed(),
+        t7.boxed(),
+    ]);
     let notify = changed.clone();
     let driver = tokio::spawn(ticks.for_each(move |()| {
         notify.notify_one();

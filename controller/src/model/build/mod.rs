@@ -97,6 +97,8 @@ struct Builder<'s> {
     regex_hosts: BTreeSet<String>,
     /// Primary backend → its canary backends.
     alternatives: BTreeMap<String, BTreeSet<String>>,
+    /// Basic-auth user files by name.
+    auth_files: BTreeMap<String, String>,
 }
 
 /// Builds with nothing quarantined.
@@ -124,6 +126,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
         problems: Vec::new(),
         regex_hosts: BTreeSet::new(),
         alternatives: BTreeMap::new(),
+        auth_files: BTreeMap::new(),
     };
     if let Some(cm) = &snap.config_map {
         b.report_all(&format!("ConfigMap {}", key(&cm.metadata)), config_problems);
@@ -459,6 +462,13 @@ impl<'s> Builder<'s> {
         backend: String,
         a: &Annotations,
     ) -> Location {
+        let (basic_auth, auth_refused) = match &a.basic_auth {
+            Some(r) => match self.basic_auth(ing, r) {
+                Ok(b) => (Some(b), None),
+                Err(why) => (None, Some(why)),
+            },
+            None => (None, None),
+        };
         let g = &self.global;
         let error_backend = match &a.default_backend {
             Some(svc) => {
@@ -535,7 +545,9 @@ impl<'s> Builder<'s> {
             ingress: ing.to_string(),
             metrics,
             id,
-            closed: (!a.unimplemented_access_control.is_empty()).then(|| a.unimplemented_access_control.join(", ")),
+            closed: (!a.unimplemented_access_control.is_empty())
+                .then(|| a.unimplemented_access_control.join(", "))
+                .or(auth_refused),
             location_path: a.affinity.as_ref().map(|_| ingress_path.to_string()),
             rewrite_target: a.rewrite_target.clone(),
             ssl_redirect: a.ssl_redirect.unwrap_or(g.ssl_redirect) && !no_tls_redirect,
@@ -561,6 +573,7 @@ impl<'s> Builder<'s> {
             proxy,
             connection_header: a.connection_header.clone(),
             x_forwarded_prefix: a.x_forwarded_prefix.clone(),
+            basic_auth,
             access_log: a.enable_access_log.unwrap_or(true),
             rewrite_log: a.enable_rewrite_log,
             intercept_errors: !error_pages.is_empty() && !a.disable_proxy_intercept_errors,
@@ -583,6 +596,54 @@ impl<'s> Builder<'s> {
             },
             error_pages,
             snippet: a.configuration_snippet.clone(),
+        }
+    }
+
+    /// The user file of an Ingress's `auth-type: basic`, recorded under its
+    /// name; an error (reported once) closes the location.
+    fn basic_auth(
+        &mut self,
+        ing: &str,
+        r: &super::annotations::BasicAuthRef,
+    ) -> Result<super::basic_auth::BasicAuth, String> {
+        let (ns, ingress) = ing.split_once('/').unwrap_or(("default", ing));
+        let (secret_ns, name) = r.secret.split_once('/').unwrap_or((ns, &r.secret));
+        let result = if secret_ns != ns {
+            Err(format!(
+                "auth-secret {} is in another namespace; only Secrets of the Ingress's own namespace are read",
+                r.secret
+            ))
+        } else {
+            let secret = self.snap.secrets.iter().find(|s| {
+                s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(name)
+            });
+            match secret {
+                None => Err(format!("auth-secret {ns}/{name} not found")),
+                Some(s) => {
+                    super::basic_auth::user_file(s, r.secret_type).map_err(|e| format!("auth-secret {ns}/{name}: {e}"))
+                }
+            }
+        };
+        match result {
+            Ok(content) => {
+                let file = super::basic_auth::file_name(ns, ingress, &content);
+                self.auth_files.insert(file.clone(), content);
+                Ok(super::basic_auth::BasicAuth {
+                    realm: r.realm.clone(),
+                    file,
+                })
+            }
+            Err(why) => {
+                let report = Report {
+                    object: format!("Ingress {ing}"),
+                    what: format!("{}auth-secret", super::annotations::PREFIX),
+                    reason: format!("{why}; the Ingress fails closed (503)"),
+                };
+                if !self.problems.contains(&report) {
+                    self.problems.push(report);
+                }
+                Err(why)
+            }
         }
     }
 
@@ -667,6 +728,7 @@ impl<'s> Builder<'s> {
                 servers,
                 has_default_backend: default.is_some(),
                 server_names_hash,
+                auth_files: self.auth_files,
             }),
             backends: built.backends,
             certificates: self.certificates,

@@ -6,7 +6,7 @@
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list", "watch"]
-# TLS Secrets: the watch asks only for type=kubernetes.io/tls.
+# Secrets: the watches ask only for type=kubernetes.io/tls and type=Opaque (basic-auth users).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["list", "watch"]
