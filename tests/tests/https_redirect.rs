@@ -230,3 +230,29 @@ fn behind_a_load_balancer_the_forwarded_scheme_and_host_decide() {
     assert_eq!((status, location), (200, None));
     c.stop();
 }
+
+#[test]
+fn from_to_www_redirect_sends_the_other_name_to_the_host() {
+    let up = Upstream::start();
+    let www = [("from-to-www-redirect", "true")];
+    let mut c = Controller::start(
+        &[
+            ("class.yaml", INGRESS_CLASS.into()),
+            ("svc.yaml", service("web", &[up.port])),
+            ("shop.yaml", ingress("shop", "shop.test", "/", "web", &www)),
+            ("blog.yaml", ingress("blog", "www.blog.test", "/", "web", &www)),
+        ],
+        &[],
+    );
+    let port = c.http_port;
+    let (status, location, _) = get(port, "www.shop.test", "/cart?item=1", &[]);
+    let want = format!("http://shop.test:{port}/cart?item=1");
+    assert_eq!((status, location.as_deref()), (308, Some(want.as_str())));
+    let (status, location, _) = get(port, "blog.test", "/post", &[]);
+    let want = format!("http://www.blog.test:{port}/post");
+    assert_eq!((status, location.as_deref()), (308, Some(want.as_str())));
+    // The hosts themselves are served.
+    assert_eq!(get(port, "shop.test", "/cart", &[]).0, 200);
+    assert_eq!(get(port, "www.blog.test", "/post", &[]).0, 200);
+    c.stop();
+}

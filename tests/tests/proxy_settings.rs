@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use tests::controller::{ingress, service, Controller, INGRESS_CLASS};
+use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
 use tests::Upstream;
 
 /// A GET over plain HTTP from `source` (any 127.0.0.0/8 address: Linux
@@ -297,5 +297,71 @@ fn limits_allowlists_and_blocks() {
     );
     assert_eq!(get(port, "open.test", "/", &[("User-Agent", "Mozilla/5.0")]).0, 200);
     assert_eq!(get_from("127.0.0.4", port, "open.test", "/", &[]).0, 403);
+    c.stop();
+}
+
+#[test]
+fn skipped_urls_and_the_default_backend_stay_out_of_the_access_log() {
+    let up = Upstream::start();
+    let files = vec![
+        ("class.yaml", INGRESS_CLASS.to_string()),
+        ("svc.yaml", service("web", &[up.port])),
+        ("app.yaml", ingress("app", "app.test", "/", "web", &[])),
+        (
+            "quiet.yaml",
+            ingress("quiet", "quiet.test", "/api", "web", &[("enable-access-log", "false")]),
+        ),
+        ("cm.yaml", config_map(&[("skip-access-log-urls", "/healthz,/ready")])),
+    ];
+    let mut c = Controller::start(&files, &[]);
+    let port = c.http_port;
+    assert_eq!(get(port, "app.test", "/healthz", &[]).0, 200);
+    assert_eq!(get(port, "app.test", "/ready", &[]).0, 200);
+    assert_eq!(get(port, "app.test", "/healthz?full=1", &[]).0, 200);
+    assert_eq!(get(port, "quiet.test", "/api/hidden", &[]).0, 200);
+    // No Ingress serves these: the default backend answers, unlogged.
+    assert_eq!(get(port, "nobody.test", "/unrouted", &[]).0, 404);
+    assert_eq!(get(port, "quiet.test", "/elsewhere", &[]).0, 404);
+    assert_eq!(get(port, "app.test", "/logged", &[]).0, 200);
+    let log_path = c.dir.path().join("nginx/logs/access.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if log.contains("/logged") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(log.contains("GET /logged "), "{log}");
+    // skip-access-log-urls matches the whole request URI, as in ingress-nginx.
+    assert!(log.contains("GET /healthz?full=1 "), "{log}");
+    for absent in ["GET /healthz ", "GET /ready ", "/api/hidden", "/unrouted", "/elsewhere"] {
+        assert!(!log.contains(absent), "{absent} logged:\n{log}");
+    }
+
+    // enable-access-log-for-default-backend logs them again.
+    let reloads = c.reloads();
+    c.write(
+        "cm.yaml",
+        &config_map(&[
+            ("skip-access-log-urls", "/healthz"),
+            ("enable-access-log-for-default-backend", "true"),
+        ]),
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || c.reloads() > reloads),
+        "{}",
+        c.log()
+    );
+    // Old workers may still answer a moment: ask until a new one logs it.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            get(port, "nobody.test", "/now-logged", &[]);
+            std::fs::read_to_string(&log_path)
+                .unwrap_or_default()
+                .contains("/now-logged")
+        }),
+        "the default backend's request is not logged"
+    );
     c.stop();
 }

@@ -102,6 +102,9 @@ pub struct Annotations {
     /// `auth-type: basic` with `auth-secret` (a Secret of the Ingress's
     /// namespace), `auth-secret-type` and `auth-realm`.
     pub basic_auth: Option<BasicAuthRef>,
+    /// `from-to-www-redirect`: `www.<host>` redirects to the host, or the
+    /// bare name to a `www.` host.
+    pub from_to_www_redirect: bool,
     /// `x-forwarded-prefix`: sent upstream as `X-Forwarded-Prefix`.
     pub x_forwarded_prefix: Option<UrlPath>,
     /// `enable-access-log: "false"` turns the access log off here.
@@ -384,6 +387,7 @@ impl Annotations {
             "proxy-redirect-to" if get("proxy-redirect-from").is_some() => {}
             "proxy-redirect-to" => return Err(Invalid("ignored: it needs proxy-redirect-from".into())),
             "proxy-next-upstream-timeout" => self.proxy.next_upstream_timeout = Some(Seconds::parse(v)?),
+            "from-to-www-redirect" => self.from_to_www_redirect = parse_bool(v)?,
             "x-forwarded-prefix" => self.x_forwarded_prefix = Some(UrlPath::parse(v.trim())?),
             "enable-access-log" => self.enable_access_log = Some(parse_bool(v)?),
             "enable-rewrite-log" => self.enable_rewrite_log = parse_bool(v)?,

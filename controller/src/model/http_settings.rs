@@ -43,6 +43,13 @@ pub struct HttpSettings {
     pub limit_rate_after: u64,
     /// `block-cidrs`, `block-user-agents`, `block-referers`.
     pub block: Block,
+    /// `error-log-level`; `None` keeps `--error-log-level`.
+    pub error_log_level: Option<String>,
+    /// `skip-access-log-urls`: request URIs (exact) never logged.
+    pub skip_access_log_urls: Vec<String>,
+    /// `enable-access-log-for-default-backend` (default false, as in
+    /// ingress-nginx: requests no Ingress matches are not logged).
+    pub access_log_for_default_backend: bool,
     pub gzip: Option<Gzip>,
     /// The gzip keys, kept while `use-gzip` is off.
     #[serde(skip)]
@@ -138,6 +145,9 @@ impl Default for HttpSettings {
             limit_rate: 0,
             limit_rate_after: 0,
             block: Block::default(),
+            error_log_level: None,
+            skip_access_log_urls: Vec::new(),
+            access_log_for_default_backend: false,
             gzip: None,
             gzip_settings: Gzip::default(),
         }
@@ -257,6 +267,22 @@ impl HttpSettings {
                 "limit-rate" => self.limit_rate = number_in(v, 0..=super::annotations::MAX_RATE_KB, key)?,
                 "limit-rate-after" => self.limit_rate_after = number_in(v, 0..=super::annotations::MAX_RATE_KB, key)?,
                 "block-cidrs" => self.block.cidrs = super::values::parse_cidrs(v)?,
+                "error-log-level" => {
+                    let levels = ["debug", "info", "notice", "warn", "error", "crit", "alert", "emerg"];
+                    if !levels.contains(&v.trim()) {
+                        return Err(Invalid(format!("{key} must be one of {}: {v:?}", levels.join(", "))));
+                    }
+                    self.error_log_level = Some(v.trim().to_string());
+                }
+                "skip-access-log-urls" => {
+                    self.skip_access_log_urls = v
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|u| !u.is_empty())
+                        .map(|u| super::values::UrlPath::parse(u).map(|p| p.as_str().to_string()))
+                        .collect::<Result<_, _>>()?
+                }
+                "enable-access-log-for-default-backend" => self.access_log_for_default_backend = flag(v)?,
                 "block-user-agents" => self.block.user_agents = map_patterns(v, key)?,
                 "block-referers" => self.block.referers = map_patterns(v, key)?,
                 "use-gzip" => self.gzip = flag(v)?.then(Gzip::default),

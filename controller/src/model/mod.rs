@@ -48,6 +48,8 @@ pub struct Structure {
     /// it the default server answers 404 itself.
     pub has_default_backend: bool,
     pub server_names_hash: ServerNamesHash,
+    /// `from-to-www-redirect` servers.
+    pub redirect_servers: Vec<RedirectServer>,
     /// Basic-auth user files, by name (under `<conf-dir>/auth/`). Only
     /// their names reach nginx.conf.
     #[serde(skip)]
@@ -64,10 +66,11 @@ pub struct ServerNamesHash {
 }
 
 impl ServerNamesHash {
-    pub fn for_servers(servers: &[Server], global: &GlobalConfig) -> Self {
+    pub fn for_servers(servers: &[Server], extra: &[&str], global: &GlobalConfig) -> Self {
         let names = servers
             .iter()
-            .flat_map(|s| std::iter::once(s.hostname.as_str()).chain(s.aliases.iter().map(|a| a.as_str())));
+            .flat_map(|s| std::iter::once(s.hostname.as_str()).chain(s.aliases.iter().map(|a| a.as_str())))
+            .chain(extra.iter().copied());
         let (count, longest) = names.fold((0usize, 0usize), |(n, l), name| (n + 1, l.max(name.len())));
         // One element is a pointer plus the name and two bytes, aligned to
         // a pointer; a bucket also ends with a null pointer.
@@ -81,6 +84,14 @@ impl ServerNamesHash {
         let max_size = (count * 4).next_power_of_two().max(global.server_name_hash_max_size);
         ServerNamesHash { bucket_size, max_size }
     }
+}
+
+/// A server that only redirects `from` to the host `to`
+/// (`from-to-www-redirect`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct RedirectServer {
+    pub from: String,
+    pub to: String,
 }
 
 /// Where nginx listens; from the command line, never from users.

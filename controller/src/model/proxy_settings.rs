@@ -340,6 +340,20 @@ impl ProxyOverrides {
             || self.max_temp_file_size.is_some()
     }
 
+    /// The first buffer annotation this Ingress sets (what a refusal of
+    /// the combination is reported against).
+    pub fn first_buffer_annotation(&self) -> &'static str {
+        if self.buffer_size.is_some() {
+            "proxy-buffer-size"
+        } else if self.buffers_number.is_some() {
+            "proxy-buffers-number"
+        } else if self.busy_buffers_size.is_some() {
+            "proxy-busy-buffers-size"
+        } else {
+            "proxy-max-temp-file-size"
+        }
+    }
+
     /// Checks the merged buffer settings; on a refusal the buffer overrides
     /// are dropped (the ConfigMap's apply) and the reason is returned.
     pub fn settle_buffers(&mut self, g: &ProxyDefaults) -> Result<(), Invalid> {

@@ -24,6 +24,7 @@ use crate::snapshot::{key, Snapshot};
 
 mod aliases;
 mod canary;
+mod www_redirect;
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
@@ -99,6 +100,8 @@ struct Builder<'s> {
     alternatives: BTreeMap<String, BTreeSet<String>>,
     /// Basic-auth user files by name.
     auth_files: BTreeMap<String, String>,
+    /// `from-to-www-redirect`: (host, Ingress) in age order.
+    www_requests: Vec<(String, String)>,
 }
 
 /// Builds with nothing quarantined.
@@ -127,6 +130,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
         regex_hosts: BTreeSet::new(),
         alternatives: BTreeMap::new(),
         auth_files: BTreeMap::new(),
+        www_requests: Vec::new(),
     };
     if let Some(cm) = &snap.config_map {
         b.report_all(&format!("ConfigMap {}", key(&cm.metadata)), config_problems);
@@ -331,6 +335,9 @@ impl<'s> Builder<'s> {
                     }
                 },
             };
+            if a.from_to_www_redirect {
+                self.www_requests.push((host.clone(), ing_key.clone()));
+            }
             let server = self.servers.entry(host.clone()).or_default();
             if server.owner.is_none() {
                 server.owner = Some((id, ing_key.clone()));
@@ -520,10 +527,11 @@ impl<'s> Builder<'s> {
             path: ingress_path.to_string(),
         };
         let mut proxy = a.proxy.clone();
+        let blamed = proxy.first_buffer_annotation();
         if let Err(e) = proxy.settle_buffers(&g.proxy) {
             let report = Report {
                 object: format!("Ingress {ing}"),
-                what: format!("{}proxy-buffers-number", super::annotations::PREFIX),
+                what: format!("{}{blamed}", super::annotations::PREFIX),
                 reason: format!("{e}; the buffer annotations are ignored"),
             };
             // A Prefix path renders two locations: one report.
@@ -694,6 +702,7 @@ impl<'s> Builder<'s> {
                 }
             }
         }
+        let redirect_servers = self.www_redirects(&mut tls_hosts);
         if let Some((ns, name)) = self.opts.default_ssl_certificate.clone() {
             match tls::from_secret(&self.snap.secrets, &ns, &name) {
                 Ok(cert) => {
@@ -720,7 +729,8 @@ impl<'s> Builder<'s> {
             &self.opts.endpoints,
         );
         self.problems.extend(built.problems);
-        let server_names_hash = ServerNamesHash::for_servers(&servers, &self.global);
+        let redirect_names: Vec<&str> = redirect_servers.iter().map(|r| r.from.as_str()).collect();
+        let server_names_hash = ServerNamesHash::for_servers(&servers, &redirect_names, &self.global);
         Model {
             structure: Some(Structure {
                 global: self.global,
@@ -728,6 +738,7 @@ impl<'s> Builder<'s> {
                 servers,
                 has_default_backend: default.is_some(),
                 server_names_hash,
+                redirect_servers,
                 auth_files: self.auth_files,
             }),
             backends: built.backends,
