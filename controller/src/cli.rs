@@ -84,6 +84,12 @@ pub struct Args {
     #[arg(long, global = true)]
     pub allow_local_endpoints: bool,
 
+    /// A DNS server nginx asks for names it resolves per request (an
+    /// `auth-url` host); repeat for more. Default: the nameservers of
+    /// /etc/resolv.conf, as ingress-nginx.
+    #[arg(long = "resolver", value_name = "IP", global = true)]
+    pub resolvers: Vec<std::net::IpAddr>,
+
     /// A file holding the module API's bearer token (its first line), for
     /// an nginx whose configuration is managed elsewhere or a token kept in
     /// a Secret. Without it a random token is generated at every start and
@@ -353,6 +359,11 @@ impl Args {
                 http_port: self.http_port,
                 https_port: self.https_port,
                 api_port: self.api_port,
+            },
+            resolvers: if self.resolvers.is_empty() {
+                controller::resolv_conf::system()
+            } else {
+                self.resolvers.clone()
             },
             endpoints: AddressPolicy {
                 allow_local: self.allow_local_endpoints,

@@ -28,6 +28,7 @@ pub mod push_certs;
 pub mod rebuild;
 pub mod reload;
 pub mod render;
+pub mod resolv_conf;
 pub mod snapshot;
 pub mod source;
 pub mod state;

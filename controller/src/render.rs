@@ -130,6 +130,29 @@ fn literal_dollar_filter(value: String) -> Result<Value, Error> {
     Ok(Value::from_safe_string(out))
 }
 
+/// `{{ value|variables }}`: a quoted token in which `$` may appear only as
+/// a variable the model allows in URLs and cache keys
+/// ([`crate::model::external_auth::known_variable`]): checked again here,
+/// so a template or model mistake cannot name any other variable.
+fn variables_filter(value: String) -> Result<Value, Error> {
+    let mut rest = value.as_str();
+    while let Some(at) = rest.find('$') {
+        let after = rest[at + 1..].strip_prefix('{').unwrap_or(&rest[at + 1..]);
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !crate::model::external_auth::known_variable(&name.to_ascii_lowercase(), true) {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("refusing ${name} in {value:?}"),
+            ));
+        }
+        rest = &after[name.len()..];
+    }
+    regex_filter(value, None)
+}
+
 /// `{{ value|comment }}`: text safe inside a `#` comment (one line).
 fn comment_filter(value: String) -> Value {
     let line: String = value.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
@@ -154,6 +177,7 @@ impl Renderer {
         env.add_filter("after", after_filter);
         env.add_filter("literal_dollar", literal_dollar_filter);
         env.add_filter("comment", comment_filter);
+        env.add_filter("variables", variables_filter);
         env.add_filter("label", label_filter);
         env.add_template_owned(TEMPLATE_NAME, source)
             .context("compiling the nginx.conf template")?;

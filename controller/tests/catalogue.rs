@@ -19,6 +19,9 @@ fn prerequisites(name: &str) -> &'static [(&'static str, &'static str)] {
         "proxy-redirect-to" => &[("proxy-redirect-from", "http://backend:8080/")],
         "auth-type" => &[("auth-secret", "basic-auth")],
         "auth-secret" | "auth-secret-type" | "auth-realm" => &[("auth-type", "basic")],
+        n if n.starts_with("auth-") && !n.starts_with("auth-tls-") && n != "auth-snippet" => {
+            &[("auth-url", "http://auth.example.com/check")]
+        }
         _ => &[],
     }
 }
@@ -49,7 +52,11 @@ fn annotations_match_the_parser() {
 #[test]
 fn config_map_keys_match_the_parser() {
     for e in CONFIG_MAP.iter().chain(CONFIG_MAP_EXTRA) {
-        let data = BTreeMap::from([(e.name.to_string(), e.sample.to_string())]);
+        let mut data = BTreeMap::from([(e.name.to_string(), e.sample.to_string())]);
+        if e.name.starts_with("global-auth-") && e.name != "global-auth-url" {
+            data.entry("global-auth-url".into())
+                .or_insert_with(|| "http://auth.example.com/check".into());
+        }
         let (_, problems) = GlobalConfig::parse(&data);
         let mine: Vec<_> = problems
             .iter()

@@ -13,6 +13,11 @@ fn options(case: &str) -> BuildOptions {
     BuildOptions {
         allow_snippets: case == "snippets-allowed",
         default_backend_service: (case == "default-backend").then(|| ("infra".into(), "fallback".into())),
+        resolvers: if case == "external-auth" {
+            vec!["10.96.0.10".parse().unwrap(), "fd00::10".parse().unwrap()]
+        } else {
+            Vec::new()
+        },
         ..BuildOptions::default()
     }
 }

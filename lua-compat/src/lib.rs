@@ -19,6 +19,8 @@
 //!   per backend and algorithm, and the retry and health tiers applied once;
 //! - [`canary`]: canary routing rules, in Lua's order;
 //! - [`hash_key`]: `upstream-hash-by` templates;
+//! - [`escape`]: `$escaped_request_uri`, the request URI as one URI
+//!   component (external authentication's sign-in redirect);
 //! - [`https_redirect`]: `ssl-redirect`/`force-ssl-redirect` decided and
 //!   written as `lua_ingress.rewrite()` does;
 //! - [`endpoint_state`]: the table of per-endpoint state every worker shares
@@ -45,6 +47,7 @@ pub mod certificates;
 pub mod chash;
 pub mod dns;
 pub mod endpoint_state;
+pub mod escape;
 pub mod ewma;
 pub mod hash_key;
 pub mod https_redirect;

@@ -847,6 +847,8 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         // ingress-nginx's $pass_access_scheme and $pass_server_port.
         ("dynamic_pass_access_scheme", crate::forwarded::scheme_variable),
         ("dynamic_pass_server_port", crate::forwarded::port_variable),
+        // ingress-nginx's set-misc `$escaped_request_uri` (auth-signin).
+        ("escaped_request_uri", crate::escaped_uri::variable),
     ] {
         // SAFETY: `cf` and its pool are live (this function's contract).
         let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };

@@ -45,6 +45,7 @@ mod certificates;
 mod conf;
 mod connection_upgrade;
 mod directives;
+mod escaped_uri;
 mod external_names;
 mod forwarded;
 mod guard;

@@ -119,6 +119,7 @@ impl Upstream {
                             || lower == "x-scheme"
                             || lower == "x-real-ip"
                             || lower.starts_with("x-forwarded-")
+                            || lower.starts_with("x-auth-")
                         {
                             let echoed = format!("X-Echo-{name}");
                             response.add_header(Header::from_bytes(echoed.as_bytes(), h.value.as_bytes()).unwrap());

@@ -121,6 +121,8 @@ pub struct Annotations {
     pub affinity_canary_legacy: bool,
     /// `enable-global-auth` (default true).
     pub enable_global_auth: Option<bool>,
+    /// `auth-url` and its companions (external authentication).
+    pub external_auth: Option<super::external_auth::AuthSpec>,
 
     // Location and server (structural) settings.
     pub rewrite_target: Option<RewriteTarget>,
@@ -483,8 +485,28 @@ impl Annotations {
             "auth-secret" | "auth-secret-type" | "auth-realm" => {
                 return Err(Invalid("ignored: it needs auth-type".into()))
             }
-            // There is no global-auth-url yet; opting out of it is a no-op.
             "enable-global-auth" => self.enable_global_auth = Some(parse_bool(v)?),
+            "auth-url" => {
+                let get_auth = |k: &str| get(&format!("auth-{k}"));
+                match super::external_auth::AuthSpec::parse(&get_auth, true) {
+                    Ok(spec) => self.external_auth = spec,
+                    Err(e) => {
+                        self.unimplemented_access_control.push(name.to_string());
+                        return Err(Invalid(format!("{e}; the Ingress fails closed (503)")));
+                    }
+                }
+            }
+            n if n
+                .strip_prefix("auth-")
+                .and_then(|c| super::external_auth::check_companion(c, v))
+                .is_some() =>
+            {
+                if get("auth-url").is_none() {
+                    return Err(Invalid("ignored: it needs auth-url".into()));
+                }
+                let companion = &n["auth-".len()..];
+                super::external_auth::check_companion(companion, v).unwrap_or(Ok(()))?;
+            }
             n if is_access_control(n) => {
                 self.unimplemented_access_control.push(n.to_string());
                 let why = catalogue::annotation(n).map_or("not implemented", |e| e.status.note());
@@ -670,7 +692,8 @@ mod tests {
             &[
                 ("auth-type", "digest"),
                 ("auth-secret", "basic-auth"),
-                ("auth-url", "https://auth.example/check"),
+                // An auth-url that cannot be used: closed, never open.
+                ("auth-url", "https://auth.example/check; allow all"),
                 ("satisfy", "any"),
                 ("enable-modsecurity", "true"),
                 ("enable-global-auth", "false"),

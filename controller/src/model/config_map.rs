@@ -50,6 +50,16 @@ pub struct GlobalConfig {
     /// of these are never redirected to HTTPS (ACME HTTP-01 challenges must
     /// stay reachable over plain HTTP).
     pub no_tls_redirect_locations: Vec<String>,
+    /// `global-auth-url` and its companions: external authentication for
+    /// every location whose Ingress does not opt out (`enable-global-auth:
+    /// "false"`) or bring its own `auth-url`.
+    pub global_auth: Option<super::external_auth::AuthSpec>,
+    /// An invalid `global-auth-url`: the locations it would protect fail
+    /// closed (503) rather than open.
+    pub global_auth_refused: Option<String>,
+    /// `no-auth-locations`: path prefixes global authentication skips
+    /// (ACME challenges by default).
+    pub no_auth_locations: Vec<String>,
     pub use_forwarded_headers: bool,
     pub keep_alive: Seconds,
     pub enable_access_log: bool,
@@ -97,6 +107,9 @@ impl Default for GlobalConfig {
             ssl: Default::default(),
             http_redirect_code: 308,
             no_tls_redirect_locations: vec!["/.well-known/acme-challenge".into()],
+            global_auth: None,
+            global_auth_refused: None,
+            no_auth_locations: vec!["/.well-known/acme-challenge".into()],
             use_forwarded_headers: false,
             keep_alive: Seconds(75),
             enable_access_log: true,
@@ -217,6 +230,33 @@ impl GlobalConfig {
                         c.http_redirect_code = code;
                     }
                     "no-tls-redirect-locations" => c.no_tls_redirect_locations = url_path_prefixes(v)?,
+                    "no-auth-locations" => c.no_auth_locations = url_path_prefixes(v)?,
+                    "global-auth-url" => {
+                        if let Err(e) = super::external_auth::AuthUrl::parse(v, "global-auth-url") {
+                            // The value stays out of nginx.conf (the closed
+                            // locations' comment quotes this).
+                            c.global_auth_refused = Some("not a usable http(s) URL".into());
+                            return Err(Invalid(format!(
+                                "{e}; locations under global authentication fail closed (503)"
+                            )));
+                        }
+                    }
+                    k if k
+                        .strip_prefix("global-auth-")
+                        .and_then(|c| super::external_auth::check_companion(c, v))
+                        .is_some() =>
+                    {
+                        let companion = &k["global-auth-".len()..];
+                        if companion.starts_with("keepalive") {
+                            return Err(Invalid(
+                                "not an ingress-nginx key (auth-keepalive is per Ingress)".into(),
+                            ));
+                        }
+                        if !data.contains_key("global-auth-url") {
+                            return Err(Invalid("ignored: it needs global-auth-url".into()));
+                        }
+                        super::external_auth::check_companion(companion, v).unwrap_or(Ok(()))?;
+                    }
                     "use-forwarded-headers" => c.use_forwarded_headers = flag(v)?,
                     "keep-alive" => c.keep_alive = Seconds::parse(v)?,
                     "disable-access-log" => c.enable_access_log = !flag(v)?,
@@ -258,6 +298,8 @@ impl GlobalConfig {
                 });
             }
         }
+        let get_auth = |k: &str| data.get(&format!("global-auth-{k}")).map(String::as_str);
+        c.global_auth = super::external_auth::AuthSpec::parse(&get_auth, false).ok().flatten();
         c.http.finish();
         if let Err(e) = c.proxy.settle_buffers() {
             problems.push(Problem {

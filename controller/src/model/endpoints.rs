@@ -53,7 +53,7 @@ pub struct AddressPolicy {
 
 impl AddressPolicy {
     /// Why an EndpointSlice (or ClusterIP) address is refused.
-    fn refuses(&self, ip: IpAddr, port: u16) -> Option<String> {
+    pub fn refuses(&self, ip: IpAddr, port: u16) -> Option<String> {
         let why = lua_compat::address::forbidden(ip)?;
         if !self.allow_local {
             return Some(format!("{ip} is {why}"));

@@ -14,6 +14,7 @@ pub mod catalogue;
 pub mod class;
 pub mod config_map;
 pub mod endpoints;
+pub mod external_auth;
 pub mod http_settings;
 pub mod names;
 pub mod proxy_settings;
@@ -48,6 +49,12 @@ pub struct Structure {
     /// it the default server answers 404 itself.
     pub has_default_backend: bool,
     pub server_names_hash: ServerNamesHash,
+    /// DNS servers for `resolver` (only when a location resolves an auth
+    /// host per request).
+    pub resolvers: Vec<String>,
+    /// A location caches auth responses (`auth-cache-key`): the
+    /// `auth_cache` zone is declared.
+    pub auth_cache: bool,
     /// `from-to-www-redirect` servers.
     pub redirect_servers: Vec<RedirectServer>,
     /// Basic-auth user files, by name (under `<conf-dir>/auth/`). Only
@@ -196,6 +203,8 @@ pub struct Location {
     pub x_forwarded_prefix: Option<UrlPath>,
     /// `auth-type: basic`: the realm and the user file.
     pub basic_auth: Option<basic_auth::BasicAuth>,
+    /// `auth-url` (or the ConfigMap's `global-auth-url`).
+    pub external_auth: Option<external_auth::ExternalAuth>,
     /// `false` turns the access log off in this location.
     pub access_log: bool,
     pub rewrite_log: bool,

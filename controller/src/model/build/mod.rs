@@ -41,6 +41,9 @@ pub struct BuildOptions {
     pub listen: Listen,
     /// Which endpoint addresses are accepted.
     pub endpoints: AddressPolicy,
+    /// DNS servers for names nginx resolves per request (an `auth-url`
+    /// host): `--resolver`, else `/etc/resolv.conf`'s.
+    pub resolvers: Vec<std::net::IpAddr>,
 }
 
 impl Default for BuildOptions {
@@ -65,6 +68,7 @@ impl Default for BuildOptions {
                 api_port: 10246,
             },
             endpoints: AddressPolicy::default(),
+            resolvers: Vec::new(),
         }
     }
 }
@@ -102,6 +106,9 @@ struct Builder<'s> {
     auth_files: BTreeMap<String, String>,
     /// `from-to-www-redirect`: (host, Ingress) in age order.
     www_requests: Vec<(String, String)>,
+    /// Numbers the external-auth locations (each gets its own internal
+    /// location and, with keepalive, upstream block).
+    auth_seq: usize,
 }
 
 /// Builds with nothing quarantined.
@@ -131,6 +138,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
         alternatives: BTreeMap::new(),
         auth_files: BTreeMap::new(),
         www_requests: Vec::new(),
+        auth_seq: 0,
     };
     if let Some(cm) = &snap.config_map {
         b.report_all(&format!("ConfigMap {}", key(&cm.metadata)), config_problems);
@@ -319,7 +327,7 @@ impl<'s> Builder<'s> {
         if rules.is_empty() {
             if let Some(db) = &spec.default_backend {
                 if let Some(backend) = self.backend_ref(ing, db, a, false) {
-                    let loc = self.location(id, &ing_key, "/", "/", Match::Prefix, backend, a);
+                    let loc = self.location(id, &ing_key, "_", "/", "/", Match::Prefix, backend, a);
                     self.insert(ing, "_", ("/".into(), "Prefix".into()), vec![loc]);
                 }
             }
@@ -388,7 +396,8 @@ impl<'s> Builder<'s> {
             }
         };
         let backend = backend.to_string();
-        let one = |b: &mut Self, at: String, m: Match| b.location(id, &ing_key, &at, &path, m, backend.clone(), a);
+        let one =
+            |b: &mut Self, at: String, m: Match| b.location(id, &ing_key, host, &at, &path, m, backend.clone(), a);
         Some(match (path_type, regex) {
             ("Exact", false) => vec![one(self, path.clone(), Match::Exact)],
             ("Exact", true) => vec![one(self, format!("^{path}$"), Match::Regex)],
@@ -463,18 +472,26 @@ impl<'s> Builder<'s> {
         &mut self,
         id: usize,
         ing: &str,
+        host: &str,
         path: &str,
         ingress_path: &str,
         m: Match,
         backend: String,
         a: &Annotations,
     ) -> Location {
-        let (basic_auth, auth_refused) = match &a.basic_auth {
+        let (basic_auth, mut auth_refused) = match &a.basic_auth {
             Some(r) => match self.basic_auth(ing, r) {
                 Ok(b) => (Some(b), None),
                 Err(why) => (None, Some(why)),
             },
             None => (None, None),
+        };
+        let external_auth = match self.external_auth(ing, host, ingress_path, a) {
+            Ok(e) => e,
+            Err(why) => {
+                auth_refused = auth_refused.or(Some(why));
+                None
+            }
         };
         let g = &self.global;
         let error_backend = match &a.default_backend {
@@ -582,6 +599,7 @@ impl<'s> Builder<'s> {
             connection_header: a.connection_header.clone(),
             x_forwarded_prefix: a.x_forwarded_prefix.clone(),
             basic_auth,
+            external_auth,
             access_log: a.enable_access_log.unwrap_or(true),
             rewrite_log: a.enable_rewrite_log,
             intercept_errors: !error_pages.is_empty() && !a.disable_proxy_intercept_errors,
@@ -605,6 +623,63 @@ impl<'s> Builder<'s> {
             error_pages,
             snippet: a.configuration_snippet.clone(),
         }
+    }
+
+    /// The external authentication of a location: the Ingress's `auth-url`,
+    /// else the ConfigMap's `global-auth-url` unless the Ingress opts out or
+    /// the path is in `no-auth-locations`. An error (reported once) closes
+    /// the location.
+    fn external_auth(
+        &mut self,
+        ing: &str,
+        host: &str,
+        ingress_path: &str,
+        a: &Annotations,
+    ) -> Result<Option<super::external_auth::ExternalAuth>, String> {
+        let g = &self.global;
+        let (spec, what) = match &a.external_auth {
+            Some(spec) => (spec, "auth-url"),
+            None => {
+                let global = a.enable_global_auth != Some(false)
+                    && !g.no_auth_locations.iter().any(|p| ingress_path.starts_with(p.as_str()));
+                if !global {
+                    return Ok(None);
+                }
+                if let Some(why) = &g.global_auth_refused {
+                    return Err(format!("global-auth-url is invalid ({why})"));
+                }
+                match &g.global_auth {
+                    Some(spec) => (spec, "global-auth-url"),
+                    None => return Ok(None),
+                }
+            }
+        };
+        self.auth_seq += 1;
+        let resolved = spec.resolve(host, self.auth_seq, &self.opts.endpoints).and_then(|e| {
+            if e.needs_resolver && self.opts.resolvers.is_empty() {
+                Err(format!(
+                    "{what} host {} is resolved per request and no DNS server is known (--resolver, /etc/resolv.conf)",
+                    e.host_header
+                ))
+            } else {
+                Ok(e)
+            }
+        });
+        resolved.map(Some).map_err(|why| {
+            let report = Report {
+                object: format!("Ingress {ing}"),
+                what: if what == "auth-url" {
+                    format!("{}auth-url", super::annotations::PREFIX)
+                } else {
+                    "ConfigMap key global-auth-url".into()
+                },
+                reason: format!("{why}; the location fails closed (503)"),
+            };
+            if !self.problems.contains(&report) {
+                self.problems.push(report);
+            }
+            why
+        })
     }
 
     /// The user file of an Ingress's `auth-type: basic`, recorded under its
@@ -731,8 +806,29 @@ impl<'s> Builder<'s> {
         self.problems.extend(built.problems);
         let redirect_names: Vec<&str> = redirect_servers.iter().map(|r| r.from.as_str()).collect();
         let server_names_hash = ServerNamesHash::for_servers(&servers, &redirect_names, &self.global);
+        let auths = || {
+            servers
+                .iter()
+                .flat_map(|s| &s.locations)
+                .filter_map(|l| l.external_auth.as_ref())
+        };
+        let resolvers = if auths().any(|a| a.needs_resolver) {
+            self.opts
+                .resolvers
+                .iter()
+                .map(|ip| match ip {
+                    std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                    v4 => v4.to_string(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let auth_cache = auths().any(|a| a.cache_key.is_some());
         Model {
             structure: Some(Structure {
+                resolvers,
+                auth_cache,
                 global: self.global,
                 listen: self.opts.listen.clone(),
                 servers,
