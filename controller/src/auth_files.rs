@@ -1,4 +1,5 @@
-//! Basic-auth user files on disk, under `<conf-dir>/auth/`: written before
+//! Basic-auth user files and client CA bundles on disk, under
+//! `<conf-dir>/auth/`: written before
 //! the `nginx -t` of a configuration that names them, removed once no
 //! running configuration does.
 //!
@@ -88,7 +89,8 @@ pub fn remove_stale(conf_dir: &Path, current: &BTreeMap<String, String>) {
     if let Ok(entries) = std::fs::read_dir(dir(conf_dir)) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".htpasswd") && !current.contains_key(&name) && !previous.contains(&name) {
+            let ours = name.ends_with(".htpasswd") || name.ends_with(".ca.pem");
+            if ours && !current.contains_key(&name) && !previous.contains(&name) {
                 let _ = std::fs::remove_file(e.path());
             }
         }

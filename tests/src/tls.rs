@@ -158,3 +158,103 @@ pub fn handshake(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<Presente
             .map(|p| String::from_utf8_lossy(p).into_owned()),
     })
 }
+
+/// A certificate authority for client certificates.
+pub struct TestCa {
+    pub cert: X509,
+    key: PKey<Private>,
+    pub cert_pem: String,
+}
+
+impl TestCa {
+    /// A self-signed CA (`basicConstraints CA:TRUE`) named `cn`.
+    pub fn new(cn: &str) -> TestCa {
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+        let key = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
+        let name = x509_name(cn);
+        let mut b = certificate_builder(&name, &key);
+        b.set_issuer_name(&name).unwrap();
+        b.append_extension(
+            openssl::x509::extension::BasicConstraints::new()
+                .critical()
+                .ca()
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        b.sign(&key, MessageDigest::sha256()).unwrap();
+        let cert = b.build();
+        TestCa {
+            cert_pem: String::from_utf8(cert.to_pem().unwrap()).unwrap(),
+            cert,
+            key,
+        }
+    }
+
+    /// A client certificate for `cn`, signed by this CA.
+    pub fn issue(&self, cn: &str) -> TestCert {
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+        let key = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
+        let mut b = certificate_builder(&x509_name(cn), &key);
+        b.set_issuer_name(self.cert.subject_name()).unwrap();
+        b.sign(&self.key, MessageDigest::sha256()).unwrap();
+        let cert = b.build();
+        TestCert {
+            cert_pem: String::from_utf8(cert.to_pem().unwrap()).unwrap(),
+            key_pem: String::from_utf8(key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
+            sha256: hex(&cert.digest(MessageDigest::sha256()).unwrap()),
+        }
+    }
+}
+
+fn x509_name(cn: &str) -> openssl::x509::X509Name {
+    let mut name = X509NameBuilder::new().unwrap();
+    name.append_entry_by_text("CN", cn).unwrap();
+    name.build()
+}
+
+/// A version 3 certificate for `key` named `name`, valid a day back and a
+/// month ahead, not yet signed.
+fn certificate_builder(name: &openssl::x509::X509NameRef, key: &PKey<Private>) -> openssl::x509::X509Builder {
+    let mut b = X509::builder().unwrap();
+    b.set_version(2).unwrap();
+    let mut serial = BigNum::new().unwrap();
+    serial.rand(64, MsbOption::MAYBE_ZERO, false).unwrap();
+    b.set_serial_number(&serial.to_asn1_integer().unwrap()).unwrap();
+    b.set_subject_name(name).unwrap();
+    b.set_pubkey(key).unwrap();
+    b.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
+    b.set_not_after(&Asn1Time::days_from_now(30).unwrap()).unwrap();
+    b
+}
+
+/// A GET over HTTPS to `127.0.0.1:port` with SNI and `Host` `host`,
+/// presenting `client` when given (the server is not verified): the status
+/// and the whole response text.
+pub fn https_get(port: u16, host: &str, path: &str, client: Option<&TestCert>) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let mut b = SslContext::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
+    b.set_verify(SslVerifyMode::NONE);
+    if let Some(c) = client {
+        let cert = X509::from_pem(c.cert_pem.as_bytes()).unwrap();
+        let key = PKey::private_key_from_pem(c.key_pem.as_bytes()).unwrap();
+        b.set_certificate(&cert).unwrap();
+        b.set_private_key(&key).unwrap();
+    }
+    let ctx = b.build();
+    let mut ssl = Ssl::new(&ctx).map_err(|e| e.to_string())?;
+    ssl.set_hostname(host).map_err(|e| e.to_string())?;
+    let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = ssl.connect(stream).map_err(|e| e.to_string())?;
+    write!(tls, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line: {text:?}"))?;
+    Ok((status, text))
+}

@@ -120,6 +120,7 @@ impl Upstream {
                             || lower == "x-real-ip"
                             || lower.starts_with("x-forwarded-")
                             || lower.starts_with("x-auth-")
+                            || lower.starts_with("ssl-client-")
                         {
                             let echoed = format!("X-Echo-{name}");
                             response.add_header(Header::from_bytes(echoed.as_bytes(), h.value.as_bytes()).unwrap());

@@ -30,7 +30,27 @@ fn secret(name: &str, users: &[(&str, &str)]) -> String {
 
 /// Status and `WWW-Authenticate` of a GET with optional credentials.
 fn get(port: u16, host: &str, credentials: Option<(&str, &str)>) -> (u16, Option<String>) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("nginx listens");
+    get_from("127.0.0.1", port, host, credentials)
+}
+
+/// As [`get`], from `source` (any 127.0.0.0/8 address answers on loopback).
+fn get_from(source: &str, port: u16, host: &str, credentials: Option<(&str, &str)>) -> (u16, Option<String>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(std::net::SocketAddr::new(source.parse().unwrap(), 0))
+            .unwrap();
+        socket
+            .connect(([127, 0, 0, 1], port).into())
+            .await
+            .expect("nginx listens")
+    });
+    let mut s: TcpStream = stream.into_std().unwrap();
+    s.set_nonblocking(false).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     if let Some((u, p)) = credentials {
@@ -121,5 +141,41 @@ fn basic_auth_guards_the_backend_and_follows_the_secret() {
         c.log()
     );
     assert_eq!(get(port, "admin.test", Some(("alice", "wonderland"))).0, 401);
+    c.stop();
+}
+
+#[test]
+fn satisfy_any_lets_the_allowlist_or_the_password_in() {
+    let up = Upstream::start();
+    let guard = |satisfy: &'static str| {
+        [
+            ("auth-type", "basic"),
+            ("auth-secret", "admins"),
+            ("allowlist-source-range", "127.0.0.1/32"),
+            ("satisfy", satisfy),
+        ]
+    };
+    let any = guard("any");
+    let all = guard("all");
+    let mut c = Controller::start(
+        &[
+            ("class.yaml", INGRESS_CLASS.into()),
+            ("svc.yaml", service("web", &[up.port])),
+            ("secret.yaml", secret("admins", &[("alice", "wonderland")])),
+            ("any.yaml", ingress("office", "office.test", "/", "web", &any)),
+            ("all.yaml", ingress("vault", "vault.test", "/", "web", &all)),
+        ],
+        &[],
+    );
+    let port = c.http_port;
+    let alice = Some(("alice", "wonderland"));
+    // satisfy any: the office network needs no password, others do.
+    assert_eq!(get_from("127.0.0.1", port, "office.test", None).0, 200);
+    assert_eq!(get_from("127.0.0.2", port, "office.test", None).0, 401);
+    assert_eq!(get_from("127.0.0.2", port, "office.test", alice).0, 200);
+    // satisfy all (the default): both, so outsiders are refused outright.
+    assert_eq!(get_from("127.0.0.1", port, "vault.test", None).0, 401);
+    assert_eq!(get_from("127.0.0.1", port, "vault.test", alice).0, 200);
+    assert_eq!(get_from("127.0.0.2", port, "vault.test", alice).0, 403);
     c.stop();
 }

@@ -123,6 +123,11 @@ pub struct Annotations {
     pub enable_global_auth: Option<bool>,
     /// `auth-url` and its companions (external authentication).
     pub external_auth: Option<super::external_auth::AuthSpec>,
+    /// `satisfy: any`: one access check passing is enough (allowlist or
+    /// authentication), instead of all of them.
+    pub satisfy_any: bool,
+    /// `auth-tls-secret` and its companions (client certificates).
+    pub auth_tls: Option<super::client_auth::AuthTlsRef>,
 
     // Location and server (structural) settings.
     pub rewrite_target: Option<RewriteTarget>,
@@ -507,6 +512,36 @@ impl Annotations {
                 let companion = &n["auth-".len()..];
                 super::external_auth::check_companion(companion, v).unwrap_or(Ok(()))?;
             }
+            "satisfy" => self.satisfy_any = one_of(v, &["all", "any"], "satisfy")? == "any",
+            "auth-tls-secret" => {
+                let get_tls = |k: &str| get(&format!("auth-tls-{k}"));
+                match super::client_auth::AuthTlsRef::parse(v, &get_tls) {
+                    Ok(r) => self.auth_tls = Some(r),
+                    Err(e) => {
+                        self.unimplemented_access_control.push(name.to_string());
+                        return Err(Invalid(format!("{e}; the Ingress fails closed (503)")));
+                    }
+                }
+            }
+            n if n
+                .strip_prefix("auth-tls-")
+                .and_then(|c| super::client_auth::check_companion(c, v))
+                .is_some() =>
+            {
+                let companion = &n["auth-tls-".len()..];
+                if get("auth-tls-secret").is_none() {
+                    // A subject check is meant to restrict: without the CA it
+                    // cannot, so the Ingress closes rather than opens.
+                    if companion == "match-cn" {
+                        self.unimplemented_access_control.push(n.to_string());
+                        return Err(Invalid(
+                            "auth-tls-match-cn needs auth-tls-secret; the Ingress fails closed (503)".into(),
+                        ));
+                    }
+                    return Err(Invalid("ignored: it needs auth-tls-secret".into()));
+                }
+                super::client_auth::check_companion(companion, v).unwrap_or(Ok(()))?;
+            }
             n if is_access_control(n) => {
                 self.unimplemented_access_control.push(n.to_string());
                 let why = catalogue::annotation(n).map_or("not implemented", |e| e.status.note());
@@ -694,7 +729,8 @@ mod tests {
                 ("auth-secret", "basic-auth"),
                 // An auth-url that cannot be used: closed, never open.
                 ("auth-url", "https://auth.example/check; allow all"),
-                ("satisfy", "any"),
+                // Invalid: ignored, and `all` (the stricter) applies.
+                ("satisfy", "sometimes"),
                 ("enable-modsecurity", "true"),
                 ("enable-global-auth", "false"),
                 ("mirror-target", "https://mirror.example/"),
@@ -703,10 +739,10 @@ mod tests {
         );
         assert_eq!(
             a.unimplemented_access_control,
-            ["auth-type", "auth-url", "enable-modsecurity", "satisfy"]
+            ["auth-type", "auth-url", "enable-modsecurity"]
         );
         assert!(
-            p.iter().filter(|p| p.reason.contains("fails closed")).count() == 4,
+            p.iter().filter(|p| p.reason.contains("fails closed")).count() == 3,
             "{p:?}"
         );
         assert!(p

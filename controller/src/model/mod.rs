@@ -12,6 +12,7 @@ pub mod basic_auth;
 mod build;
 pub mod catalogue;
 pub mod class;
+pub mod client_auth;
 pub mod config_map;
 pub mod endpoints;
 pub mod external_auth;
@@ -57,7 +58,8 @@ pub struct Structure {
     pub auth_cache: bool,
     /// `from-to-www-redirect` servers.
     pub redirect_servers: Vec<RedirectServer>,
-    /// Basic-auth user files, by name (under `<conf-dir>/auth/`). Only
+    /// Basic-auth user files and client CA bundles, by name (under
+    /// `<conf-dir>/auth/`). Only
     /// their names reach nginx.conf.
     #[serde(skip)]
     pub auth_files: BTreeMap<String, String>,
@@ -122,6 +124,8 @@ pub struct Server {
     pub locations: Vec<Location>,
     /// Only present when snippets are allowed; rendered verbatim.
     pub snippet: Option<String>,
+    /// `auth-tls-*` of the host's first Ingress: client certificates.
+    pub client_auth: Option<client_auth::ClientAuth>,
     /// Named error locations this server's locations use.
     pub error_pages: Vec<ErrorPage>,
     /// No location covers `/`: the template adds the default one (the
@@ -203,6 +207,8 @@ pub struct Location {
     pub x_forwarded_prefix: Option<UrlPath>,
     /// `auth-type: basic`: the realm and the user file.
     pub basic_auth: Option<basic_auth::BasicAuth>,
+    /// `satisfy any`: the allowlist or the authentication suffices.
+    pub satisfy_any: bool,
     /// `auth-url` (or the ConfigMap's `global-auth-url`).
     pub external_auth: Option<external_auth::ExternalAuth>,
     /// `false` turns the access log off in this location.

@@ -81,6 +81,8 @@ struct ServerAcc {
     owner: Option<(usize, String)>,
     tls: Option<String>,
     snippet: Option<String>,
+    /// The owner's `auth-tls-secret`, read (or why it cannot be).
+    client_auth: Option<Result<super::client_auth::ClientAuth, String>>,
     /// Locations by their conflict key `(path, pathType)`.
     locations: BTreeMap<(String, String), Vec<Location>>,
     /// Every rendered `location` (match and path) and its Ingress: two
@@ -346,11 +348,17 @@ impl<'s> Builder<'s> {
             if a.from_to_www_redirect {
                 self.www_requests.push((host.clone(), ing_key.clone()));
             }
+            let owns = self.servers.get(&host).is_none_or(|s| s.owner.is_none());
+            let client_auth = match &a.auth_tls {
+                Some(r) if owns => Some(self.client_auth(&ing_key, r)),
+                _ => None,
+            };
             let server = self.servers.entry(host.clone()).or_default();
             if server.owner.is_none() {
                 server.owner = Some((id, ing_key.clone()));
                 server.aliases = a.server_alias.clone();
                 server.snippet = a.server_snippet.clone();
+                server.client_auth = client_auth;
             }
             for path in rule.http.iter().flat_map(|h| h.paths.iter()) {
                 let Some(backend) = self.backend_ref(ing, &path.backend, a, false) else {
@@ -486,6 +494,9 @@ impl<'s> Builder<'s> {
             },
             None => (None, None),
         };
+        if let Some(why) = self.client_auth_refused(ing, host, a) {
+            auth_refused = auth_refused.or(Some(why));
+        }
         let external_auth = match self.external_auth(ing, host, ingress_path, a) {
             Ok(e) => e,
             Err(why) => {
@@ -599,6 +610,7 @@ impl<'s> Builder<'s> {
             connection_header: a.connection_header.clone(),
             x_forwarded_prefix: a.x_forwarded_prefix.clone(),
             basic_auth,
+            satisfy_any: a.satisfy_any,
             external_auth,
             access_log: a.enable_access_log.unwrap_or(true),
             rewrite_log: a.enable_rewrite_log,
@@ -622,6 +634,95 @@ impl<'s> Builder<'s> {
             },
             error_pages,
             snippet: a.configuration_snippet.clone(),
+        }
+    }
+
+    /// Reads the CA bundle of an `auth-tls-secret` (of the Ingress's own
+    /// namespace) into a file; an error is reported.
+    fn client_auth(
+        &mut self,
+        ing: &str,
+        r: &super::client_auth::AuthTlsRef,
+    ) -> Result<super::client_auth::ClientAuth, String> {
+        let ns = ing.split_once('/').map_or("default", |(ns, _)| ns);
+        let (secret_ns, name) = r.secret.split_once('/').unwrap_or((ns, &r.secret));
+        let result = if secret_ns != ns {
+            Err(format!(
+                "auth-tls-secret {} is in another namespace; only Secrets of the Ingress's own namespace are read",
+                r.secret
+            ))
+        } else {
+            let secret = self.snap.secrets.iter().find(|s| {
+                s.metadata.namespace.as_deref().unwrap_or("default") == ns && s.metadata.name.as_deref() == Some(name)
+            });
+            match secret {
+                None => Err(format!("auth-tls-secret {ns}/{name} not found")),
+                Some(s) => super::client_auth::ca_bundle(s).map_err(|e| format!("auth-tls-secret {ns}/{name}: {e}")),
+            }
+        };
+        match result {
+            Ok(pem) => {
+                let file = super::client_auth::file_name(ns, name, &pem);
+                self.auth_files.insert(file.clone(), pem);
+                Ok(super::client_auth::ClientAuth {
+                    file,
+                    verify_client: r.verify_client.clone(),
+                    depth: r.depth,
+                    error_page: r.error_page.clone(),
+                    pass_certificate: r.pass_certificate,
+                    match_cn: r.match_cn.clone(),
+                    secret: format!("{ns}/{name}"),
+                })
+            }
+            Err(why) => {
+                self.report_once(ing, "auth-tls-secret", format!("{why}; the Ingress fails closed (503)"));
+                Err(why)
+            }
+        }
+    }
+
+    /// Why a location of `ing` on `host` closes for client certificates:
+    /// the host's owner could not read its Secret, or sets other ones than
+    /// this Ingress asks for.
+    fn client_auth_refused(&mut self, ing: &str, host: &str, a: &Annotations) -> Option<String> {
+        let r = a.auth_tls.as_ref()?;
+        let server = self.servers.get(host)?;
+        let owner = server.owner.as_ref().map(|(_, o)| o.clone()).unwrap_or_default();
+        let ns = ing.split_once('/').map_or("default", |(ns, _)| ns);
+        let wanted = if r.secret.contains('/') {
+            r.secret.clone()
+        } else {
+            format!("{ns}/{}", r.secret)
+        };
+        let why = match &server.client_auth {
+            Some(Err(why)) => return Some(why.clone()),
+            Some(Ok(ca)) if ca.secret == wanted => return None,
+            Some(Ok(ca)) => format!(
+                "host {host} verifies client certificates against {} (set by its first Ingress {owner}), not {wanted}",
+                ca.secret
+            ),
+            None => format!(
+                "host {host} does not ask for client certificates: its first Ingress {owner} sets no auth-tls-secret"
+            ),
+        };
+        self.report_once(
+            ing,
+            "auth-tls-secret",
+            format!("{why}; this Ingress's paths fail closed (503)"),
+        );
+        Some(why)
+    }
+
+    /// Reports a problem with an annotation of `ing` once (an Ingress path
+    /// can render two locations).
+    fn report_once(&mut self, ing: &str, annotation: &str, reason: String) {
+        let report = Report {
+            object: format!("Ingress {ing}"),
+            what: format!("{}{annotation}", super::annotations::PREFIX),
+            reason,
+        };
+        if !self.problems.contains(&report) {
+            self.problems.push(report);
         }
     }
 
@@ -870,6 +971,7 @@ fn server(hostname: String, acc: ServerAcc) -> Server {
         tls,
         locations,
         snippet: acc.snippet,
+        client_auth: acc.client_auth.and_then(Result::ok),
         error_pages,
         fallback: !covers_root,
     }
