@@ -267,8 +267,8 @@ mod tests {
         }
         for admitted in [
             report(
-                "nginx.ingress.kubernetes.io/mirror-target",
-                "not supported (not implemented yet); ignored",
+                "nginx.ingress.kubernetes.io/enable-opentelemetry",
+                "not supported (no OpenTelemetry module in this nginx); ignored",
             ),
             report(
                 "nginx.ingress.kubernetes.io/no-such-name",

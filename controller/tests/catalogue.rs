@@ -19,6 +19,7 @@ fn prerequisites(name: &str) -> &'static [(&'static str, &'static str)] {
         "proxy-redirect-to" => &[("proxy-redirect-from", "http://backend:8080/")],
         "auth-type" => &[("auth-secret", "basic-auth")],
         "auth-secret" | "auth-secret-type" | "auth-realm" => &[("auth-type", "basic")],
+        "mirror-host" | "mirror-request-body" => &[("mirror-target", "https://test.example.com$request_uri")],
         n if n.starts_with("auth-tls-") && n != "auth-tls-secret" => &[("auth-tls-secret", "ca-secret")],
         n if n.starts_with("auth-") && !n.starts_with("auth-tls-") && n != "auth-snippet" => {
             &[("auth-url", "http://auth.example.com/check")]

@@ -123,6 +123,11 @@ pub struct Annotations {
     pub enable_global_auth: Option<bool>,
     /// `auth-url` and its companions (external authentication).
     pub external_auth: Option<super::external_auth::AuthSpec>,
+    /// `mirror-target` and its companions.
+    pub mirror: Option<super::mirror::MirrorSpec>,
+    /// `relative-redirects`: nginx's own redirects keep a relative
+    /// `Location`.
+    pub relative_redirects: Option<bool>,
     /// `satisfy: any`: one access check passing is enough (allowlist or
     /// authentication), instead of all of them.
     pub satisfy_any: bool,
@@ -512,6 +517,21 @@ impl Annotations {
                 let companion = &n["auth-".len()..];
                 super::external_auth::check_companion(companion, v).unwrap_or(Ok(()))?;
             }
+            "mirror-target" => {
+                let get_mirror = |k: &str| get(&format!("mirror-{k}"));
+                self.mirror = Some(super::mirror::MirrorSpec::parse(v, &get_mirror)?);
+            }
+            n if n
+                .strip_prefix("mirror-")
+                .and_then(|c| super::mirror::check_companion(c, v))
+                .is_some() =>
+            {
+                if get("mirror-target").is_none() {
+                    return Err(Invalid("ignored: it needs mirror-target".into()));
+                }
+                super::mirror::check_companion(&n["mirror-".len()..], v).unwrap_or(Ok(()))?;
+            }
+            "relative-redirects" => self.relative_redirects = Some(parse_bool(v)?),
             "satisfy" => self.satisfy_any = one_of(v, &["all", "any"], "satisfy")? == "any",
             "auth-tls-secret" => {
                 let get_tls = |k: &str| get(&format!("auth-tls-{k}"));
@@ -713,10 +733,7 @@ mod tests {
 
     #[test]
     fn unknown_annotations_are_reported() {
-        let (_, p) = parse(
-            &[("mirror-target", "https://mirror.example/"), ("no-such-thing", "1")],
-            false,
-        );
+        let (_, p) = parse(&[("enable-opentelemetry", "true"), ("no-such-thing", "1")], false);
         assert!(p[0].reason.contains("not supported"), "{p:?}");
         assert!(p[1].reason.contains("not an ingress-nginx name"), "{p:?}");
     }
@@ -733,7 +750,7 @@ mod tests {
                 ("satisfy", "sometimes"),
                 ("enable-modsecurity", "true"),
                 ("enable-global-auth", "false"),
-                ("mirror-target", "https://mirror.example/"),
+                ("enable-opentelemetry", "true"),
             ],
             false,
         );
@@ -747,7 +764,7 @@ mod tests {
         );
         assert!(p
             .iter()
-            .any(|p| p.annotation.ends_with("mirror-target") && p.reason.contains("ignored")));
+            .any(|p| p.annotation.ends_with("enable-opentelemetry") && p.reason.contains("ignored")));
         assert!(!p.iter().any(|p| p.annotation.ends_with("enable-global-auth")));
     }
 

@@ -63,6 +63,9 @@ pub struct GlobalConfig {
     pub use_forwarded_headers: bool,
     pub keep_alive: Seconds,
     pub enable_access_log: bool,
+    /// `relative-redirects`: nginx's own redirects (a directory's trailing
+    /// slash) keep a relative `Location` (`absolute_redirect off`).
+    pub relative_redirects: bool,
     /// Send `X-Request-ID` upstream, generating one when the client sent
     /// none (ingress-nginx's `generate-request-id`). Generating costs a
     /// random-number call per request.
@@ -113,6 +116,7 @@ impl Default for GlobalConfig {
             use_forwarded_headers: false,
             keep_alive: Seconds(75),
             enable_access_log: true,
+            relative_redirects: false,
             generate_request_id: true,
             allow_snippet_annotations: false,
             custom_http_errors: Vec::new(),
@@ -261,6 +265,7 @@ impl GlobalConfig {
                     "keep-alive" => c.keep_alive = Seconds::parse(v)?,
                     "disable-access-log" => c.enable_access_log = !flag(v)?,
                     "enable-access-log" => c.enable_access_log = flag(v)?,
+                    "relative-redirects" => c.relative_redirects = flag(v)?,
                     "allow-snippet-annotations" => c.allow_snippet_annotations = flag(v)?,
                     "generate-request-id" => c.generate_request_id = flag(v)?,
                     "server-name-hash-bucket-size" => {

@@ -145,7 +145,15 @@ impl AuthUrl {
         } else {
             return Err(Invalid(format!("{what} is not an http(s) URL: {s:?}")));
         };
-        let split = rest.find(['/', '?']).unwrap_or(rest.len());
+        // The authority ends at the path, the query, or a variable that
+        // starts the path (`https://mirror.example.com$request_uri`).
+        let host_variable = ["${host}", "$host", "${http_host}", "$http_host"]
+            .iter()
+            .find(|v| rest.starts_with(**v))
+            .map_or(0, |v| v.len());
+        let split = rest[host_variable..]
+            .find(['/', '?', '$'])
+            .map_or(rest.len(), |i| i + host_variable);
         let (authority, tail) = rest.split_at(split);
         let (host, port) = split_port(authority).ok_or_else(|| Invalid(format!("{what}: bad port: {s:?}")))?;
         let host = match host {
@@ -193,6 +201,53 @@ impl AuthUrl {
             UrlHost::RequestHost => "$host".into(),
             UrlHost::HttpHost => "$http_host".into(),
         }
+    }
+
+    /// Where nginx connects for this URL on `server`, checked against the
+    /// address policy: `$host` becomes the server's name (refused on the
+    /// catch-all and wildcard servers, where the client picks it).
+    pub fn connect_host(&self, server: &str, policy: &AddressPolicy, what: &str) -> Result<String, String> {
+        Ok(match &self.host {
+            UrlHost::RequestHost if server == "_" || server.starts_with("*.") => {
+                return Err(format!(
+                    "{what} with $host on {}: the client would choose where nginx connects; name the host",
+                    if server == "_" {
+                        "the catch-all server"
+                    } else {
+                        "a wildcard host"
+                    }
+                ))
+            }
+            UrlHost::RequestHost => server.to_string(),
+            UrlHost::HttpHost => {
+                return Err(format!(
+                    "{what} cannot use $http_host (the client's header) as its host"
+                ))
+            }
+            UrlHost::Name(h) => {
+                if let Some(why) = super::endpoints::refuse_external_name(h.as_str()) {
+                    return Err(format!("{what} host: {why}"));
+                }
+                h.as_str().to_string()
+            }
+            UrlHost::Ip(ip) => {
+                let port = self.port.unwrap_or(if self.https { 443 } else { 80 });
+                if let Some(why) = policy.refuses(*ip, port) {
+                    return Err(format!("{what} host: {why}"));
+                }
+                self.host_text()
+            }
+        })
+    }
+
+    /// The URL with its host settled by [`AuthUrl::connect_host`].
+    pub fn settled(&self, host: &str) -> String {
+        self.with_host(host)
+    }
+
+    /// Whether nginx must resolve the host per request (a name).
+    pub fn is_named(&self) -> bool {
+        !matches!(self.host, UrlHost::Ip(_))
     }
 
     fn has_query(&self) -> bool {
@@ -434,33 +489,7 @@ impl AuthSpec {
     /// The spec tied to a server (`server` is its name, `_` for the
     /// catch-all) and checked against the address policy.
     pub fn resolve(&self, server: &str, id: usize, policy: &AddressPolicy) -> Result<ExternalAuth, String> {
-        let host = match &self.url.host {
-            UrlHost::RequestHost if server == "_" || server.starts_with("*.") => {
-                return Err(format!(
-                    "auth-url with $host on {}: the client would choose where nginx connects; name the host",
-                    if server == "_" {
-                        "the catch-all server"
-                    } else {
-                        "a wildcard host"
-                    }
-                ))
-            }
-            UrlHost::RequestHost => server.to_string(),
-            UrlHost::HttpHost => return Err("auth-url cannot use $http_host (the client's header) as its host".into()),
-            UrlHost::Name(h) => {
-                if let Some(why) = super::endpoints::refuse_external_name(h.as_str()) {
-                    return Err(format!("auth-url host: {why}"));
-                }
-                h.as_str().to_string()
-            }
-            UrlHost::Ip(ip) => {
-                let port = self.url.port.unwrap_or(if self.url.https { 443 } else { 80 });
-                if let Some(why) = policy.refuses(*ip, port) {
-                    return Err(format!("auth-url host: {why}"));
-                }
-                self.url.host_text()
-            }
-        };
+        let host = self.url.connect_host(server, policy, "auth-url")?;
         let url = self.url.with_host(&host);
         let upstream = self.keepalive.as_ref().map(|k| AuthUpstream {
             name: format!("auth_external_{id}"),
@@ -574,6 +603,8 @@ mod tests {
             "http://10.0.0.5:4180/auth?x=1&y=$request_uri",
             "http://[fd00::5]:8080/",
             "https://auth.example.com",
+            "https://mirror.example.com$request_uri",
+            "https://$host$request_uri",
         ] {
             AuthUrl::parse(ok, "auth-url").unwrap_or_else(|e| panic!("{ok}: {e}"));
         }

@@ -17,6 +17,7 @@ pub mod config_map;
 pub mod endpoints;
 pub mod external_auth;
 pub mod http_settings;
+pub mod mirror;
 pub mod names;
 pub mod proxy_settings;
 pub mod real_ip;
@@ -207,6 +208,11 @@ pub struct Location {
     pub x_forwarded_prefix: Option<UrlPath>,
     /// `auth-type: basic`: the realm and the user file.
     pub basic_auth: Option<basic_auth::BasicAuth>,
+    /// `mirror-target`: each request is also sent there.
+    pub mirror: Option<mirror::Mirror>,
+    /// `relative-redirects` when the Ingress sets it (else the ConfigMap's
+    /// in `http {}`).
+    pub relative_redirects: Option<bool>,
     /// `satisfy any`: the allowlist or the authentication suffices.
     pub satisfy_any: bool,
     /// `auth-url` (or the ConfigMap's `global-auth-url`).

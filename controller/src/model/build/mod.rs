@@ -497,6 +497,22 @@ impl<'s> Builder<'s> {
         if let Some(why) = self.client_auth_refused(ing, host, a) {
             auth_refused = auth_refused.or(Some(why));
         }
+        let mirror = a.mirror.as_ref().and_then(|m| {
+            self.auth_seq += 1;
+            m.resolve(host, self.auth_seq, &self.opts.endpoints)
+                .and_then(|m| {
+                    if m.needs_resolver && self.opts.resolvers.is_empty() {
+                        Err(
+                            "mirror-target names a host and no DNS server is known (--resolver, /etc/resolv.conf)"
+                                .into(),
+                        )
+                    } else {
+                        Ok(m)
+                    }
+                })
+                .map_err(|why| self.report_once(ing, "mirror-target", format!("{why}; not mirrored")))
+                .ok()
+        });
         let external_auth = match self.external_auth(ing, host, ingress_path, a) {
             Ok(e) => e,
             Err(why) => {
@@ -611,6 +627,8 @@ impl<'s> Builder<'s> {
             x_forwarded_prefix: a.x_forwarded_prefix.clone(),
             basic_auth,
             satisfy_any: a.satisfy_any,
+            mirror,
+            relative_redirects: a.relative_redirects,
             external_auth,
             access_log: a.enable_access_log.unwrap_or(true),
             rewrite_log: a.enable_rewrite_log,
@@ -913,7 +931,11 @@ impl<'s> Builder<'s> {
                 .flat_map(|s| &s.locations)
                 .filter_map(|l| l.external_auth.as_ref())
         };
-        let resolvers = if auths().any(|a| a.needs_resolver) {
+        let mirrors_resolve = servers
+            .iter()
+            .flat_map(|s| &s.locations)
+            .any(|l| l.mirror.as_ref().is_some_and(|m| m.needs_resolver));
+        let resolvers = if auths().any(|a| a.needs_resolver) || mirrors_resolve {
             self.opts
                 .resolvers
                 .iter()
