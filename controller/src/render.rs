@@ -153,6 +153,21 @@ fn variables_filter(value: String) -> Result<Value, Error> {
     regex_filter(value, None)
 }
 
+/// `{{ value|log_format }}`: a quoted token in which `$` may appear only
+/// as a variable a log format may name
+/// ([`crate::model::log_format::variable_allowed`]), checked again here.
+fn log_format_filter(value: String) -> Result<Value, Error> {
+    let names = crate::model::log_format::variables(&value)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("{e} in {value:?}")))?;
+    if let Some(bad) = names.iter().find(|n| !crate::model::log_format::variable_allowed(n)) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("refusing ${bad} in {value:?}"),
+        ));
+    }
+    regex_filter(value, None)
+}
+
 /// `{{ value|comment }}`: text safe inside a `#` comment (one line).
 fn comment_filter(value: String) -> Value {
     let line: String = value.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
@@ -178,6 +193,7 @@ impl Renderer {
         env.add_filter("literal_dollar", literal_dollar_filter);
         env.add_filter("comment", comment_filter);
         env.add_filter("variables", variables_filter);
+        env.add_filter("log_format", log_format_filter);
         env.add_filter("label", label_filter);
         env.add_template_owned(TEMPLATE_NAME, source)
             .context("compiling the nginx.conf template")?;

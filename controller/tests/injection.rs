@@ -132,6 +132,19 @@ fn exploit_payloads_never_reach_nginx_conf() {
             // quoted token, nothing else on the line it could reach.
             let quoted = format!("\"{payload}\"");
             let as_data = |l: &str| l.trim() == format!("{quoted} 1;");
+            // A log format is text (JSON has braces and quotes): it must be
+            // the one quoted token of log_format, quotes and `\` escaped.
+            if e.name == "log-format-upstream" {
+                let escaped = payload.replace('\\', "\\\\").replace('"', "\\\"");
+                let line = format!("log_format upstreaminfo \"{escaped}\";");
+                assert!(
+                    conf.lines()
+                        .filter(|l| l.contains("pwned") || l.contains("ssl_engine"))
+                        .all(|l| l.trim() == line),
+                    "ConfigMap log-format-upstream={payload:?} reached nginx.conf"
+                );
+                continue;
+            }
             if !payload.contains(['"', '\\', ';', '{', '}', '#', '$', '\n', '\r'])
                 && conf.lines().filter(|l| l.contains("pwned")).all(as_data)
             {

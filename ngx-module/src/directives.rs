@@ -811,6 +811,26 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         // module's table.
         unsafe { (*v).get_handler = handler };
     }
+    // ingress-nginx's log variables, computed when a log line reads them;
+    // changeable, as ingress-nginx `set`s them.
+    for (name, handler) in [
+        (
+            "proxy_upstream_name",
+            crate::log_variables::upstream_name_variable as GetHandler,
+        ),
+        ("req_id", crate::log_variables::req_id_variable),
+    ] {
+        // SAFETY: `cf` and its pool are live (this function's contract).
+        let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
+        // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+        let v = unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_CHANGEABLE as ngx_uint_t) };
+        if v.is_null() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: a non-null result is the variable's live entry in the core
+        // module's table.
+        unsafe { (*v).get_handler = Some(handler) };
+    }
     // Computed when read, from the request's balancer state.
     // SAFETY: `cf` and its pool are live (this function's contract).
     let mut name = unsafe { ngx_str_t::from_str((*cf).pool, "balancer_ewma_score") };

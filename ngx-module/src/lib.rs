@@ -51,6 +51,7 @@ mod forwarded;
 mod guard;
 mod https_redirect;
 mod index;
+mod log_variables;
 mod metrics;
 mod metrics_zone;
 mod offload;

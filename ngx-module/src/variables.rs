@@ -30,9 +30,16 @@ pub enum Read {
     Host = 1,
     RequestUri = 2,
     PassAccessScheme = 3,
+    RequestId = 4,
 }
 
-pub const READ_NAMES: [&str; 4] = ["server_port", "host", "request_uri", "dynamic_pass_access_scheme"];
+pub const READ_NAMES: [&str; 5] = [
+    "server_port",
+    "host",
+    "request_uri",
+    "dynamic_pass_access_scheme",
+    "dynamic_request_id",
+];
 
 // `ngx_variable_value_t` starts with one 32-bit word of bit-fields: `len:28,
 // valid:1, no_cacheable:1, not_found:1, escape:1`, the first in the low bits

@@ -322,7 +322,10 @@ fn skipped_urls_and_the_default_backend_stay_out_of_the_access_log() {
     // No Ingress serves these: the default backend answers, unlogged.
     assert_eq!(get(port, "nobody.test", "/unrouted", &[]).0, 404);
     assert_eq!(get(port, "quiet.test", "/elsewhere", &[]).0, 404);
-    assert_eq!(get(port, "app.test", "/logged", &[]).0, 200);
+    assert_eq!(
+        get(port, "app.test", "/logged", &[("X-Request-ID", "trace-me-7")]).0,
+        200
+    );
     let log_path = c.dir.path().join("nginx/logs/access.log");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let log = loop {
@@ -333,6 +336,16 @@ fn skipped_urls_and_the_default_backend_stay_out_of_the_access_log() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(log.contains("GET /logged "), "{log}");
+    // ingress-nginx's upstreaminfo format: the backend, the upstream's
+    // address and the request id (here the client's) end the line.
+    let line = log.lines().find(|l| l.contains("GET /logged ")).unwrap();
+    let upstream = format!(" [demo-web-80] [] 127.0.0.1:{} ", up.port);
+    assert!(line.contains(&upstream), "{line}");
+    assert!(line.ends_with(" 200 trace-me-7"), "{line}");
+    // Without one, the id generated for the request (32 hex digits).
+    let line = log.lines().find(|l| l.contains("GET /healthz?full=1 ")).unwrap();
+    let id = line.rsplit(' ').next().unwrap();
+    assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{line}");
     // skip-access-log-urls matches the whole request URI, as in ingress-nginx.
     assert!(log.contains("GET /healthz?full=1 "), "{log}");
     for absent in ["GET /healthz ", "GET /ready ", "/api/hidden", "/unrouted", "/elsewhere"] {

@@ -78,6 +78,8 @@ pub struct GlobalConfig {
     pub http: HttpSettings,
     /// The client address behind trusted proxies.
     pub real_ip: RealIp,
+    /// The access log's format and the log files.
+    pub log: super::log_format::LogFormat,
     /// Lower bounds for the computed `server_names_hash_*` sizes.
     pub server_name_hash_bucket_size: usize,
     pub server_name_hash_max_size: usize,
@@ -123,6 +125,7 @@ impl Default for GlobalConfig {
             proxy: ProxyDefaults::default(),
             http: HttpSettings::default(),
             real_ip: RealIp::default(),
+            log: Default::default(),
             server_name_hash_bucket_size: 64,
             server_name_hash_max_size: 1024,
         }
@@ -161,7 +164,8 @@ impl GlobalConfig {
         for (key, v) in data {
             let grouped = (c.proxy.apply(key, v))
                 .or_else(|| c.http.apply(key, v))
-                .or_else(|| c.real_ip.apply(key, v));
+                .or_else(|| c.real_ip.apply(key, v))
+                .or_else(|| c.log.apply(key, v));
             let result: Result<(), Invalid> = grouped.unwrap_or_else(|| {
                 match key.as_str() {
                     "worker-processes" => {

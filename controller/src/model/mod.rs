@@ -17,6 +17,7 @@ pub mod config_map;
 pub mod endpoints;
 pub mod external_auth;
 pub mod http_settings;
+pub mod log_format;
 pub mod mirror;
 pub mod names;
 pub mod proxy_settings;

@@ -82,7 +82,6 @@ fn plain_http_block(plain_port: u16, api_port: u16) -> String {
     access_log off;
     keepalive_requests 1000000;
     dynamic_balancer_zone 32m;
-    map "" $proxy_upstream_name {{ default ""; }}
     upstream dynamic {{ server 0.0.0.1; dynamic_balancer; keepalive 320; }}
     server {{ listen 127.0.0.1:{plain_port}; location / {{ dynamic_balancer_backend web; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://dynamic; }} }}
     server {{ listen 127.0.0.1:{api_port}; location /configuration {{ dynamic_balancer_api; }} }}
