@@ -200,7 +200,7 @@ pub fn refuses(report: &model::Report) -> bool {
     // A basic-auth Secret that does not exist yet (`kubectl apply -f dir`
     // creates in file order): admitted like a TLS Secret; until it exists
     // the Ingress fails closed.
-    if annotation == "auth-secret" && report.reason.contains("not found") {
+    if matches!(annotation, "auth-secret" | "auth-tls-secret") && report.reason.contains("not found") {
         return false;
     }
     if model::annotations::is_access_control(annotation) {

@@ -194,6 +194,9 @@ impl Renderer {
         env.add_filter("comment", comment_filter);
         env.add_filter("variables", variables_filter);
         env.add_filter("log_format", log_format_filter);
+        // Header values (add-headers, proxy-set-headers) follow the same
+        // rule: text, and variables nginx knows.
+        env.add_filter("header_value", log_format_filter);
         env.add_filter("label", label_filter);
         env.add_template_owned(TEMPLATE_NAME, source)
             .context("compiling the nginx.conf template")?;

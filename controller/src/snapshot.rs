@@ -22,6 +22,9 @@ pub struct Snapshot {
     pub secrets: Vec<Arc<Secret>>,
     /// The controller's own ConfigMap (`--configmap`), if it exists.
     pub config_map: Option<Arc<ConfigMap>>,
+    /// The other ConfigMaps of the controller's namespace: the header sets
+    /// its `add-headers` and `proxy-set-headers` name.
+    pub header_config_maps: Vec<Arc<ConfigMap>>,
 }
 
 /// `namespace/name` of any object, for logs and conflict reports.

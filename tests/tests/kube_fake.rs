@@ -275,7 +275,7 @@ fn hostile_objects_get_warning_events_on_themselves() {
         "admin.test",
         "/",
         "web",
-        &[("auth-url", "https://auth.example/")],
+        &[("auth-url", "http://169.254.169.254/latest/meta-data/")],
     ));
     let c = Controller::start_on_cluster(&api.kubeconfig(), &[]);
     assert_eq!(c.get("sneaky.test", "/").0, 503);

@@ -289,6 +289,10 @@ fn rbac_denies_what_the_controller_does_not_need() {
         "/api/v1/namespaces/{RELEASE_NAMESPACE}/configmaps?fieldSelector=metadata.name%3D{CHART_FULLNAME}-controller"
     );
     assert_eq!(code("GET", &own_cm, None), 200);
+    // The header sets of add-headers and proxy-set-headers: its own
+    // namespace's ConfigMaps, and no other namespace's.
+    let own_namespace = format!("/api/v1/namespaces/{RELEASE_NAMESPACE}/configmaps");
+    assert_eq!(code("GET", &own_namespace, None), 200);
 
     // Denied.
     let denied: Vec<(&str, String, Option<Value>)> = vec![
@@ -301,11 +305,7 @@ fn rbac_denies_what_the_controller_does_not_need() {
             Some(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})),
         ),
         ("GET", "/api/v1/namespaces/kube-system/configmaps".into(), None),
-        (
-            "GET",
-            format!("/api/v1/namespaces/{RELEASE_NAMESPACE}/configmaps"),
-            None,
-        ),
+        ("GET", "/api/v1/configmaps".into(), None),
         (
             "GET",
             format!("/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/someone-elses"),
@@ -677,7 +677,7 @@ fn the_admission_webhook_refuses_bad_ingresses() {
         "guarded.test",
         "/",
         "web",
-        &[("auth-url", "http://auth.example/check")],
+        &[("auth-url", "http://169.254.169.254/latest/meta-data/")],
     ));
     assert!(
         code == 400 && body["message"].as_str().unwrap_or("").contains("fails closed"),

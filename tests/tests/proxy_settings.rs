@@ -378,3 +378,38 @@ fn skipped_urls_and_the_default_backend_stay_out_of_the_access_log() {
     );
     c.stop();
 }
+
+#[test]
+fn header_sets_reach_responses_and_upstreams() {
+    let up = Upstream::start();
+    let set = |name: &str, data: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{namespace: ingress-nginx, name: {name}}}\ndata:\n{data}")
+    };
+    let files = vec![
+        ("class.yaml", INGRESS_CLASS.to_string()),
+        ("svc.yaml", service("web", &[up.port])),
+        ("app.yaml", ingress("app", "app.test", "/", "web", &[])),
+        ("cors.yaml", ingress("cors", "app.test", "/api", "web", &[("enable-cors", "true")])),
+        (
+            "cm.yaml",
+            config_map(&[("add-headers", "security-headers"), ("proxy-set-headers", "ingress-nginx/proxy-headers")]),
+        ),
+        ("sec.yaml", set("security-headers", "  X-Frame-Options: DENY\n  X-Served-By: \"edge-$server_port\"\n")),
+        ("proxy.yaml", set("proxy-headers", "  X-Forwarded-Tenant: blue\n")),
+    ];
+    let mut c = Controller::start(&files, &[]);
+    let port = c.http_port;
+    let (status, h) = get(port, "app.test", "/", &[]);
+    assert_eq!(status, 200, "{}", c.log());
+    assert_eq!(header(&h, "x-frame-options"), Some("DENY"));
+    assert_eq!(header(&h, "x-served-by"), Some(format!("edge-{port}").as_str()));
+    assert_eq!(header(&h, "x-echo-x-forwarded-tenant"), Some("blue"));
+    // A location with headers of its own (CORS) still sends them, and so
+    // does an error answer (always).
+    let (_, h) = get(port, "app.test", "/api", &[("Origin", "https://x.test")]);
+    assert_eq!(header(&h, "x-frame-options"), Some("DENY"), "{h:?}");
+    assert!(header(&h, "access-control-allow-origin").is_some(), "{h:?}");
+    let (status, h) = get(port, "nobody.test", "/", &[]);
+    assert_eq!((status, header(&h, "x-frame-options")), (404, Some("DENY")));
+    c.stop();
+}

@@ -551,7 +551,7 @@ fn unimplemented_access_control_fails_closed() {
                     "ext.test",
                     "/",
                     "a",
-                    &[("auth-url", "https://auth.example/check")],
+                    &[("auth-url", "http://169.254.169.254/latest/meta-data/")],
                 ),
             ),
         ],

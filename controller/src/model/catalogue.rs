@@ -256,7 +256,7 @@ pub static ANNOTATIONS: &[Entry] = &[
 pub static CONFIG_MAP: &[Entry] = &[
     no("access-log-params", "not implemented yet"),
     ok("access-log-path", "/dev/stdout"),
-    no("add-headers", "not implemented yet"),
+    differs("add-headers", "ingress-nginx/custom-headers", "a ConfigMap of the controller's own namespace; values may name only variables nginx knows; added with add_header always (repeated where a location adds headers of its own) rather than headers-more"),
     ok("allow-backend-server-header", "true"),
     no(
         "allow-cross-namespace-resources",
@@ -425,7 +425,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     ),
     ok("proxy-request-buffering", "off"),
     ok("proxy-send-timeout", "120"),
-    no("proxy-set-headers", "not implemented yet"),
+    differs("proxy-set-headers", "ingress-nginx/proxy-headers", "a ConfigMap of the controller's own namespace; values may name only variables nginx knows"),
     no("proxy-ssl-location-only", PROXY_SSL),
     no("proxy-stream-next-upstream", STREAM),
     no("proxy-stream-next-upstream-timeout", STREAM),

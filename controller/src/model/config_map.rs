@@ -78,6 +78,10 @@ pub struct GlobalConfig {
     pub http: HttpSettings,
     /// The client address behind trusted proxies.
     pub real_ip: RealIp,
+    /// `add-headers`: a header set added to every response.
+    pub add_headers: Option<super::header_sets::SetRef>,
+    /// `proxy-set-headers`: a header set sent upstream from every location.
+    pub proxy_set_headers: Option<super::header_sets::SetRef>,
     /// The access log's format and the log files.
     pub log: super::log_format::LogFormat,
     /// Lower bounds for the computed `server_names_hash_*` sizes.
@@ -125,6 +129,8 @@ impl Default for GlobalConfig {
             proxy: ProxyDefaults::default(),
             http: HttpSettings::default(),
             real_ip: RealIp::default(),
+            add_headers: None,
+            proxy_set_headers: None,
             log: Default::default(),
             server_name_hash_bucket_size: 64,
             server_name_hash_max_size: 1024,
@@ -238,6 +244,8 @@ impl GlobalConfig {
                         c.http_redirect_code = code;
                     }
                     "no-tls-redirect-locations" => c.no_tls_redirect_locations = url_path_prefixes(v)?,
+                    "add-headers" => c.add_headers = Some(super::header_sets::SetRef::parse(v)?),
+                    "proxy-set-headers" => c.proxy_set_headers = Some(super::header_sets::SetRef::parse(v)?),
                     "no-auth-locations" => c.no_auth_locations = url_path_prefixes(v)?,
                     "global-auth-url" => {
                         if let Err(e) = super::external_auth::AuthUrl::parse(v, "global-auth-url") {

@@ -232,6 +232,16 @@ impl AuthUrl {
             }
             UrlHost::Ip(ip) => {
                 let port = self.port.unwrap_or(if self.https { 443 } else { 80 });
+                // A cloud's metadata service answers 2xx: as an auth service
+                // it would let everyone in. Refused even where local
+                // endpoints are allowed.
+                let link_local = match ip.to_canonical() {
+                    IpAddr::V4(v4) => v4.is_link_local(),
+                    IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+                };
+                if link_local {
+                    return Err(format!("{what} host: {ip} is a link-local address (a metadata service)"));
+                }
                 if let Some(why) = policy.refuses(*ip, port) {
                     return Err(format!("{what} host: {why}"));
                 }
@@ -662,6 +672,10 @@ mod tests {
         };
         let s = spec(&[("url", "http://127.0.0.1:4180/auth")]).unwrap();
         assert!(!s.resolve("a", 1, &local).unwrap().needs_resolver);
+        let metadata = spec(&[("url", "http://169.254.169.254/latest/meta-data/")]).unwrap();
+        assert!(metadata.resolve("a", 1, &local).is_err(), "never the metadata service");
+        let mapped = spec(&[("url", "http://[::ffff:169.254.169.254]/")]).unwrap();
+        assert!(mapped.resolve("a", 1, &local).is_err());
         let api = spec(&[("url", "http://127.0.0.1:10246/configuration/backends")]).unwrap();
         assert!(
             api.resolve("a", 1, &local).is_err(),

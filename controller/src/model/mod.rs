@@ -16,6 +16,7 @@ pub mod client_auth;
 pub mod config_map;
 pub mod endpoints;
 pub mod external_auth;
+pub mod header_sets;
 pub mod http_settings;
 pub mod log_format;
 pub mod mirror;
@@ -52,6 +53,11 @@ pub struct Structure {
     /// it the default server answers 404 itself.
     pub has_default_backend: bool,
     pub server_names_hash: ServerNamesHash,
+    /// `add-headers`: added to every response (`always`), in every server
+    /// and in every location with headers of its own.
+    pub add_headers: Vec<header_sets::Header>,
+    /// `proxy-set-headers`: sent upstream from every Ingress location.
+    pub proxy_set_headers: Vec<header_sets::Header>,
     /// DNS servers for `resolver` (only when a location resolves an auth
     /// host per request).
     pub resolvers: Vec<String>,

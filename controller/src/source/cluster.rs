@@ -35,6 +35,8 @@ struct Stores {
     /// Opaque Secrets: basic-auth user lists (`auth-secret`).
     opaque_secrets: Store<Secret>,
     config_maps: Store<ConfigMap>,
+    /// The name of the controller's own ConfigMap among `config_maps`.
+    config_map_name: String,
 }
 
 impl Stores {
@@ -54,7 +56,17 @@ impl Stores {
                 .into_iter()
                 .chain(all(&self.opaque_secrets))
                 .collect(),
-            config_map: self.config_maps.state().first().cloned(),
+            config_map: self
+                .config_maps
+                .state()
+                .into_iter()
+                .find(|c| c.metadata.name.as_deref() == Some(&*self.config_map_name)),
+            header_config_maps: self
+                .config_maps
+                .state()
+                .into_iter()
+                .filter(|c| c.metadata.name.as_deref() != Some(&*self.config_map_name))
+                .collect(),
         }
     }
 
@@ -131,8 +143,12 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
     let opaque_cfg = watcher::Config::default().fields("type=Opaque");
     let (opaque_secrets, t7) = reflect(api::<Secret>(&client, ns), opaque_cfg);
     let (cm_ns, cm_name) = &opts.config_map;
-    let cm_cfg = watcher::Config::default().fields(&format!("metadata.name={cm_name}"));
-    let (config_maps, t6) = reflect(Api::<ConfigMap>::namespaced(client.clone(), cm_ns), cm_cfg);
+    // Every ConfigMap of the controller's namespace: its own, and the header
+    // sets add-headers and proxy-set-headers name (only that namespace's).
+    let (config_maps, t6) = reflect(
+        Api::<ConfigMap>::namespaced(client.clone(), cm_ns),
+        watcher::Config::default(),
+    );
     let stores = Stores {
         ingresses,
         classes,
@@ -141,6 +157,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         secrets,
         opaque_secrets,
         config_maps,
+        config_map_name: cm_name.clone(),
     };
 
     let changed = Arc::new(Notify::new());
@@ -200,6 +217,7 @@ pub async fn list_once(client: Client, opts: &ClusterOptions) -> anyhow::Result<
     let ns = opts.namespace.as_deref();
     let (cm_ns, cm_name) = &opts.config_map;
     let all = ListParams::default;
+    let config_maps = list(Api::<ConfigMap>::namespaced(client.clone(), cm_ns), all(), false).await?;
     Ok(Snapshot {
         ingresses: list(api::<Ingress>(&client, ns), all(), true).await?,
         classes: list(Api::<IngressClass>::all(client.clone()), all(), false).await?,
@@ -216,13 +234,14 @@ pub async fn list_once(client: Client, opts: &ClusterOptions) -> anyhow::Result<
             false,
         )
         .await?,
-        config_map: list(
-            Api::<ConfigMap>::namespaced(client.clone(), cm_ns),
-            all().fields(&format!("metadata.name={cm_name}")),
-            false,
-        )
-        .await?
-        .into_iter()
-        .next(),
+        config_map: config_maps
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(cm_name.as_str()))
+            .cloned(),
+        header_config_maps: config_maps
+            .iter()
+            .filter(|c| c.metadata.name.as_deref() != Some(cm_name.as_str()))
+            .cloned()
+            .collect(),
     })
 }

@@ -185,6 +185,9 @@ pub fn add_document(
                 && cm.metadata.name.as_deref() == Some(&*config_map.1);
             if ours {
                 snap.config_map = Some(Arc::new(cm));
+            } else if cm.metadata.namespace.as_deref() == Some(&*config_map.0) {
+                // A header set add-headers or proxy-set-headers may name.
+                snap.header_config_maps.push(Arc::new(cm));
             }
         }
         other => {

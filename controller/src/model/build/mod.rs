@@ -231,6 +231,47 @@ impl<'s> Builder<'s> {
         }
     }
 
+    /// The headers of the set `key` (`add-headers`, `proxy-set-headers`)
+    /// names: a ConfigMap of the controller's own namespace. Problems are
+    /// reported; a missing set adds nothing.
+    fn header_set(&mut self, r: Option<super::header_sets::SetRef>, setting: &str) -> Vec<super::header_sets::Header> {
+        let (Some(r), Some(own)) = (r, self.snap.config_map.clone()) else {
+            return Vec::new();
+        };
+        let own_ns = own.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let object = format!("ConfigMap {}", key(&own.metadata));
+        let what = format!("ConfigMap key {setting}");
+        if r.namespace.as_deref().is_some_and(|ns| ns != own_ns) {
+            self.problems.push(Report {
+                object,
+                what,
+                reason: format!("only ConfigMaps of the controller's namespace {own_ns} are read; ignored"),
+            });
+            return Vec::new();
+        }
+        let found = self.snap.header_config_maps.iter().find(|c| {
+            c.metadata.name.as_deref() == Some(&*r.name)
+                && c.metadata.namespace.as_deref().unwrap_or("default") == own_ns
+        });
+        let Some(cm) = found.cloned() else {
+            self.problems.push(Report {
+                object,
+                what,
+                reason: format!("ConfigMap {own_ns}/{} not found; no headers", r.name),
+            });
+            return Vec::new();
+        };
+        let (headers, problems) = super::header_sets::headers(&cm);
+        for p in problems {
+            self.problems.push(Report {
+                object: format!("ConfigMap {}", key(&cm.metadata)),
+                what: format!("{setting} header"),
+                reason: p,
+            });
+        }
+        headers
+    }
+
     fn report(&mut self, ing: &Ingress, what: &str, reason: impl Into<String>) {
         self.problems.push(Report {
             object: format!("Ingress {}", key(&ing.metadata)),
@@ -948,10 +989,14 @@ impl<'s> Builder<'s> {
             Vec::new()
         };
         let auth_cache = auths().any(|a| a.cache_key.is_some());
+        let add_headers = self.header_set(self.global.add_headers.clone(), "add-headers");
+        let proxy_set_headers = self.header_set(self.global.proxy_set_headers.clone(), "proxy-set-headers");
         Model {
             structure: Some(Structure {
                 resolvers,
                 auth_cache,
+                add_headers,
+                proxy_set_headers,
                 global: self.global,
                 listen: self.opts.listen.clone(),
                 servers,
