@@ -389,12 +389,33 @@ fn header_sets_reach_responses_and_upstreams() {
         ("class.yaml", INGRESS_CLASS.to_string()),
         ("svc.yaml", service("web", &[up.port])),
         ("app.yaml", ingress("app", "app.test", "/", "web", &[])),
-        ("cors.yaml", ingress("cors", "app.test", "/api", "web", &[("enable-cors", "true")])),
+        (
+            "cors.yaml",
+            ingress("cors", "app.test", "/api", "web", &[("enable-cors", "true")]),
+        ),
         (
             "cm.yaml",
-            config_map(&[("add-headers", "security-headers"), ("proxy-set-headers", "ingress-nginx/proxy-headers")]),
+            config_map(&[
+                ("add-headers", "security-headers"),
+                ("proxy-set-headers", "ingress-nginx/proxy-headers"),
+                ("global-allowed-response-headers", "X-Team"),
+            ]),
         ),
-        ("sec.yaml", set("security-headers", "  X-Frame-Options: DENY\n  X-Served-By: \"edge-$server_port\"\n")),
+        (
+            "team-set.yaml",
+            set("team-headers", "  X-Team: blue\n  X-Nope: \"1\"\n"),
+        ),
+        (
+            "team.yaml",
+            ingress("team", "team.test", "/", "web", &[("custom-headers", "team-headers")]),
+        ),
+        (
+            "sec.yaml",
+            set(
+                "security-headers",
+                "  X-Frame-Options: DENY\n  X-Served-By: \"edge-$server_port\"\n",
+            ),
+        ),
         ("proxy.yaml", set("proxy-headers", "  X-Forwarded-Tenant: blue\n")),
     ];
     let mut c = Controller::start(&files, &[]);
@@ -411,5 +432,11 @@ fn header_sets_reach_responses_and_upstreams() {
     assert!(header(&h, "access-control-allow-origin").is_some(), "{h:?}");
     let (status, h) = get(port, "nobody.test", "/", &[]);
     assert_eq!((status, header(&h, "x-frame-options")), (404, Some("DENY")));
+    // custom-headers: what global-allowed-response-headers allows, beside
+    // the add-headers set.
+    let (_, h) = get(port, "team.test", "/", &[]);
+    assert_eq!(header(&h, "x-team"), Some("blue"), "{h:?}");
+    assert_eq!(header(&h, "x-nope"), None);
+    assert_eq!(header(&h, "x-frame-options"), Some("DENY"));
     c.stop();
 }

@@ -123,6 +123,9 @@ pub struct Annotations {
     pub enable_global_auth: Option<bool>,
     /// `auth-url` and its companions (external authentication).
     pub external_auth: Option<super::external_auth::AuthSpec>,
+    /// `custom-headers`: a header set (a ConfigMap of the controller's
+    /// namespace) added to this Ingress's responses.
+    pub custom_headers: Option<super::header_sets::SetRef>,
     /// `mirror-target` and its companions.
     pub mirror: Option<super::mirror::MirrorSpec>,
     /// `relative-redirects`: nginx's own redirects keep a relative
@@ -531,6 +534,7 @@ impl Annotations {
                 }
                 super::mirror::check_companion(&n["mirror-".len()..], v).unwrap_or(Ok(()))?;
             }
+            "custom-headers" => self.custom_headers = Some(super::header_sets::SetRef::parse(v)?),
             "relative-redirects" => self.relative_redirects = Some(parse_bool(v)?),
             "satisfy" => self.satisfy_any = one_of(v, &["all", "any"], "satisfy")? == "any",
             "auth-tls-secret" => {

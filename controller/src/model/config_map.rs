@@ -10,7 +10,7 @@ use super::http_settings::HttpSettings;
 use super::proxy_settings::ProxyDefaults;
 use super::real_ip::RealIp;
 use super::ssl_settings;
-use super::values::{error_status, number_in, Invalid, Seconds, Size};
+use super::values::{error_status, number_in, HeaderName, Invalid, Seconds, Size};
 
 /// Typed global settings. Unknown or invalid keys are reported and ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -80,6 +80,9 @@ pub struct GlobalConfig {
     pub real_ip: RealIp,
     /// `add-headers`: a header set added to every response.
     pub add_headers: Option<super::header_sets::SetRef>,
+    /// `global-allowed-response-headers`: the header names `custom-headers`
+    /// may set (lower case), as ingress-nginx requires since v1.12.
+    pub allowed_response_headers: Vec<String>,
     /// `proxy-set-headers`: a header set sent upstream from every location.
     pub proxy_set_headers: Option<super::header_sets::SetRef>,
     /// The access log's format and the log files.
@@ -130,6 +133,7 @@ impl Default for GlobalConfig {
             http: HttpSettings::default(),
             real_ip: RealIp::default(),
             add_headers: None,
+            allowed_response_headers: Vec::new(),
             proxy_set_headers: None,
             log: Default::default(),
             server_name_hash_bucket_size: 64,
@@ -244,6 +248,14 @@ impl GlobalConfig {
                         c.http_redirect_code = code;
                     }
                     "no-tls-redirect-locations" => c.no_tls_redirect_locations = url_path_prefixes(v)?,
+                    "global-allowed-response-headers" => {
+                        c.allowed_response_headers = v
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|h| !h.is_empty())
+                            .map(|h| HeaderName::parse(h).map(|n| n.as_str().to_ascii_lowercase()))
+                            .collect::<Result<_, _>>()?
+                    }
                     "add-headers" => c.add_headers = Some(super::header_sets::SetRef::parse(v)?),
                     "proxy-set-headers" => c.proxy_set_headers = Some(super::header_sets::SetRef::parse(v)?),
                     "no-auth-locations" => c.no_auth_locations = url_path_prefixes(v)?,

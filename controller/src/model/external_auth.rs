@@ -240,7 +240,9 @@ impl AuthUrl {
                     IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
                 };
                 if link_local {
-                    return Err(format!("{what} host: {ip} is a link-local address (a metadata service)"));
+                    return Err(format!(
+                        "{what} host: {ip} is a link-local address (a metadata service)"
+                    ));
                 }
                 if let Some(why) = policy.refuses(*ip, port) {
                     return Err(format!("{what} host: {why}"));

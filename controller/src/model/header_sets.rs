@@ -106,7 +106,10 @@ mod tests {
 
     #[test]
     fn references_are_names() {
-        assert_eq!(SetRef::parse("ingress-nginx/custom-headers").unwrap().name, "custom-headers");
+        assert_eq!(
+            SetRef::parse("ingress-nginx/custom-headers").unwrap().name,
+            "custom-headers"
+        );
         assert!(SetRef::parse("headers").unwrap().namespace.is_none());
         assert!(SetRef::parse("a/b/c").is_err());
         assert!(SetRef::parse("Bad_Name").is_err());

@@ -215,6 +215,8 @@ pub struct Location {
     pub x_forwarded_prefix: Option<UrlPath>,
     /// `auth-type: basic`: the realm and the user file.
     pub basic_auth: Option<basic_auth::BasicAuth>,
+    /// `custom-headers`: added to this location's responses (`always`).
+    pub custom_headers: Vec<header_sets::Header>,
     /// `mirror-target`: each request is also sent there.
     pub mirror: Option<mirror::Mirror>,
     /// `relative-redirects` when the Ingress sets it (else the ConfigMap's

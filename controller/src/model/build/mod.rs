@@ -249,11 +249,7 @@ impl<'s> Builder<'s> {
             });
             return Vec::new();
         }
-        let found = self.snap.header_config_maps.iter().find(|c| {
-            c.metadata.name.as_deref() == Some(&*r.name)
-                && c.metadata.namespace.as_deref().unwrap_or("default") == own_ns
-        });
-        let Some(cm) = found.cloned() else {
+        let Some(cm) = self.find_header_set(&r.name, &own_ns) else {
             self.problems.push(Report {
                 object,
                 what,
@@ -261,7 +257,7 @@ impl<'s> Builder<'s> {
             });
             return Vec::new();
         };
-        let (headers, problems) = super::header_sets::headers(&cm);
+        let (headers, problems) = super::header_sets::headers(cm);
         for p in problems {
             self.problems.push(Report {
                 object: format!("ConfigMap {}", key(&cm.metadata)),
@@ -270,6 +266,59 @@ impl<'s> Builder<'s> {
             });
         }
         headers
+    }
+
+    /// The ConfigMap `namespace/name` among the header sets.
+    fn find_header_set(&self, name: &str, namespace: &str) -> Option<&'s k8s_openapi::api::core::v1::ConfigMap> {
+        let snap: &'s Snapshot = self.snap;
+        snap.header_config_maps
+            .iter()
+            .find(|c| {
+                c.metadata.name.as_deref() == Some(name)
+                    && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })
+            .map(|c| &**c)
+    }
+
+    /// `custom-headers` of an Ingress: a header set of the controller's
+    /// namespace, each name allowed by `global-allowed-response-headers`.
+    /// Problems are reported once; refused headers are left out.
+    fn custom_headers(&mut self, ing: &str, r: &super::header_sets::SetRef) -> Vec<super::header_sets::Header> {
+        let own_ns = self
+            .snap
+            .config_map
+            .as_ref()
+            .and_then(|c| c.metadata.namespace.clone())
+            .unwrap_or_else(|| "ingress-nginx".into());
+        if r.namespace.as_deref().is_some_and(|ns| ns != own_ns) {
+            let why = format!("only ConfigMaps of the controller's namespace {own_ns} are read; ignored");
+            self.report_once(ing, "custom-headers", why);
+            return Vec::new();
+        }
+        let Some(cm) = self.find_header_set(&r.name, &own_ns) else {
+            self.report_once(
+                ing,
+                "custom-headers",
+                format!("ConfigMap {own_ns}/{} not found; no headers", r.name),
+            );
+            return Vec::new();
+        };
+        let (headers, problems) = super::header_sets::headers(cm);
+        for p in problems {
+            self.report_once(ing, "custom-headers", p);
+        }
+        let allowed = &self.global.allowed_response_headers;
+        let (kept, refused): (Vec<_>, Vec<_>) = headers
+            .into_iter()
+            .partition(|h| allowed.contains(&h.name.as_str().to_ascii_lowercase()));
+        for h in refused {
+            let why = format!(
+                "{} is not in the ConfigMap's global-allowed-response-headers; left out",
+                h.name.as_str()
+            );
+            self.report_once(ing, "custom-headers", why);
+        }
+        kept
     }
 
     fn report(&mut self, ing: &Ingress, what: &str, reason: impl Into<String>) {
@@ -538,6 +587,10 @@ impl<'s> Builder<'s> {
         if let Some(why) = self.client_auth_refused(ing, host, a) {
             auth_refused = auth_refused.or(Some(why));
         }
+        let custom_headers = match &a.custom_headers {
+            Some(r) => self.custom_headers(ing, r),
+            None => Vec::new(),
+        };
         let mirror = a.mirror.as_ref().and_then(|m| {
             self.auth_seq += 1;
             m.resolve(host, self.auth_seq, &self.opts.endpoints)
@@ -668,6 +721,7 @@ impl<'s> Builder<'s> {
             x_forwarded_prefix: a.x_forwarded_prefix.clone(),
             basic_auth,
             satisfy_any: a.satisfy_any,
+            custom_headers,
             mirror,
             relative_redirects: a.relative_redirects,
             external_auth,
