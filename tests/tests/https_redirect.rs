@@ -256,3 +256,31 @@ fn from_to_www_redirect_sends_the_other_name_to_the_host() {
     assert_eq!(get(port, "www.blog.test", "/post", &[]).0, 200);
     c.stop();
 }
+
+#[test]
+fn app_root_redirects_the_root_even_when_the_ingress_serves_another_path() {
+    let up = Upstream::start();
+    let mut c = Controller::start(
+        &[
+            ("class.yaml", INGRESS_CLASS.into()),
+            ("svc.yaml", service("web", &[up.port])),
+            (
+                "app.yaml",
+                ingress("app", "app.test", "/api", "web", &[("app-root", "/app")]),
+            ),
+        ],
+        &[],
+    );
+    let port = c.http_port;
+    let (status, location, _) = get(port, "app.test", "/", &[]);
+    assert_eq!(
+        (status, location.as_deref()),
+        (302, Some("http://app.test/app")),
+        "{}",
+        c.log()
+    );
+    // Only the root: other paths are routed as usual.
+    assert_eq!(get(port, "app.test", "/api/x", &[]).0, 200);
+    assert_eq!(get(port, "app.test", "/?q=1", &[]).0, 302, "$uri has no query");
+    c.stop();
+}

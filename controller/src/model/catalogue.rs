@@ -97,7 +97,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("affinity-canary-behavior", "legacy"),
     ok("affinity-mode", "persistent"),
     ok("allowlist-source-range", "10.0.0.0/8"),
-    differs("app-root", "/app", "only on the `/` path, as ingress-nginx renders it"),
+    ok("app-root", "/app"),
     ok("auth-always-set-cookie", "true"),
     ok("auth-cache-duration", "200 202 401 5m"),
     differs("auth-cache-key", "$remote_user$http_authorization", "variables limited to request facts ($http_*, $cookie_*, $arg_*, $remote_user, $host, ...)"),

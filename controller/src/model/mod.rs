@@ -132,6 +132,10 @@ pub struct Server {
     pub locations: Vec<Location>,
     /// Only present when snippets are allowed; rendered verbatim.
     pub snippet: Option<String>,
+    /// `app-root` of the first location that has one (its Ingress, the
+    /// path): `/` on this host redirects there, whatever paths the Ingress
+    /// serves.
+    pub app_root: Option<(String, UrlPath)>,
     /// `auth-tls-*` of the host's first Ingress: client certificates.
     pub client_auth: Option<client_auth::ClientAuth>,
     /// Named error locations this server's locations use.

@@ -1083,6 +1083,9 @@ fn server(hostname: String, acc: ServerAcc) -> Server {
     let mut error_pages: Vec<ErrorPage> = locations.iter().flat_map(|l| l.error_pages.iter().cloned()).collect();
     error_pages.sort_by(|a, b| a.name.cmp(&b.name));
     error_pages.dedup_by(|a, b| a.name == b.name);
+    let app_root = locations
+        .iter()
+        .find_map(|l| l.app_root.clone().map(|a| (l.ingress.clone(), a)));
     let covers_root = locations
         .iter()
         .any(|l| (l.match_ == Match::Prefix && l.path == "/") || (l.match_ == Match::Regex && l.path == "^/"));
@@ -1093,6 +1096,7 @@ fn server(hostname: String, acc: ServerAcc) -> Server {
         locations,
         snippet: acc.snippet,
         client_auth: acc.client_auth.and_then(Result::ok),
+        app_root,
         error_pages,
         fallback: !covers_root,
     }
