@@ -132,7 +132,9 @@ fn auth_url_lets_through_what_the_auth_service_allows() {
         ("auth-url", url.as_str()),
         ("auth-response-headers", "X-Auth-Request-User"),
         ("auth-signin", "https://login.test/start"),
+        ("auth-proxy-set-headers", "auth-headers"),
     ];
+    let auth_headers = "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ingress-nginx, name: auth-headers}\ndata: {X-Auth-Tenant: app}\n";
     let cached = [
         ("auth-url", url.as_str()),
         ("auth-cache-key", "$http_authorization"),
@@ -150,6 +152,7 @@ fn auth_url_lets_through_what_the_auth_service_allows() {
             ("class.yaml", INGRESS_CLASS.into()),
             ("svc.yaml", service("web", &[up.port])),
             ("app.yaml", ingress("app", "app.test", "/", "web", &app)),
+            ("auth-headers.yaml", auth_headers.into()),
             ("cached.yaml", ingress("cached", "cached.test", "/", "web", &cached)),
             ("dead.yaml", ingress("dead", "dead.test", "/", "web", &dead)),
             ("keep.yaml", ingress("keep", "keep.test", "/", "web", &keep)),
@@ -173,6 +176,7 @@ fn auth_url_lets_through_what_the_auth_service_allows() {
     assert_eq!(value(&asked, "x-original-method"), Some("GET"));
     assert_eq!(value(&asked, "x-auth-request-redirect"), Some("/private?a=1&b=2"));
     assert_eq!(value(&asked, "host"), Some("127.0.0.1"));
+    assert_eq!(value(&asked, "x-auth-tenant"), Some("app"), "auth-proxy-set-headers");
 
     // Allowed: through, with the auth service's user and cookie.
     let (status, h) = get(port, "app.test", "/private", Some("alice"));

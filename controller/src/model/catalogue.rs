@@ -106,7 +106,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     differs("auth-keepalive-share-vars", "true", "accepted; nginx's auth_request subrequest always shares the request's variables"),
     ok("auth-keepalive-timeout", "30"),
     ok("auth-method", "POST"),
-    no("auth-proxy-set-headers", AUTH_LATER),
+    differs("auth-proxy-set-headers", "ingress-nginx/auth-headers", "a ConfigMap of the controller's own namespace; values may name only variables nginx knows"),
     ok("auth-realm", "Admins only"),
     ok("auth-request-redirect", "/signed-in"),
     ok("auth-response-headers", "X-Auth-Request-User, X-Auth-Request-Email"),

@@ -429,6 +429,8 @@ pub struct AuthSpec {
     pub cache_key: Option<String>,
     pub cache_duration: Vec<String>,
     pub always_set_cookie: bool,
+    /// `auth-proxy-set-headers`: a header set sent to the auth service.
+    pub proxy_set_headers: Option<super::header_sets::SetRef>,
     pub keepalive: Option<Keepalive>,
 }
 
@@ -444,6 +446,7 @@ pub fn check_companion(suffix: &str, v: &str) -> Option<Result<(), Invalid>> {
         "cache-key" => cache_key(v).map(drop),
         "cache-duration" => cache_duration(v).map(drop),
         "always-set-cookie" | "keepalive-share-vars" => super::values::parse_bool(v).map(drop),
+        "proxy-set-headers" => super::header_sets::SetRef::parse(v).map(drop),
         "keepalive" => super::values::number_in::<u32>(v, 0..=65535, "auth-keepalive").map(drop),
         "keepalive-requests" => super::values::number_in::<u32>(v, 1..=1_000_000, "auth-keepalive-requests").map(drop),
         "keepalive-timeout" => super::values::number_in::<u32>(v, 1..=86_400, "auth-keepalive-timeout").map(drop),
@@ -493,6 +496,7 @@ impl AuthSpec {
             },
             cache_key,
             always_set_cookie: get("always-set-cookie").is_some_and(|v| super::values::parse_bool(v) == Ok(true)),
+            proxy_set_headers: get("proxy-set-headers").and_then(|v| super::header_sets::SetRef::parse(v).ok()),
             keepalive,
             url,
         }))
@@ -550,6 +554,7 @@ impl AuthSpec {
                 .map(|d| d.split_whitespace().map(str::to_string).collect())
                 .collect(),
             always_set_cookie: self.always_set_cookie,
+            proxy_set_headers: Vec::new(),
         })
     }
 }
@@ -596,6 +601,8 @@ pub struct ExternalAuth {
     /// `proxy_cache_valid` arguments, one list per directive.
     pub cache_duration: Vec<Vec<String>>,
     pub always_set_cookie: bool,
+    /// `auth-proxy-set-headers`, read by the builder.
+    pub proxy_set_headers: Vec<super::header_sets::Header>,
 }
 
 #[cfg(test)]

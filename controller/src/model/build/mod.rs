@@ -280,10 +280,17 @@ impl<'s> Builder<'s> {
             .map(|c| &**c)
     }
 
-    /// `custom-headers` of an Ingress: a header set of the controller's
-    /// namespace, each name allowed by `global-allowed-response-headers`.
+    /// A header set an annotation of `ing` names (`custom-headers`,
+    /// `auth-proxy-set-headers`): a ConfigMap of the controller's
+    /// namespace; with `allowed`, only the names it lists (lower case).
     /// Problems are reported once; refused headers are left out.
-    fn custom_headers(&mut self, ing: &str, r: &super::header_sets::SetRef) -> Vec<super::header_sets::Header> {
+    fn header_set_for(
+        &mut self,
+        ing: &str,
+        annotation: &str,
+        r: &super::header_sets::SetRef,
+        allowed: Option<&[String]>,
+    ) -> Vec<super::header_sets::Header> {
         let own_ns = self
             .snap
             .config_map
@@ -292,22 +299,22 @@ impl<'s> Builder<'s> {
             .unwrap_or_else(|| "ingress-nginx".into());
         if r.namespace.as_deref().is_some_and(|ns| ns != own_ns) {
             let why = format!("only ConfigMaps of the controller's namespace {own_ns} are read; ignored");
-            self.report_once(ing, "custom-headers", why);
+            self.report_once(ing, annotation, why);
             return Vec::new();
         }
         let Some(cm) = self.find_header_set(&r.name, &own_ns) else {
             self.report_once(
                 ing,
-                "custom-headers",
+                annotation,
                 format!("ConfigMap {own_ns}/{} not found; no headers", r.name),
             );
             return Vec::new();
         };
         let (headers, problems) = super::header_sets::headers(cm);
         for p in problems {
-            self.report_once(ing, "custom-headers", p);
+            self.report_once(ing, annotation, p);
         }
-        let allowed = &self.global.allowed_response_headers;
+        let Some(allowed) = allowed else { return headers };
         let (kept, refused): (Vec<_>, Vec<_>) = headers
             .into_iter()
             .partition(|h| allowed.contains(&h.name.as_str().to_ascii_lowercase()));
@@ -316,7 +323,7 @@ impl<'s> Builder<'s> {
                 "{} is not in the ConfigMap's global-allowed-response-headers; left out",
                 h.name.as_str()
             );
-            self.report_once(ing, "custom-headers", why);
+            self.report_once(ing, annotation, why);
         }
         kept
     }
@@ -588,7 +595,10 @@ impl<'s> Builder<'s> {
             auth_refused = auth_refused.or(Some(why));
         }
         let custom_headers = match &a.custom_headers {
-            Some(r) => self.custom_headers(ing, r),
+            Some(r) => {
+                let allowed = self.global.allowed_response_headers.clone();
+                self.header_set_for(ing, "custom-headers", r, Some(&allowed))
+            }
             None => Vec::new(),
         };
         let mirror = a.mirror.as_ref().and_then(|m| {
@@ -878,6 +888,13 @@ impl<'s> Builder<'s> {
             } else {
                 Ok(e)
             }
+        });
+        let headers_ref = spec.proxy_set_headers.clone();
+        let resolved = resolved.map(|mut e| {
+            if let Some(r) = &headers_ref {
+                e.proxy_set_headers = self.header_set_for(ing, "auth-proxy-set-headers", r, None);
+            }
+            e
         });
         resolved.map(Some).map_err(|why| {
             let report = Report {
