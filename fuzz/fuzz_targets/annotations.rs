@@ -7,21 +7,30 @@ use std::collections::BTreeMap;
 use controller::model::annotations::{Annotations, PREFIX};
 use controller::model::catalogue;
 use controller::model::config_map::GlobalConfig;
+use controller::model::{external_auth, log_format};
 use controller::model::values::{Host, PathRegex, RedirectUrl, RewriteTarget, Size, UrlPath};
 use libfuzzer_sys::fuzz_target;
 
 /// Every string a typed value serializes to (what the template renders),
-/// but the validated user-agent regex, which is rendered quoted.
+/// but the validated user-agent regex, which is rendered quoted, and the
+/// values that may name variables (the log format, the global auth URLs),
+/// which [`with_variables`] checks.
 fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
         serde_json::Value::String(s) => out.push(s.clone()),
         serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
         serde_json::Value::Object(o) => o
             .iter()
-            .filter(|(k, _)| k.as_str() != "disable")
+            .filter(|(k, _)| !matches!(k.as_str(), "disable" | "format" | "global_auth"))
             .for_each(|(_, x)| strings(x, out)),
         _ => {}
     }
+}
+
+/// A value that may name variables: one line, and every `$name` one the
+/// renderer accepts for it.
+fn with_variables(s: &str, allowed: impl Fn(&str) -> bool) -> bool {
+    !s.contains(['\n', '\r']) && log_format::variables(s).is_ok_and(|names| names.iter().all(|n| allowed(n)))
 }
 
 /// What nginx.conf syntax needs; no typed value may contain it.
@@ -52,6 +61,16 @@ fuzz_target!(|pairs: Vec<(u8, String)>| {
         .collect();
     let (g, _) = GlobalConfig::parse(&plain);
     strings(&serde_json::to_value(&g).unwrap(), &mut rendered);
+    assert!(with_variables(&g.log.format, log_format::variable_allowed), "{:?}", g.log.format);
+    if let Some(auth) = &g.global_auth {
+        let mut texts = Vec::new();
+        strings(&serde_json::to_value(auth).unwrap(), &mut texts);
+        for t in &texts {
+            // URL text: no nginx syntax, no space, request variables only.
+            let syntax_free = !t.contains([';', '{', '}', '"', '\'', '#', ' ']);
+            assert!(syntax_free && with_variables(t, |n| external_auth::known_variable(n, true)), "{t:?}");
+        }
+    }
     for s in &rendered {
         assert!(inert(s) && !s.contains('$'), "{s:?}");
     }

@@ -82,7 +82,6 @@ const fn no(name: &'static str, why: &'static str) -> Entry {
 const SNIPPET: &str = "refused unless `--allow-snippet-annotations` (or the ConfigMap key): snippets are rendered verbatim, which CVE-2025-1974 exploited";
 const MODSECURITY: &str = "no ModSecurity in this nginx";
 const TRACING: &str = "no OpenTelemetry module in this nginx; request ids and metrics come from the module";
-const AUTH_LATER: &str = "not implemented yet";
 const PROXY_SSL: &str = "backend TLS settings are not implemented yet; nginx's defaults apply";
 const FASTCGI: &str = "FastCGI backends are not supported";
 const STREAM: &str = "layer 4 (TCP/UDP services) is not implemented yet";
@@ -118,7 +117,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("auth-secret-type", "auth-map"),
     differs("auth-signin", "https://$host/oauth2/start?rd=$escaped_request_uri", "variables limited to request facts ($host, $escaped_request_uri, $request_uri, ...)"),
     ok("auth-signin-redirect-param", "return_to"),
-    no("auth-snippet", AUTH_LATER),
+    no("auth-snippet", "snippets are not rendered in the auth subrequest"),
     ok("auth-tls-error-page", "https://example.com/cert-help"),
     ok("auth-tls-match-cn", "CN=(client1|client2)"),
     ok("auth-tls-pass-certificate-to-upstream", "true"),

@@ -150,15 +150,13 @@ fn flag(v: &str) -> Result<bool, Invalid> {
     }
 }
 
-/// A comma-separated list of path prefixes (`no-tls-redirect-locations`):
-/// each starts with `/` and has no whitespace or control characters.
+/// A comma-separated list of path prefixes (`no-tls-redirect-locations`,
+/// `no-auth-locations`): each a plain URL path.
 fn url_path_prefixes(v: &str) -> Result<Vec<String>, Invalid> {
     let mut out = Vec::new();
     for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        if !item.starts_with('/') || item.len() > 1024 || item.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(Invalid(format!("not a path prefix: {item:?}")));
-        }
-        out.push(item.to_string());
+        let path = super::values::UrlPath::parse(item).map_err(|_| Invalid(format!("not a path prefix: {item:?}")))?;
+        out.push(path.as_str().to_string());
     }
     Ok(out)
 }
