@@ -302,9 +302,24 @@ impl Annotations {
         for (key, value) in raw {
             let Some(name) = key.strip_prefix(PREFIX) else { continue };
             if let Err(e) = a.apply(name, value, allow_snippets, &get) {
+                // Access control that is not honoured as written (refused,
+                // invalid, or missing what it needs) fails closed: one rule
+                // for every such annotation, never the unprotected backend.
+                let reason = if is_access_control(name) {
+                    if !a.unimplemented_access_control.iter().any(|n| n == name) {
+                        a.unimplemented_access_control.push(name.to_string());
+                    }
+                    if e.0.contains("fails closed") {
+                        e.0
+                    } else {
+                        format!("{}; the Ingress fails closed (503)", e.0)
+                    }
+                } else {
+                    e.0
+                };
                 problems.push(Problem {
                     annotation: key.clone(),
-                    reason: e.0,
+                    reason,
                 });
             }
         }
@@ -750,7 +765,6 @@ mod tests {
                 ("auth-secret", "basic-auth"),
                 // An auth-url that cannot be used: closed, never open.
                 ("auth-url", "https://auth.example/check; allow all"),
-                // Invalid: ignored, and `all` (the stricter) applies.
                 ("satisfy", "sometimes"),
                 ("enable-modsecurity", "true"),
                 ("enable-global-auth", "false"),
@@ -760,10 +774,10 @@ mod tests {
         );
         assert_eq!(
             a.unimplemented_access_control,
-            ["auth-type", "auth-url", "enable-modsecurity"]
+            ["auth-type", "auth-url", "enable-modsecurity", "satisfy"]
         );
         assert!(
-            p.iter().filter(|p| p.reason.contains("fails closed")).count() == 3,
+            p.iter().filter(|p| p.reason.contains("fails closed")).count() == 4,
             "{p:?}"
         );
         assert!(p

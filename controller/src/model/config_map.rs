@@ -318,6 +318,11 @@ impl GlobalConfig {
                 }
                 Ok(())
             });
+            // A global-auth key not honoured as written: the locations global
+            // authentication covers fail closed rather than open.
+            if result.is_err() && key.starts_with("global-auth-") && data.contains_key("global-auth-url") {
+                c.global_auth_refused.get_or_insert_with(|| format!("{key} is invalid"));
+            }
             if let Err(e) = result {
                 problems.push(Problem {
                     annotation: format!("ConfigMap key {key}"),

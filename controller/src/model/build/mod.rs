@@ -290,7 +290,7 @@ impl<'s> Builder<'s> {
         annotation: &str,
         r: &super::header_sets::SetRef,
         allowed: Option<&[String]>,
-    ) -> Vec<super::header_sets::Header> {
+    ) -> (Vec<super::header_sets::Header>, bool) {
         let own_ns = self
             .snap
             .config_map
@@ -300,7 +300,7 @@ impl<'s> Builder<'s> {
         if r.namespace.as_deref().is_some_and(|ns| ns != own_ns) {
             let why = format!("only ConfigMaps of the controller's namespace {own_ns} are read; ignored");
             self.report_once(ing, annotation, why);
-            return Vec::new();
+            return (Vec::new(), false);
         }
         let Some(cm) = self.find_header_set(&r.name, &own_ns) else {
             self.report_once(
@@ -308,16 +308,20 @@ impl<'s> Builder<'s> {
                 annotation,
                 format!("ConfigMap {own_ns}/{} not found; no headers", r.name),
             );
-            return Vec::new();
+            return (Vec::new(), false);
         };
         let (headers, problems) = super::header_sets::headers(cm);
+        let whole = problems.is_empty();
         for p in problems {
             self.report_once(ing, annotation, p);
         }
-        let Some(allowed) = allowed else { return headers };
+        let Some(allowed) = allowed else {
+            return (headers, whole);
+        };
         let (kept, refused): (Vec<_>, Vec<_>) = headers
             .into_iter()
             .partition(|h| allowed.contains(&h.name.as_str().to_ascii_lowercase()));
+        let whole = whole && refused.is_empty();
         for h in refused {
             let why = format!(
                 "{} is not in the ConfigMap's global-allowed-response-headers; left out",
@@ -325,7 +329,7 @@ impl<'s> Builder<'s> {
             );
             self.report_once(ing, annotation, why);
         }
-        kept
+        (kept, whole)
     }
 
     fn report(&mut self, ing: &Ingress, what: &str, reason: impl Into<String>) {
@@ -597,7 +601,7 @@ impl<'s> Builder<'s> {
         let custom_headers = match &a.custom_headers {
             Some(r) => {
                 let allowed = self.global.allowed_response_headers.clone();
-                self.header_set_for(ing, "custom-headers", r, Some(&allowed))
+                self.header_set_for(ing, "custom-headers", r, Some(&allowed)).0
             }
             None => Vec::new(),
         };
@@ -890,11 +894,17 @@ impl<'s> Builder<'s> {
             }
         });
         let headers_ref = spec.proxy_set_headers.clone();
-        let resolved = resolved.map(|mut e| {
+        // Headers the auth service expects: a set not read whole closes the
+        // location (access control not honoured as written).
+        let resolved = resolved.and_then(|mut e| {
             if let Some(r) = &headers_ref {
-                e.proxy_set_headers = self.header_set_for(ing, "auth-proxy-set-headers", r, None);
+                let (headers, whole) = self.header_set_for(ing, "auth-proxy-set-headers", r, None);
+                if !whole {
+                    return Err(format!("auth-proxy-set-headers {} cannot be read whole", r.name));
+                }
+                e.proxy_set_headers = headers;
             }
-            e
+            Ok(e)
         });
         resolved.map(Some).map_err(|why| {
             let report = Report {
