@@ -448,12 +448,18 @@ fn one_leader_writes_status_and_another_takes_over() {
 
     // Who wrote status: one credential, then (after the kill) the other,
     // never interleaved.
-    let writers: Vec<String> = api
-        .audit_events()
-        .iter()
-        .filter(|e| e["objectRef"]["subresource"] == "status" && e["responseStatus"]["code"] == 200)
-        .map(|e| e["user"]["extra"]["authentication.kubernetes.io/credential-id"].to_string())
-        .collect();
+    // The apiserver logs an event's ResponseComplete stage after the client
+    // has its response, so the last write may reach the audit file a moment
+    // after `published` saw it: read until both writes are there.
+    let status_writers = || -> Vec<String> {
+        api.audit_events()
+            .iter()
+            .filter(|e| e["objectRef"]["subresource"] == "status" && e["responseStatus"]["code"] == 200)
+            .map(|e| e["user"]["extra"]["authentication.kubernetes.io/credential-id"].to_string())
+            .collect()
+    };
+    wait_until(Duration::from_secs(5), || status_writers().len() >= 2);
+    let writers = status_writers();
     assert!(
         writers.len() >= 2 && writers.iter().all(|w| w.contains("JTI")),
         "status writes without a token id: {writers:?}"
