@@ -18,13 +18,20 @@
 //! `ngx_http_terminate_request` only marks it and waits. When the job comes
 //! back to a terminated request, its answer is dropped and the connection's
 //! handler finishes the termination.
+//!
+//! How a terminated request is recognised: while the job is queued the
+//! request's write handler is [`awaiting_offload`], and a termination of a
+//! blocked request replaces it with nginx's finalizer. This works on every
+//! nginx the module builds for; `r->main->terminated`, which says the same,
+//! only exists since nginx 1.25.
 
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, Sender};
 
 use ngx::ffi::{
-    ngx_event_t, ngx_http_finalize_request, ngx_http_request_t, ngx_http_run_posted_requests, ngx_int_t, NGX_LOG_WARN,
+    ngx_event_t, ngx_http_finalize_request, ngx_http_request_empty_handler, ngx_http_request_t,
+    ngx_http_run_posted_requests, ngx_int_t, NGX_LOG_WARN,
 };
 use ngx::http::Request;
 use ngx::ngx_log_error;
@@ -105,6 +112,7 @@ pub unsafe fn offload<J, R>(
     unsafe {
         (*(*r).main).set_blocked((*(*r).main).blocked() + 1);
         (*r).set_aio(1);
+        (*r).write_event_handler = Some(awaiting_offload);
     }
     let job = match submit(job) {
         Ok(()) => return,
@@ -154,6 +162,25 @@ fn submit(job: Job) -> Result<(), Job> {
     sent
 }
 
+/// The write handler of a request whose job is queued: there is nothing to
+/// write until the job comes back. nginx's termination of a blocked request
+/// replaces it, which is how `on_poll` knows the answer is not wanted.
+unsafe extern "C" fn awaiting_offload(_r: *mut ngx_http_request_t) {
+    ffi_guard("offload wait", (), || ());
+}
+
+/// Whether `r`'s write handler is still [`awaiting_offload`]. Compared by
+/// address: the only other value it can have is nginx's, never ours.
+///
+/// # Safety
+/// `r` is a live request.
+unsafe fn awaits_offload(r: *mut ngx_http_request_t) -> bool {
+    // SAFETY: `r` is live (this function's contract).
+    let handler = unsafe { (*r).write_event_handler };
+    let ours = awaiting_offload as unsafe extern "C" fn(*mut ngx_http_request_t);
+    handler.map(|f| f as *const () as usize) == Some(ours as *const () as usize)
+}
+
 /// Undoes the pin of [`offload`]. Takes a pointer, as `offload` does:
 /// `r->main` may be `r` itself, so no reference to `r` may be live while the
 /// pin is written.
@@ -167,7 +194,13 @@ unsafe fn unpin(r: *mut ngx_http_request_t) {
     let main = unsafe { &mut *(*r).main };
     main.set_blocked(main.blocked().saturating_sub(1));
     // SAFETY: as above; `main` (which may be `r` itself) is not used again.
-    unsafe { (*r).set_aio(0) };
+    // A handler that is not ours is a termination's, which must stay.
+    unsafe {
+        (*r).set_aio(0);
+        if awaits_offload(r) {
+            (*r).write_event_handler = Some(ngx_http_request_empty_handler);
+        }
+    }
 }
 
 fn start_thread() -> Option<Offloader> {
@@ -208,14 +241,15 @@ unsafe extern "C" fn on_poll(_ev: *mut ngx_event_t) {
             };
             PENDING.set(PENDING.get().saturating_sub(1));
             // SAFETY: r is alive: it was pinned (blocked) in offload, so no
+            // termination could free it.
+            let terminated = !unsafe { awaits_offload(r) };
+            // SAFETY: r is alive: it was pinned (blocked) in offload, so no
             // termination could free it. Its connection lives in the cycle's
             // connection array, which outlives the request.
             let c = unsafe { (*r).connection };
             // SAFETY: `r` is alive (see above) and `offload` pinned it.
             unsafe { unpin(r) };
-            // SAFETY: `r` and its main request are alive (see above): the
-            // pin kept them, and unpinning does not free anything.
-            if unsafe { (*(*r).main).terminated() } != 0 {
+            if terminated {
                 // Terminated while queued: nobody waits for the answer. The
                 // connection's handler runs the termination nginx deferred.
                 // SAFETY: the terminated request still holds its connection
