@@ -6,10 +6,8 @@
 //! when the tests themselves passed (a worker that dies after answering
 //! does not fail a test).
 
-use std::fs;
-use std::process::Command;
-
 use crate::build::{workspace_root, Artifacts};
+use std::fs;
 
 /// The suites that drive the module: its API, balancing, hostile inputs,
 /// and the controller end to end.
@@ -43,36 +41,11 @@ pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
     } else {
         args.to_vec()
     };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // The controller suites run its binary.
-    let built = Command::new(&cargo)
-        .args(["build", "--release", "-p", "controller"])
-        .current_dir(&root)
-        .status()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
-    if !built.success() {
-        return Err(format!("building the controller failed ({built})"));
-    }
-    let mut cmd = Command::new(&cargo);
-    cmd.args(["test", "--release", "-p", "tests", "--no-fail-fast"]);
-    for t in &tests {
-        cmd.args(["--test", t]);
-    }
     eprintln!("nginx-build: running {} under AddressSanitizer", tests.join(", "));
-    let status = cmd
-        .current_dir(&root)
-        .env(
-            "DYNBAL_NGINX_PREFIX",
-            std::path::absolute(&artifacts.prefix).map_err(|e| e.to_string())?,
-        )
-        // nginx frees its cycle only partly at exit, by design: leaks are
-        // not what this run looks for.
-        .env(
-            "ASAN_OPTIONS",
-            format!("detect_leaks=0:abort_on_error=1:log_path={}/asan", logs.display()),
-        )
-        .status()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    // nginx frees its cycle only partly at exit, by design: leaks are not
+    // what this run looks for.
+    let options = format!("detect_leaks=0:abort_on_error=1:log_path={}/asan", logs.display());
+    let status = crate::suites::run(&artifacts.prefix, &tests, &[("ASAN_OPTIONS", options)])?;
     let reports: Vec<String> = fs::read_dir(&logs)
         .map_err(|e| e.to_string())?
         .filter_map(Result::ok)

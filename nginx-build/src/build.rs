@@ -8,7 +8,7 @@ use std::{env, fs};
 /// Debian packages the vendored build needs: bindgen's libclang, and the
 /// libraries nginx's configure links (PCRE2 for the rewrite module, OpenSSL,
 /// zlib), and the openssl tool the tests use to make a throwaway certificate.
-const DEBIAN_PACKAGES: &[&str] = &[
+pub const DEBIAN_PACKAGES: &[&str] = &[
     "libclang-dev",
     "libpcre2-dev",
     "libssl-dev",
@@ -224,7 +224,7 @@ pub fn install_packages(packages: &[&str]) -> Result<(), String> {
     run(&install)
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

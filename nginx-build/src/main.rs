@@ -13,14 +13,22 @@
 //! - `image` builds everything, then the OCI image
 //!   (`build/image/ingress-controller-<version>.oci.tar`, see `image.rs`);
 //!   `image --assemble-only` makes the image from what is already built.
+//! - `deb [--nginx-dev DIR]` builds the module against the distribution's
+//!   nginx (`nginx-dev`'s tree) and packages it as Debian's module packages
+//!   are: `build/deb/libnginx-mod-http-dynamic-balancer_<version>_<arch>.deb`.
+//!   `deb-install` also installs it with apt (with the distribution's nginx)
+//!   and links both into `build/nginx-debian`; `deb-test [TESTS...]` then
+//!   runs end-to-end suites on them.
 //! - `asan` builds nginx and the module with AddressSanitizer into
 //!   `build/nginx-asan`; `asan-test [TESTS...]` also runs the end-to-end
 //!   suites against them and fails on any sanitizer report.
 
 mod asan;
 mod build;
+mod deb;
 mod demo;
 mod image;
+mod suites;
 
 use std::process::ExitCode;
 
@@ -37,11 +45,14 @@ fn main() -> ExitCode {
         }
         Some("image") => image::build().map(|i| i.print()),
         Some("demo") => build::build().and_then(|a| demo::run(&a, &args[1..])),
+        Some("deb") => deb::build(&args[1..]).map(|p| p.print()),
+        Some("deb-install") => deb::install(&args[1..]).map(|p| p.print()),
+        Some("deb-test") => deb::test(&args[1..]),
         Some("asan") => build::build_variant(build::Variant::Asan).map(|a| a.print()),
         Some("asan-test") => build::build_variant(build::Variant::Asan).and_then(|a| asan::test(&a, &args[1..])),
         Some("-h" | "--help") => {
             println!(
-                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | asan | asan-test [TESTS...]]"
+                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | deb [--nginx-dev DIR] | deb-install | deb-test [TESTS...] | asan | asan-test [TESTS...]]"
             );
             Ok(())
         }

@@ -1,0 +1,37 @@
+//! Runs end-to-end suites of the `tests` crate against another nginx and
+//! module than `build/nginx`: the harness takes both from
+//! `DYNBAL_NGINX_PREFIX` (`sbin/nginx`, `modules/<module>`).
+
+use std::path::Path;
+use std::process::{Command, ExitStatus};
+
+use crate::build::workspace_root;
+
+/// `cargo test --release -p tests --test <each of tests>` with the harness
+/// pointed at `prefix`, plus `env`. Builds the controller first: some
+/// suites run its binary.
+pub fn run(prefix: &Path, tests: &[String], env: &[(&str, String)]) -> Result<ExitStatus, String> {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(&cargo)
+        .args(["build", "--release", "-p", "controller"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if !built.success() {
+        return Err(format!("building the controller failed ({built})"));
+    }
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["test", "--release", "-p", "tests", "--no-fail-fast"]);
+    for t in tests {
+        cmd.args(["--test", t]);
+    }
+    cmd.current_dir(&root).env(
+        "DYNBAL_NGINX_PREFIX",
+        std::path::absolute(prefix).map_err(|e| e.to_string())?,
+    );
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.status().map_err(|e| format!("cannot run {cargo}: {e}"))
+}
