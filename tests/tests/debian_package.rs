@@ -1,0 +1,331 @@
+//! The Debian package (`cargo run -p nginx-build -- deb`) on Debian's own
+//! nginx, installed with apt as a user installs it: the package depends on
+//! the nginx ABI, enables itself through `modules-enabled`, and the
+//! distribution's binary, configured the way Debian's nginx.conf does it
+//! (`include /etc/nginx/modules-enabled/*.conf`, its own prefix), serves an
+//! API-driven upstream. A module built for another nginx is refused by
+//! nginx itself, both ways.
+//!
+//! The suites of the module run on the same installation with
+//! `cargo run -p nginx-build -- deb-test`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tests::upstream::Upstream;
+use tests::{agent, artifacts, free_port, stop_child};
+
+const PACKAGE: &str = "libnginx-mod-http-dynamic-balancer";
+const DISTRO_NGINX: &str = "/usr/sbin/nginx";
+const INSTALLED_MODULE: &str = "/usr/lib/nginx/modules/ngx_http_dynamic_balancer_module.so";
+const ENABLED: &str = "/etc/nginx/modules-enabled/50-mod-http-dynamic-balancer.conf";
+const TOKEN: &str = "debian-package-test-token-0123456789";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Builds and installs the package once for every test of this file
+/// (`nginx-build deb-install`: apt installs Debian's nginx with it); the
+/// path of the `.deb`.
+fn installed() -> &'static Path {
+    static DEB: OnceLock<PathBuf> = OnceLock::new();
+    DEB.get_or_init(|| {
+        let out = Command::new(root().join("target/release/nginx-build"))
+            .arg("deb-install")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("target/release/nginx-build (cargo run --release -p nginx-build)");
+        assert!(out.status.success(), "nginx-build deb-install failed");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let deb = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("package: "))
+            .unwrap_or_else(|| panic!("no package line in {stdout}"));
+        PathBuf::from(deb.trim())
+    })
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn field(deb: &Path, name: &str) -> String {
+    let out = Command::new("dpkg-deb").arg("-f").arg(deb).arg(name).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `nginx version: nginx/1.22.1` → 1022001, nginx's `nginx_version`.
+fn version_number(nginx: &Path) -> u64 {
+    let out = Command::new(nginx).arg("-v").output().unwrap();
+    let printed = text(&out);
+    let v = printed.trim().rsplit('/').next().unwrap().split_whitespace().next().unwrap();
+    let parts: Vec<u64> = v.split('.').map(|p| p.parse().unwrap()).collect();
+    parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
+}
+
+#[test]
+fn the_package_depends_on_the_nginx_abi_and_enables_itself() {
+    let deb = installed();
+    let name = deb.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with(&format!("{PACKAGE}_")) && name.ends_with(".deb"), "{name}");
+    let provides = Command::new("dpkg-query")
+        .args(["-W", "-f=${Provides}", "nginx"])
+        .output()
+        .unwrap();
+    let abi = String::from_utf8_lossy(&provides.stdout)
+        .split(", ")
+        .find(|p| p.starts_with("nginx-abi-"))
+        .expect("Debian's nginx provides an nginx-abi-* name")
+        .to_string();
+    let depends = field(deb, "Depends");
+    assert!(
+        depends.split(", ").any(|d| d == abi),
+        "Depends {depends:?} lacks {abi}"
+    );
+    assert!(depends.contains("libc6"), "{depends}");
+    assert_eq!(field(deb, "Section"), "httpd");
+
+    let status = Command::new("dpkg-query")
+        .args(["-W", "-f=${db:Status-Status}", PACKAGE])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "installed");
+    let link = std::fs::read_link(ENABLED).expect("the postinst links the snippet into modules-enabled");
+    assert_eq!(
+        link,
+        Path::new("/usr/share/nginx/modules-available/mod-http-dynamic-balancer.conf")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&link).unwrap(),
+        "load_module modules/ngx_http_dynamic_balancer_module.so;\n"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(INSTALLED_MODULE).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644);
+    // Stripped, as Debian ships modules.
+    let sections = Command::new("objdump").arg("-h").arg(INSTALLED_MODULE).output().unwrap();
+    assert!(!text(&sections).contains(".debug_info"), "the module is not stripped");
+}
+
+/// Debian's nginx, under its own prefix (`/usr/share/nginx`, so that the
+/// snippet's relative `modules/` path resolves as on a server), with the
+/// configuration, logs and pid in a temporary directory.
+struct DistroNginx {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+    api_port: u16,
+}
+
+impl DistroNginx {
+    fn conf(dir: &Path, port: u16, api_port: u16) -> String {
+        let d = dir.display();
+        format!(
+            r#"include /etc/nginx/modules-enabled/*.conf;
+user www-data;
+worker_processes 2;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    dynamic_balancer_zone 8m;
+    upstream dynamic_backends {{
+        server 0.0.0.1;
+        dynamic_balancer;
+        keepalive 16;
+    }}
+    server {{
+        listen 127.0.0.1:{port} reuseport;
+        location / {{
+            set $proxy_upstream_name "shop";
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            add_header X-Upstream-Addr $upstream_addr always;
+            proxy_pass http://dynamic_backends;
+        }}
+    }}
+    server {{
+        listen 127.0.0.1:{api_port};
+        location /configuration {{
+            dynamic_balancer_api_token {TOKEN};
+            dynamic_balancer_api;
+        }}
+    }}
+}}
+"#
+        )
+    }
+
+    fn command(dir: &Path) -> Command {
+        let mut cmd = Command::new(DISTRO_NGINX);
+        cmd.arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn start() -> DistroNginx {
+        installed();
+        let dir = tempfile::tempdir().unwrap();
+        let (port, api_port) = (free_port(), free_port());
+        std::fs::write(dir.path().join("nginx.conf"), Self::conf(dir.path(), port, api_port)).unwrap();
+        let test = Self::command(dir.path()).arg("-t").output().unwrap();
+        assert!(test.status.success(), "nginx -t: {}", text(&test));
+        let child = Self::command(dir.path()).spawn().unwrap();
+        let nginx = DistroNginx {
+            child,
+            dir,
+            port,
+            api_port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while nginx.api("GET", "/configuration/status", None).0 != 200 {
+            assert!(Instant::now() < deadline, "nginx did not start: {}", nginx.error_log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        nginx
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+
+    fn api(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        let url = format!("http://127.0.0.1:{}{path}", self.api_port);
+        let auth = format!("Bearer {TOKEN}");
+        let result = match body {
+            Some(b) => agent()
+                .run(
+                    ureq::http::Request::builder()
+                        .method(method)
+                        .uri(&url)
+                        .header("Authorization", &auth)
+                        .body(b.to_string())
+                        .unwrap(),
+                ),
+            None => agent().run(
+                ureq::http::Request::builder()
+                    .method(method)
+                    .uri(&url)
+                    .header("Authorization", &auth)
+                    .body(())
+                    .unwrap(),
+            ),
+        };
+        match result {
+            Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()),
+            Err(_) => (0, String::new()),
+        }
+    }
+
+    fn get(&self) -> (u16, String) {
+        let mut r = agent()
+            .get(&format!("http://127.0.0.1:{}/", self.port))
+            .call()
+            .expect("nginx answers");
+        let upstream = r
+            .headers()
+            .get("x-upstream")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let _ = r.body_mut().read_to_string();
+        (r.status().as_u16(), upstream)
+    }
+}
+
+impl Drop for DistroNginx {
+    fn drop(&mut self) {
+        stop_child(&mut self.child);
+    }
+}
+
+#[test]
+fn debian_nginx_serves_an_api_driven_upstream() {
+    let nginx = DistroNginx::start();
+    let (a, b) = (Upstream::start(), Upstream::start());
+    assert_eq!(nginx.get().0, 503, "no backend yet");
+
+    let backend = json!({"name": "shop", "endpoints": [a.endpoint(), b.endpoint()]});
+    let (code, body) = nginx.api("PUT", "/configuration/backends/shop", Some(&backend.to_string()));
+    assert_eq!(code, 201, "{body}");
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let (status, upstream) = nginx.get();
+        assert_eq!(status, 200);
+        seen.insert(upstream);
+    }
+    assert_eq!(
+        seen,
+        [a.identity.clone(), b.identity.clone()].into_iter().collect(),
+        "round-robin over both endpoints"
+    );
+
+    // An endpoint change applies on the next request, with no reload.
+    let only_b = json!({"name": "shop", "endpoints": [b.endpoint()]});
+    let (code, body) = nginx.api("PUT", "/configuration/backends/shop", Some(&only_b.to_string()));
+    assert!(code == 200 || code == 201, "{code} {body}");
+    for _ in 0..10 {
+        assert_eq!(nginx.get(), (200, b.identity.clone()));
+    }
+    // Validation is the module's own: a bad body is a 400 with a JSON error.
+    let (code, body) = nginx.api("PUT", "/configuration/backends/shop", Some("{\"name\":"));
+    assert_eq!(code, 400, "{body}");
+    assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok(), "{body}");
+    assert!(!nginx.error_log().contains("[alert]"), "{}", nginx.error_log());
+    assert!(!nginx.error_log().contains("[emerg]"), "{}", nginx.error_log());
+}
+
+/// A module loads only into the nginx version it was built for; nginx says
+/// so itself, and `nginx -t` fails.
+#[test]
+fn a_module_for_another_nginx_is_refused() {
+    installed();
+    let (vendored_nginx, vendored_module) = artifacts();
+    let distro = version_number(Path::new(DISTRO_NGINX));
+    let ours = version_number(&vendored_nginx);
+    assert_ne!(distro, ours, "the two builds are of different nginx versions");
+    for (nginx, module, built_for, running) in [
+        (Path::new(DISTRO_NGINX), vendored_module.as_path(), ours, distro),
+        (vendored_nginx.as_path(), Path::new(INSTALLED_MODULE), distro, ours),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::write(
+            dir.path().join("nginx.conf"),
+            format!(
+                "load_module {};\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\n",
+                module.display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(nginx)
+            .arg("-p")
+            .arg(format!("{d}/"))
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .arg("-t")
+            .output()
+            .unwrap();
+        let printed = text(&out);
+        assert!(!out.status.success(), "{} loaded {}", nginx.display(), module.display());
+        assert!(
+            printed.contains(&format!("version {built_for} instead of {running}")),
+            "{printed}"
+        );
+    }
+}
