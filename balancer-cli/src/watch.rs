@@ -26,7 +26,7 @@ pub enum Event {
     /// The first answer.
     Start {
         generation: u64,
-        workers: Vec<(i64, u64)>,
+        workers: Vec<WorkerAt>,
     },
     /// The generation moved (by `writes`; several writes between two polls
     /// are seen as one move). `behind`: workers not at it yet.
@@ -62,6 +62,13 @@ pub enum Event {
     },
 }
 
+/// A worker and the generation it has applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct WorkerAt {
+    pub pid: i64,
+    pub generation: u64,
+}
+
 /// The state between polls.
 #[derive(Debug, Default)]
 pub struct Tracker {
@@ -93,7 +100,14 @@ impl Tracker {
             self.workers = current;
             events.push(Event::Start {
                 generation: s.generation,
-                workers: self.workers.iter().map(|(p, g)| (*p, *g)).collect(),
+                workers: self
+                    .workers
+                    .iter()
+                    .map(|(pid, generation)| WorkerAt {
+                        pid: *pid,
+                        generation: *generation,
+                    })
+                    .collect(),
             });
             return events;
         };
@@ -177,7 +191,10 @@ fn lagging(workers: &BTreeMap<i64, u64>, generation: u64) -> BTreeSet<i64> {
 pub fn line(at: Duration, e: &Event) -> String {
     let text = match e {
         Event::Start { generation, workers } => {
-            let list: Vec<String> = workers.iter().map(|(p, g)| format!("{p} at {g}")).collect();
+            let list: Vec<String> = workers
+                .iter()
+                .map(|w| format!("{} at {}", w.pid, w.generation))
+                .collect();
             format!(
                 "generation {generation}; {} workers: {}",
                 workers.len(),
@@ -271,7 +288,7 @@ mod tests {
             e,
             [Event::Start {
                 generation: 3,
-                workers: vec![(1, 3), (2, 3)]
+                workers: vec![WorkerAt { pid: 1, generation: 3 }, WorkerAt { pid: 2, generation: 3 }]
             }]
         );
         assert_eq!(t.observe(&status(3, &[(1, 3), (2, 3)]), ms(1000)), []);
@@ -374,6 +391,13 @@ mod tests {
             workers: vec![],
         };
         assert_eq!(line(ms(0), &start), "[   0.000s] generation 0; 0 workers: none");
+        let start = Event::Start {
+            generation: 2,
+            workers: vec![WorkerAt { pid: 9, generation: 1 }],
+        };
+        assert_eq!(line(ms(0), &start), "[   0.000s] generation 2; 1 workers: 9 at 1");
+        let v: serde_json::Value = serde_json::from_str(&json_line(ms(0), &start)).unwrap();
+        assert_eq!(v["workers"], serde_json::json!([{"pid": 9, "generation": 1}]));
         assert_eq!(
             line(
                 ms(50),
