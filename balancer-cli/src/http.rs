@@ -243,14 +243,30 @@ fn framing(status: u16, headers: &[(String, String)]) -> Result<Framing, String>
 
 /// Decodes a chunked body; `Ok(None)` while its last chunk (and the
 /// trailers after it) have not all arrived. Extensions and trailers are
-/// read and dropped.
-pub fn dechunk(mut buf: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let mut out = Vec::new();
+/// read and dropped. The body is called for after every read, so the
+/// chunks are first only located (a step per chunk, no copy) and copied
+/// out once, when the last one is there.
+pub fn dechunk(buf: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let Some(spans) = chunk_spans(buf)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(spans.iter().map(|(_, len)| len).sum());
+    for (start, len) in spans {
+        out.extend_from_slice(&buf[start..start + len]);
+    }
+    Ok(Some(out))
+}
+
+/// Where each chunk's data lies in `buf`, once the body is complete.
+fn chunk_spans(buf: &[u8]) -> Result<Option<Vec<(usize, usize)>>, String> {
+    let mut spans = Vec::new();
+    let mut at = 0;
+    let line_end = |from: usize| buf[from..].iter().position(|b| *b == b'\n').map(|p| from + p);
     loop {
-        let Some(nl) = buf.iter().position(|b| *b == b'\n') else {
+        let Some(nl) = line_end(at) else {
             return Ok(None);
         };
-        let line = std::str::from_utf8(&buf[..nl]).map_err(|_| "a chunk size line is not UTF-8".to_string())?;
+        let line = std::str::from_utf8(&buf[at..nl]).map_err(|_| "a chunk size line is not UTF-8".to_string())?;
         let line = line.strip_suffix('\r').unwrap_or(line);
         let size_text = line.split(';').next().unwrap_or("").trim_matches([' ', '\t']);
         let size = if !size_text.is_empty() && size_text.len() <= 15 && size_text.bytes().all(|b| b.is_ascii_hexdigit())
@@ -259,28 +275,28 @@ pub fn dechunk(mut buf: &[u8]) -> Result<Option<Vec<u8>>, String> {
         } else {
             return Err(format!("not a chunk size: {:?}", truncate(line, 40)));
         };
-        buf = &buf[nl + 1..];
+        at = nl + 1;
         if size == 0 {
             // Trailers, each ended by a line feed, then an empty line.
             loop {
-                let Some(nl) = buf.iter().position(|b| *b == b'\n') else {
+                let Some(nl) = line_end(at) else {
                     return Ok(None);
                 };
-                let line = &buf[..nl];
-                buf = &buf[nl + 1..];
+                let line = &buf[at..nl];
+                at = nl + 1;
                 if line.is_empty() || line == b"\r" {
-                    return Ok(Some(out));
+                    return Ok(Some(spans));
                 }
             }
         }
-        if buf.len() < size {
+        if buf.len() - at < size {
             return Ok(None);
         }
-        out.extend_from_slice(&buf[..size]);
-        buf = &buf[size..];
-        match buf {
-            [b'\r', b'\n', ..] => buf = &buf[2..],
-            [b'\n', ..] => buf = &buf[1..],
+        spans.push((at, size));
+        at += size;
+        match &buf[at..] {
+            [b'\r', b'\n', ..] => at += 2,
+            [b'\n', ..] => at += 1,
             [] | [b'\r'] => return Ok(None),
             _ => return Err("a chunk is longer than its size says".into()),
         }
@@ -361,6 +377,26 @@ mod tests {
         let both =
             "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n";
         assert_eq!(complete(both).body, b"ok");
+    }
+
+    /// A large chunked body read as it arrives: incomplete at every step
+    /// short of the end, whole at the end.
+    #[test]
+    fn large_chunked_bodies_arrive_in_pieces() {
+        let chunk: String = "0123456789abcdef".repeat(256);
+        let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..1000 {
+            raw.extend_from_slice(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes());
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let mut read = 0;
+        while read < raw.len() {
+            assert_eq!(parse_response(&raw[..read], false), Ok(None), "{read}");
+            read = (read + 65_536).min(raw.len());
+        }
+        let r = parse_response(&raw, false).unwrap().unwrap();
+        assert_eq!(r.body.len(), 1000 * chunk.len());
+        assert!(r.body.chunks(chunk.len()).all(|c| c == chunk.as_bytes()));
     }
 
     #[test]

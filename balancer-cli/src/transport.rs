@@ -5,7 +5,10 @@
 //! once a second at most, and with `Connection: close` nginx frees the
 //! connection at once. The deadline covers the whole exchange (connect,
 //! write, every read), so `--timeout` bounds how long a command can hang on
-//! a stuck server, not only how long one read may wait.
+//! a stuck server, not only how long one read may wait. Two waits are
+//! outside it: resolving a host name (the system resolver has no deadline;
+//! the API's address is normally an IP literal) and connecting to a unix
+//! socket, which succeeds or fails at once unless its backlog is full.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};

@@ -281,6 +281,12 @@ fn the_api_on_a_unix_socket() {
         ok(run(&ng, &["get", "sock", "-o", "json"])),
         ok(unix(&["get", "sock", "-o", "json"]))
     );
+    // Any name the API takes reaches it as written (percent-encoded in the path).
+    let odd = "odd name?#%2F&ü";
+    ok(unix(&["put", odd, "-e", &format!("127.0.0.1:{}", a.port)]));
+    let got: Value = serde_json::from_str(&ok(unix(&["get", odd, "-o", "json"]))).unwrap();
+    assert_eq!(got["name"], odd);
+    assert_eq!(ok(unix(&["delete", odd])), format!("backend {odd:?} deleted\n"));
     let out = unix(&["get", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains(": 404 Not Found {"), "{}", stderr(&out));
