@@ -27,6 +27,7 @@ use std::time::Instant;
 use std::{env, fs};
 
 use crate::build::{install_packages, workspace_root, MODULE_FILE};
+use crate::chroot::Chroot;
 
 pub const PACKAGE: &str = "libnginx-mod-http-dynamic-balancer";
 /// The name of the snippet in `modules-available`, and of its link in
@@ -91,14 +92,73 @@ impl NginxTree {
     }
 }
 
-/// `cargo run -p nginx-build -- deb [--nginx-dev DIR]`.
+/// Which nginx a package is for.
+enum Target {
+    /// This system's, from `nginx-dev` (or another tree of that shape).
+    Host { nginx_dev: Option<PathBuf> },
+    /// Another Debian suite's, in a chroot (see `chroot.rs`).
+    Suite(String),
+}
+
+impl Target {
+    fn parse(args: &[String]) -> Result<Target, String> {
+        match args {
+            [] => Ok(Target::Host { nginx_dev: None }),
+            [flag, dir] if flag == "--nginx-dev" => Ok(Target::Host {
+                nginx_dev: Some(PathBuf::from(dir)),
+            }),
+            [flag, suite] if flag == "--suite" => Ok(Target::Suite(suite.clone())),
+            _ => Err("usage: deb|deb-install [--nginx-dev DIR | --suite SUITE]".into()),
+        }
+    }
+
+    /// Where `deb-install` lays out nginx and the module for the harness.
+    fn prefix(&self) -> PathBuf {
+        match self {
+            Target::Host { .. } => workspace_root().join(DEBIAN_PREFIX),
+            Target::Suite(suite) => workspace_root().join(format!("{DEBIAN_PREFIX}-{suite}")),
+        }
+    }
+}
+
+impl Package {
+    /// Reads what [`Package::print`] printed (the chroot's `nginx-build deb`).
+    fn parse(printed: &str) -> Result<Package, String> {
+        let field = |name: &str| {
+            printed
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+                .ok_or_else(|| format!("no {name:?} line in {printed:?}"))
+        };
+        let target = field("for:")?;
+        let (version, abi) = target
+            .strip_prefix("nginx ")
+            .and_then(|t| t.split_once(" ("))
+            .ok_or_else(|| format!("unreadable for: line {target:?}"))?;
+        Ok(Package {
+            deb: PathBuf::from(field("package:")?),
+            module: PathBuf::from(field("module:")?.trim_end_matches(" (unstripped)")),
+            nginx_version: version.to_string(),
+            abi: abi.trim_end_matches(')').to_string(),
+        })
+    }
+}
+
+/// `cargo run -p nginx-build -- deb [--nginx-dev DIR | --suite SUITE]`.
 pub fn build(args: &[String]) -> Result<Package, String> {
+    match Target::parse(args)? {
+        Target::Host { nginx_dev } => build_here(nginx_dev),
+        Target::Suite(suite) => {
+            let chroot = Chroot::ensure(&suite)?;
+            let printed = chroot.capture(&workspace_root().join("target/release/nginx-build"), &["deb"])?;
+            Package::parse(&printed)
+        }
+    }
+}
+
+fn build_here(nginx_dev: Option<PathBuf>) -> Result<Package, String> {
     let started = Instant::now();
-    let nginx_dev = match args {
-        [] => None,
-        [flag, dir] if flag == "--nginx-dev" => Some(PathBuf::from(dir)),
-        _ => return Err("usage: deb [--nginx-dev DIR]".into()),
-    };
     let mut packages = crate::build::DEBIAN_PACKAGES.to_vec();
     packages.extend_from_slice(PACKAGES);
     install_packages(&packages)?;
@@ -145,8 +205,51 @@ const DEFAULT_TESTS: &[&str] = &[
 /// the distribution's nginx, the package's dependency), and links both
 /// into [`DEBIAN_PREFIX`].
 pub fn install(args: &[String]) -> Result<Package, String> {
+    let target = Target::parse(args)?;
     let package = build(args)?;
-    let root = workspace_root();
+    let prefix = target.prefix();
+    for dir in ["sbin", "modules", "conf"] {
+        fs::create_dir_all(prefix.join(dir)).map_err(|e| format!("mkdir {dir}: {e}"))?;
+    }
+    let suite = match &target {
+        Target::Host { .. } => {
+            install_here(&package, &prefix)?;
+            "this system".to_string()
+        }
+        Target::Suite(suite) => {
+            let chroot = Chroot::ensure(suite)?;
+            chroot.run_shell(&format!(
+                "apt-get install -y -qq --reinstall --no-install-recommends {}",
+                package.deb.display()
+            ))?;
+            // The harness loads the module by this path, inside the chroot
+            // too (the workspace is mounted there): the installed file.
+            let installed = chroot
+                .root
+                .join(DISTRO_MODULES.trim_start_matches('/'))
+                .join(MODULE_FILE);
+            let module = prefix.join("modules").join(MODULE_FILE);
+            let _ = fs::remove_file(&module);
+            fs::copy(&installed, &module).map_err(|e| format!("copy {}: {e}", installed.display()))?;
+            let _ = fs::remove_file(prefix.join("sbin/nginx"));
+            write(&prefix.join("sbin/nginx"), &chroot.nginx_wrapper(), 0o755)?;
+            let _ = fs::remove_file(prefix.join("conf/mime.types"));
+            fs::copy(chroot.root.join("etc/nginx/mime.types"), prefix.join("conf/mime.types"))
+                .map_err(|e| format!("mime.types: {e}"))?;
+            format!("Debian {suite}")
+        }
+    };
+    eprintln!(
+        "nginx-build: installed {PACKAGE} for nginx {} on {suite}; {} runs it",
+        package.nginx_version,
+        prefix.display()
+    );
+    Ok(package)
+}
+
+/// Installs the package with this system's apt (which brings the
+/// distribution's nginx) and links both into `prefix`.
+fn install_here(package: &Package, prefix: &Path) -> Result<(), String> {
     let sudo: &[&str] = if crate::build::is_root() { &[] } else { &["sudo"] };
     let mut apt = Command::new(sudo.first().copied().unwrap_or("apt-get"));
     if !sudo.is_empty() {
@@ -157,31 +260,33 @@ pub fn install(args: &[String]) -> Result<Package, String> {
         .args(["install", "-y", "-qq", "--reinstall", "--no-install-recommends"])
         .arg(&package.deb)
         .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    let prefix = root.join(DEBIAN_PREFIX);
-    for dir in ["sbin", "modules", "conf"] {
-        fs::create_dir_all(prefix.join(dir)).map_err(|e| format!("mkdir {dir}: {e}"))?;
-    }
     relink(Path::new(DISTRO_NGINX), &prefix.join("sbin/nginx"))?;
     relink(
         &Path::new(DISTRO_MODULES).join(MODULE_FILE),
         &prefix.join("modules").join(MODULE_FILE),
     )?;
-    relink(Path::new("/etc/nginx/mime.types"), &prefix.join("conf/mime.types"))?;
-    eprintln!("nginx-build: installed {PACKAGE}; {DEBIAN_PREFIX} points at the distribution's nginx");
-    Ok(package)
+    relink(Path::new("/etc/nginx/mime.types"), &prefix.join("conf/mime.types"))
 }
 
 /// `deb-test [TESTS...]`: the end-to-end suites on the distribution's
 /// nginx with the installed package.
 pub fn test(args: &[String]) -> Result<(), String> {
-    install(&[])?;
-    let tests: Vec<String> = if args.is_empty() {
+    let (target_args, tests) = match args {
+        [flag, suite, rest @ ..] if flag == "--suite" => (&args[..2], rest),
+        rest => (&args[..0], rest),
+    };
+    let package = install(target_args)?;
+    let tests: Vec<String> = if tests.is_empty() {
         DEFAULT_TESTS.iter().map(|t| t.to_string()).collect()
     } else {
-        args.to_vec()
+        tests.to_vec()
     };
-    eprintln!("nginx-build: running {} on the distribution's nginx", tests.join(", "));
-    let status = crate::suites::run(&workspace_root().join(DEBIAN_PREFIX), &tests, &[])?;
+    eprintln!(
+        "nginx-build: running {} on nginx {}",
+        tests.join(", "),
+        package.nginx_version
+    );
+    let status = crate::suites::run(&Target::parse(target_args)?.prefix(), &tests, &[])?;
     status
         .success()
         .then_some(())

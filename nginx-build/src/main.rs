@@ -25,6 +25,7 @@
 
 mod asan;
 mod build;
+mod chroot;
 mod deb;
 mod demo;
 mod image;
@@ -52,7 +53,7 @@ fn main() -> ExitCode {
         Some("asan-test") => build::build_variant(build::Variant::Asan).and_then(|a| asan::test(&a, &args[1..])),
         Some("-h" | "--help") => {
             println!(
-                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | deb [--nginx-dev DIR] | deb-install | deb-test [TESTS...] | asan | asan-test [TESTS...]]"
+                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | deb [--nginx-dev DIR | --suite SUITE] | deb-install [--suite SUITE] | deb-test [--suite SUITE] [TESTS...] | asan | asan-test [TESTS...]]"
             );
             Ok(())
         }

@@ -9,12 +9,12 @@ use crate::build::workspace_root;
 
 /// `cargo test --release -p tests --test <each of tests>` with the harness
 /// pointed at `prefix`, plus `env`. Builds the controller first: some
-/// suites run its binary.
+/// suites run its binary, and the client suite the client.
 pub fn run(prefix: &Path, tests: &[String], env: &[(&str, String)]) -> Result<ExitStatus, String> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let built = Command::new(&cargo)
-        .args(["build", "--release", "-p", "controller"])
+        .args(["build", "--release", "-p", "controller", "-p", "balancer-cli"])
         .current_dir(&root)
         .status()
         .map_err(|e| format!("cannot run {cargo}: {e}"))?;
