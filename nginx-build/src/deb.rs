@@ -272,7 +272,7 @@ fn install_here(package: &Package, prefix: &Path) -> Result<(), String> {
 /// nginx with the installed package.
 pub fn test(args: &[String]) -> Result<(), String> {
     let (target_args, tests) = match args {
-        [flag, suite, rest @ ..] if flag == "--suite" => (&args[..2], rest),
+        [flag, _suite, rest @ ..] if flag == "--suite" => (&args[..2], rest),
         rest => (&args[..0], rest),
     };
     let package = install(target_args)?;
