@@ -213,6 +213,23 @@ pub struct Status {
     pub endpoint_table: EndpointTableStatus,
     /// Workers that died holding the zone's lock and were cleared.
     pub lock_recovered: u64,
+    /// With `dynamic_balancer_state`: the state file's last write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_file: Option<StateFileStatus>,
+}
+
+/// `state_file` of `/configuration/status`.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StateFileStatus {
+    pub path: String,
+    /// The zone generation whose backends the file holds (0: none yet).
+    /// DNS re-resolutions change no backend's JSON and are not written.
+    pub generation: u64,
+    /// The last attempt's failure, e.g. `"lock: Permission denied (os
+    /// error 13)"`; null after a success.
+    pub error: Option<String>,
+    /// How long the last successful write took, in microseconds.
+    pub write_us: u64,
 }
 
 /// `endpoint_table` of `/configuration/status`.

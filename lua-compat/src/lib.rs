@@ -34,7 +34,11 @@
 //! - [`metrics`]: request counters and histograms laid out for shared
 //!   memory, and their Prometheus text with ingress-nginx's names;
 //! - [`request_id`]: `$req_id` as ingress-nginx gives it, from a per-worker
-//!   ChaCha20 stream instead of a `RAND_bytes` call per request.
+//!   ChaCha20 stream instead of a `RAND_bytes` call per request;
+//! - [`state_file`]: the state file's format (the backends a restarted
+//!   nginx starts with), read back through a POST's validation;
+//! - [`atomic_file`]: replacing a file so that readers and crashes see the
+//!   old or the new bytes only, with writers in several processes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -42,6 +46,7 @@
 pub mod address;
 pub mod algorithm;
 pub mod api;
+pub mod atomic_file;
 pub mod canary;
 pub mod certificates;
 pub mod chash;
@@ -59,6 +64,7 @@ pub mod runtime;
 pub mod sample;
 pub mod selection;
 pub mod shm_rwlock;
+pub mod state_file;
 pub mod sticky;
 pub mod tried;
 pub mod validate;

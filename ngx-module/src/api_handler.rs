@@ -20,7 +20,7 @@ use ngx::ffi::{
     ngx_int_t, ngx_uint_t, NGX_DONE, NGX_HTTP_DELETE, NGX_HTTP_GET, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_POST,
     NGX_HTTP_PUT, NGX_HTTP_SPECIAL_RESPONSE, NGX_LOG_ERR, NGX_LOG_INFO, NGX_LOG_WARN, NGX_OK,
 };
-use ngx::http::{HttpModuleLocationConf, Request};
+use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 
 use crate::api_certificates::{self, CertOutcome, CertWrite};
@@ -197,7 +197,11 @@ fn handle(req: &mut Request) -> Handled {
                 None => error(req, NOT_FOUND, &format!("no backend named {name:?}"), None),
             }
         }
-        Ok(Action::Status) => send_json(req, OK, &status(&zone), None),
+        Ok(Action::Status) => {
+            let state_file = Module::main_conf(req).and_then(|m| m.state_file.as_deref());
+            let body = status(&zone, state_file);
+            send_json(req, OK, &body, None)
+        }
         Ok(Action::Health) => send_json(req, OK, &health(&zone), None),
         Ok(Action::Metrics) => return Handled::Offload(Offloaded::Metrics(metrics::scrape(req))),
         Ok(Action::DeleteBackend(name)) => {
@@ -445,6 +449,8 @@ fn run_write(job: WriteJob) -> WriteOutcome {
         Err(e) => WriteOutcome::Invalid(e),
         Ok(change) => match apply(&job.zone, change) {
             Ok(a) => {
+                // Written after the swap, while the answer goes out.
+                crate::state_file::changed();
                 let status = match what {
                     WHAT_DELETE => NO_CONTENT,
                     WHAT_PUT if !a.created => OK,
@@ -575,7 +581,7 @@ fn health(zone: &Zone) -> Vec<u8> {
         .expect("JSON encoding of health")
 }
 
-fn status(zone: &Zone) -> Vec<u8> {
+fn status(zone: &Zone, state_file: Option<&std::path::Path>) -> Vec<u8> {
     let h = zone.header();
     let workers = h
         .workers
@@ -604,6 +610,7 @@ fn status(zone: &Zone) -> Vec<u8> {
             untracked: h.untracked.load(Ordering::Relaxed),
         },
         lock_recovered: h.index.recovered(),
+        state_file: state_file.map(|path| crate::state_file::status(zone, path)),
     };
     serde_json::to_vec(&status).expect("JSON encoding of status")
 }

@@ -5,6 +5,7 @@
 //! [`crate::directives`]; nothing here runs at configuration time.
 
 use std::cell::RefCell;
+use std::path::PathBuf;
 use std::ptr::{self, NonNull};
 use std::rc::Rc;
 
@@ -47,6 +48,9 @@ pub struct MainConf {
     /// Some location has `dynamic_balancer_https_redirect`: the REWRITE
     /// handler is installed only then.
     pub https_redirect_used: bool,
+    /// `dynamic_balancer_state`: the file the backends are kept in (see
+    /// [`crate::state_file`]), prefix-resolved.
+    pub state_file: Option<PathBuf>,
 }
 
 /// An index not found in this configuration.
@@ -63,6 +67,7 @@ impl Default for MainConf {
             metrics_zone: ptr::null_mut(),
             metrics_ctx: ZoneCtx::default(),
             https_redirect_used: false,
+            state_file: None,
         }
     }
 }

@@ -5,7 +5,9 @@
 //! parsing, and the declaration of the module's variables. They fill the
 //! structs of [`crate::conf`].
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_void, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::ptr;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
@@ -326,6 +328,40 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
             return NGX_CONF_ERROR;
         }
         lcf.backend = Some(name);
+        NGX_CONF_OK
+    })
+}
+
+/// `dynamic_balancer_state path;` in `http{}`: keep the backends in this
+/// file (see [`crate::state_file`]). A relative path is taken from the
+/// prefix, as for logs; the directory must exist now, so that `nginx -t`
+/// reports a wrong path. nginx calls it while parsing, with the live
+/// configuration and our `MainConf` as `conf`.
+pub unsafe extern "C" fn set_state_file(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_state", NGX_CONF_ERROR, || {
+        // SAFETY: for an NGX_HTTP_MAIN_CONF_OFFSET directive, `conf` is our
+        // `MainConf` from create_main_conf; configuration runs on one thread.
+        let mcf = unsafe { &mut *conf.cast::<MainConf>() };
+        if mcf.state_file.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        let mut name = args(unsafe { &*cf })[1];
+        // SAFETY: `cf->cycle` is the cycle being configured; `name` is a
+        // directive argument, replaced by a pool copy on success.
+        if unsafe { ngx_conf_full_name((*cf).cycle, &mut name, 0) } != NGX_OK as ngx_int_t {
+            return NGX_CONF_ERROR;
+        }
+        let path = PathBuf::from(OsStr::from_bytes(name.as_bytes()));
+        if let Err(e) = lua_compat::state_file::check_location(&path) {
+            ngx_conf_log_error!(NGX_LOG_EMERG, cf, "dynamic_balancer_state: {e}");
+            return NGX_CONF_ERROR;
+        }
+        mcf.state_file = Some(path);
         NGX_CONF_OK
     })
 }

@@ -19,7 +19,8 @@
 //!    (`ExternalName` re-resolution), [`forwarded`] (the client's scheme
 //!    and port, trusting a load balancer or not), [`metrics`] (the
 //!    log-phase counter and the metrics text), [`request_ctx`] (the typed
-//!    per-request state);
+//!    per-request state), [`state_file`] (the backends kept on disk and
+//!    restored into a new zone);
 //! 4. [`api_certificates`], [`body_limit`] (the API's body filter),
 //!    [`cert_cache`] (each worker's parsed certificates),
 //!    [`https_redirect`] (the rewrite-phase HTTPS redirect), [`peer`] (the balancer),
@@ -62,6 +63,7 @@ mod request_ctx;
 mod request_id;
 mod ring_builder;
 mod ssl_handshake;
+mod state_file;
 mod store;
 mod timer;
 mod variables;
@@ -202,7 +204,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 12] = [
+static mut COMMANDS: [ngx_command_t; 13] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
@@ -291,6 +293,14 @@ static mut COMMANDS: [ngx_command_t; 12] = [
         offset: 0,
         post: std::ptr::null_mut(),
     },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_state"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_state_file),
+        conf: NGX_HTTP_MAIN_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
     ngx_command_t::empty(),
 ];
 
@@ -303,6 +313,7 @@ pub static mut ngx_http_dynamic_balancer_module: ngx_module_t = ngx_module_t {
     // SAFETY: nginx reads the command table; nothing in Rust mutates it.
     commands: unsafe { addr_of_mut!(COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as ngx_uint_t,
+    init_module: Some(state_file::init_module),
     init_process: Some(timer::init_process),
     exit_process: Some(timer::exit_process),
     ..ngx_module_t::default()

@@ -17,11 +17,14 @@ use crate::external_names;
 use crate::guard::ffi_guard;
 use crate::metrics_zone;
 use crate::request_id;
+use crate::state_file;
 use crate::worker::{self, WorkerTimer};
 use crate::worker_cache;
 
 /// How often a worker reports and sweeps, in ms.
 const SYNC_INTERVAL_MS: ngx_msec_t = 100;
+/// How long a leaving worker waits for its state file write.
+const STATE_FILE_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 
 thread_local! {
     static SYNC_TIMER: std::cell::Cell<Option<WorkerTimer>> = const { std::cell::Cell::new(None) };
@@ -83,6 +86,9 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
             return NGX_OK as ngx_int_t;
         };
         worker_cache::observe(&zone);
+        if let Some(path) = mcf.and_then(|m| m.state_file.as_deref()).filter(|_| serves) {
+            state_file::start_worker(zone.clone(), path);
+        }
         // SAFETY: a plain read of a global nginx set before init_process,
         // on the event-loop thread.
         if unsafe { ngx::ffi::ngx_worker } == 0 {
@@ -103,6 +109,9 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
         // as the process; its log is the cycle's.
         let log = unsafe { (*ev).log };
         external_names::drain_log(|level, line| {
+            ngx_log_error!(level, log, "{line}");
+        });
+        state_file::drain_log(|level, line| {
             ngx_log_error!(level, log, "{line}");
         });
         if worker::is_leaving() {
@@ -127,6 +136,22 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
 pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     ffi_guard("exit process", (), || {
         external_names::stop();
+        // The last write's answer went out; its file must not be lost.
+        let flushed = state_file::flush(STATE_FILE_FLUSH);
+        // SAFETY: `cycle` is the live cycle nginx passed in; its log lives
+        // as long as it.
+        let log = unsafe { (*cycle).log };
+        state_file::drain_log(|level, line| {
+            ngx_log_error!(level, log, "{line}");
+        });
+        if !flushed {
+            ngx_log_error!(
+                NGX_LOG_ALERT,
+                log,
+                "dynamic_balancer: the state file's write did not finish within {} s; the worker leaves without it",
+                STATE_FILE_FLUSH.as_secs()
+            );
+        }
         // SAFETY: `cycle` is the live cycle nginx passed in.
         let mcf = unsafe { main_conf(cycle) };
         if let Some(metrics) = mcf.and_then(MainConf::metrics_zone) {

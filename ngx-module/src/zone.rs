@@ -7,7 +7,7 @@
 //! so the configuration survives a reload with no re-POST.
 
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use ngx::allocator::{AllocError, Allocator};
 use ngx::core::SlabPool;
@@ -22,7 +22,7 @@ use lua_compat::endpoint_state::EndpointTable;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.
-const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0005; // "dynbal" v5
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0006; // "dynbal" v6
 
 /// Status slots, indexed by `ngx_worker`. More workers than this are still
 /// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
@@ -55,6 +55,36 @@ pub struct ZoneHeader {
     /// lock; separate from `generation` so backend writes never make a
     /// worker re-check its certificates.
     pub cert_generation: AtomicU64,
+    /// The state file's last write, in the zone so that every worker's
+    /// `/configuration/status` tells the same (see [`StateFileRecord`]).
+    pub state_file: StateFileRecord,
+}
+
+/// What the state file (`dynamic_balancer_state`) holds and how its last
+/// write went. Workers update it under the file's lock.
+#[repr(C)]
+pub struct StateFileRecord {
+    /// The zone generation whose backends the file holds; 0 until this
+    /// zone wrote or restored it.
+    pub generation: AtomicU64,
+    /// The failed step (`lua_compat::atomic_file::Step as u32`) and errno
+    /// of the last attempt; 0 after a success.
+    pub failed_step: AtomicU32,
+    pub errno: AtomicI32,
+    /// How long the last successful write took, in microseconds.
+    pub write_us: AtomicU64,
+}
+
+/// Whether this cycle's `init_zone` created the zone (a start, or a reload
+/// that changed its size) rather than adopting the previous cycle's: only
+/// a new zone is filled from the state file. nginx configures cycles in the
+/// master, on one thread, one at a time.
+static CREATED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the zone of the cycle being configured is new; read once, in
+/// `init_module`, after `init_zone` ran.
+pub fn take_created() -> bool {
+    CREATED.swap(false, Ordering::Relaxed)
 }
 
 /// The certificate side of the zone.
@@ -172,6 +202,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
         // SAFETY: ngx_cycle is set before any configuration runs, and its
         // log lives as long as it.
         let log = unsafe { (*ngx::ffi::ngx_cycle).log };
+        CREATED.store(false, Ordering::Relaxed);
         if !old_data.is_null() {
             // SAFETY: a non-null `old_data` is what init_zone stored last
             // cycle: the header, at the start of the same mapping, which
@@ -267,6 +298,7 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
             (*slab).data = header.cast();
         }
         shm_zone.data = header.cast();
+        CREATED.store(true, Ordering::Relaxed);
         NGX_OK as ngx_int_t
     })
 }
