@@ -13,6 +13,7 @@ pub mod kube_apiserver;
 pub mod nginx;
 pub mod pod_network;
 pub mod process;
+pub mod state_dir;
 pub mod tls;
 pub mod upstream;
 

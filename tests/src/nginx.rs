@@ -379,6 +379,26 @@ fn process_alive(pid: i64) -> bool {
 }
 
 impl Nginx {
+    /// SIGKILL to the master and every worker (a crash), waiting until
+    /// they are gone.
+    pub fn kill_all(&mut self) {
+        self.process.kill_all();
+    }
+
+    /// Starts nginx again after [`Nginx::kill_all`], on the same prefix,
+    /// configuration and ports, without waiting for it to listen.
+    pub fn respawn(&mut self) {
+        crate::process::wait_released(&[self.port, self.api_port], PATIENCE);
+        self.process.respawn();
+    }
+
+    /// [`Nginx::respawn`], then waits until every worker reports.
+    pub fn restart(&mut self) {
+        self.respawn();
+        crate::process::wait_listening(self.api_port, PATIENCE);
+        self.wait_for_workers(&BTreeSet::new());
+    }
+
     /// SIGQUIT (graceful shutdown) and the master's exit status, if it
     /// exits within `timeout`.
     pub fn quit_and_wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {

@@ -75,6 +75,35 @@ impl NginxProcess {
             .collect()
     }
 
+    /// Kills the master and every worker with SIGKILL, as a crash of the
+    /// whole service would (a worker outlives a killed master and keeps
+    /// its sockets, so each is killed by its pid), and waits until all are
+    /// gone.
+    pub fn kill_all(&mut self) {
+        let workers = self.worker_pids();
+        let _ = self.child.kill();
+        for pid in &workers {
+            // SAFETY: kill(2) on a worker of the master we started.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let _ = self.child.wait();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while workers.iter().any(|p| running(*p)) {
+            assert!(Instant::now() < deadline, "workers {workers:?} outlived SIGKILL");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts nginx again in the same prefix, on the same configuration
+    /// (and so the same ports), without waiting for it. After
+    /// [`NginxProcess::kill_all`].
+    pub fn respawn(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            panic!("nginx {} is still running", self.child.id());
+        }
+        self.child = crate::nginx_command(self.dir.path()).spawn().unwrap();
+    }
+
     /// The master's exit status, if it exits within `timeout`.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
@@ -85,6 +114,58 @@ impl NginxProcess {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+}
+
+/// Whether something listens on TCP `port` on IPv4 (`/proc/net/tcp`).
+/// Probing a port nobody listens on can take it: a connect from an
+/// ephemeral port may pick the very port it connects to (a TCP
+/// self-connect), and the nginx that comes back cannot bind it.
+pub fn listening(port: u16) -> bool {
+    let table = fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!(":{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        fields.len() > 3 && fields[1].ends_with(&local) && fields[3] == "0A"
+    })
+}
+
+/// Waits up to `timeout` until no socket but a TIME_WAIT one holds any of
+/// `ports` locally: a killed server's connections linger a moment (closing
+/// with clients that are still sending), and Linux refuses to bind a
+/// listener beside them even with SO_REUSEADDR. nginx would retry, 500 ms
+/// at a time.
+pub fn wait_released(ports: &[u16], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let locals: Vec<String> = ports.iter().map(|p| format!(":{p:04X}")).collect();
+    loop {
+        let table = fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        let held = table.lines().skip(1).any(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            fields.len() > 3 && locals.iter().any(|p| fields[1].ends_with(p)) && fields[3] != "06"
+        });
+        if !held || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until `port` listens (see [`listening`]).
+pub fn wait_listening(port: u16, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while !listening(port) {
+        assert!(Instant::now() < deadline, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether `pid` still runs: it exists and is not a zombie waiting for
+/// whoever inherited it.
+fn running(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
     }
 }
 
