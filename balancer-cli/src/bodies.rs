@@ -19,6 +19,19 @@ pub struct Status {
     pub workers: Vec<Worker>,
     pub endpoint_table: EndpointTable,
     pub lock_recovered: u64,
+    /// Present when nginx has `dynamic_balancer_state`.
+    pub state_file: Option<StateFile>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct StateFile {
+    pub path: String,
+    /// The generation whose backends the file holds (0: none yet).
+    pub generation: u64,
+    /// The last write's failure; none after a success.
+    pub error: Option<String>,
+    pub write_us: u64,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

@@ -167,6 +167,7 @@ pub fn status(s: &Status) -> String {
             ),
         ),
         ("Lock recovered", s.lock_recovered.to_string()),
+        ("State file", state_file(s)),
     ]);
     out.push('\n');
     let rows: Vec<Vec<String>> = s
@@ -183,6 +184,24 @@ pub fn status(s: &Status) -> String {
         .collect();
     out.push_str(&columns(&["WORKER", "GENERATION", "STATE"], &rows));
     out
+}
+
+/// The state file's line: where, how current, and the last failure.
+fn state_file(s: &Status) -> String {
+    let Some(f) = &s.state_file else {
+        return "none (no dynamic_balancer_state)".into();
+    };
+    let current = if f.generation == 0 {
+        "nothing written yet".to_string()
+    } else if f.generation == s.generation {
+        format!("current (generation {}, written in {} us)", f.generation, f.write_us)
+    } else {
+        format!("holds generation {} of {}", f.generation, s.generation)
+    };
+    match &f.error {
+        Some(e) => format!("{}: {current}; last write failed: {e}", f.path),
+        None => format!("{}: {current}", f.path),
+    }
 }
 
 /// `health`: the shared per-endpoint state.
@@ -235,7 +254,7 @@ pub fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bodies::{EndpointHealth, EndpointTable, Worker, Zone};
+    use crate::bodies::{EndpointHealth, EndpointTable, StateFile, Worker, Zone};
 
     fn wire(json: serde_json::Value) -> Backend {
         serde_json::from_value(json).unwrap()
@@ -337,6 +356,7 @@ mod tests {
                 untracked: 0,
             },
             lock_recovered: 0,
+            state_file: None,
         };
         assert_eq!(
             status(&s),
@@ -346,10 +366,38 @@ mod tests {
              Zone:            dynamic_balancer: 1.5 KiB of 32.0 MiB used (0.0%)\n\
              Endpoint table:  3 tracked of 100, 0 untracked\n\
              Lock recovered:  0\n\
+             State file:      none (no dynamic_balancer_state)\n\
              \n\
              WORKER  GENERATION  STATE\n\
              41      7           current\n\
              42      5           behind by 2\n"
+        );
+    }
+
+    #[test]
+    fn status_says_how_current_the_state_file_is() {
+        let file = |generation, error: Option<&str>| Status {
+            generation: 7,
+            state_file: Some(StateFile {
+                path: "/var/lib/nginx/b.state".into(),
+                generation,
+                error: error.map(str::to_string),
+                write_us: 1800,
+            }),
+            ..Status::default()
+        };
+        let line = |s: String| s.lines().find(|l| l.starts_with("State file:")).unwrap().to_string();
+        assert_eq!(
+            line(status(&file(7, None))),
+            "State file:      /var/lib/nginx/b.state: current (generation 7, written in 1800 us)"
+        );
+        assert_eq!(
+            line(status(&file(5, Some("lock: Permission denied (os error 13)")))),
+            "State file:      /var/lib/nginx/b.state: holds generation 5 of 7; last write failed: lock: Permission denied (os error 13)"
+        );
+        assert_eq!(
+            line(status(&file(0, None))),
+            "State file:      /var/lib/nginx/b.state: nothing written yet"
         );
     }
 
