@@ -25,7 +25,10 @@ const ENABLED: &str = "/etc/nginx/modules-enabled/50-mod-http-dynamic-balancer.c
 const TOKEN: &str = "debian-package-test-token-0123456789";
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Builds and installs the package once for every test of this file
@@ -67,7 +70,14 @@ fn field(deb: &Path, name: &str) -> String {
 fn version_number(nginx: &Path) -> u64 {
     let out = Command::new(nginx).arg("-v").output().unwrap();
     let printed = text(&out);
-    let v = printed.trim().rsplit('/').next().unwrap().split_whitespace().next().unwrap();
+    let v = printed
+        .trim()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
     let parts: Vec<u64> = v.split('.').map(|p| p.parse().unwrap()).collect();
     parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
 }
@@ -76,7 +86,10 @@ fn version_number(nginx: &Path) -> u64 {
 fn the_package_depends_on_the_nginx_abi_and_enables_itself() {
     let deb = installed();
     let name = deb.file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with(&format!("{PACKAGE}_")) && name.ends_with(".deb"), "{name}");
+    assert!(
+        name.starts_with(&format!("{PACKAGE}_")) && name.ends_with(".deb"),
+        "{name}"
+    );
     let provides = Command::new("dpkg-query")
         .args(["-W", "-f=${Provides}", "nginx"])
         .output()
@@ -87,10 +100,7 @@ fn the_package_depends_on_the_nginx_abi_and_enables_itself() {
         .expect("Debian's nginx provides an nginx-abi-* name")
         .to_string();
     let depends = field(deb, "Depends");
-    assert!(
-        depends.split(", ").any(|d| d == abi),
-        "Depends {depends:?} lacks {abi}"
-    );
+    assert!(depends.split(", ").any(|d| d == abi), "Depends {depends:?} lacks {abi}");
     assert!(depends.contains("libc6"), "{depends}");
     assert_eq!(field(deb, "Section"), "httpd");
 
@@ -112,7 +122,11 @@ fn the_package_depends_on_the_nginx_abi_and_enables_itself() {
     let mode = std::fs::metadata(INSTALLED_MODULE).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o644);
     // Stripped, as Debian ships modules.
-    let sections = Command::new("objdump").arg("-h").arg(INSTALLED_MODULE).output().unwrap();
+    let sections = Command::new("objdump")
+        .arg("-h")
+        .arg(INSTALLED_MODULE)
+        .output()
+        .unwrap();
     assert!(!text(&sections).contains(".debug_info"), "the module is not stripped");
 }
 
@@ -207,15 +221,14 @@ http {{
         let url = format!("http://127.0.0.1:{}{path}", self.api_port);
         let auth = format!("Bearer {TOKEN}");
         let result = match body {
-            Some(b) => agent()
-                .run(
-                    ureq::http::Request::builder()
-                        .method(method)
-                        .uri(&url)
-                        .header("Authorization", &auth)
-                        .body(b.to_string())
-                        .unwrap(),
-                ),
+            Some(b) => agent().run(
+                ureq::http::Request::builder()
+                    .method(method)
+                    .uri(&url)
+                    .header("Authorization", &auth)
+                    .body(b.to_string())
+                    .unwrap(),
+            ),
             None => agent().run(
                 ureq::http::Request::builder()
                     .method(method)
@@ -328,4 +341,175 @@ fn a_module_for_another_nginx_is_refused() {
             "{printed}"
         );
     }
+}
+
+/// The README's bare-metal setup, as a server's administrator does it: the
+/// package's example configuration (ports and paths moved into a temporary
+/// directory), the token file, the state directory owned by the workers'
+/// user, backends put with `dynamic-balancer`; then nginx is killed with
+/// SIGKILL, master and workers, and started again: the first request routes
+/// by the backends the state file kept.
+#[test]
+fn the_example_configuration_with_the_client_survives_kill_9() {
+    installed();
+    let cli = root().join("target/release/dynamic-balancer");
+    assert!(
+        cli.exists(),
+        "{} is missing (cargo build -p balancer-cli)",
+        cli.display()
+    );
+    let example =
+        std::fs::read_to_string("/usr/share/doc/libnginx-mod-http-dynamic-balancer/examples/dynamic-balancer.conf")
+            .expect("the package ships its example");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    use std::os::unix::fs::PermissionsExt;
+    // The workers (www-data) go through it to their state directory.
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state_dir = d.join("state");
+    std::fs::create_dir(&state_dir).unwrap();
+    let chown = Command::new("chown")
+        .arg("www-data:www-data")
+        .arg(&state_dir)
+        .output()
+        .unwrap();
+    assert!(chown.status.success(), "{}", text(&chown));
+    std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(d.join("token"), format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(d.join("token"), std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let (port, api_port) = (free_port(), free_port());
+    let site = example
+        .replace("listen 80;", &format!("listen 127.0.0.1:{port};"))
+        .replace("listen 127.0.0.1:10246;", &format!("listen 127.0.0.1:{api_port};"))
+        .replace(
+            "/var/lib/nginx/dynamic-balancer/backends.state",
+            &state_dir.join("backends.state").display().to_string(),
+        )
+        .replace(
+            "/etc/nginx/dynamic-balancer.token",
+            &d.join("token").display().to_string(),
+        );
+    assert!(site.contains(&format!("127.0.0.1:{api_port}")) && site.contains("dynamic_balancer_state"));
+    std::fs::write(d.join("dynamic-balancer.conf"), site).unwrap();
+    std::fs::write(
+        d.join("nginx.conf"),
+        format!(
+            "include /etc/nginx/modules-enabled/*.conf;\nuser www-data;\nworker_processes 2;\ndaemon off;\n\
+             pid {p}/nginx.pid;\nerror_log {p}/error.log info;\nevents {{ worker_connections 256; }}\n\
+             http {{\n    access_log off;\n    include {p}/dynamic-balancer.conf;\n}}\n",
+            p = d.display()
+        ),
+    )
+    .unwrap();
+    let start = || {
+        let child = DistroNginx::command(&d).spawn().unwrap();
+        (child, Instant::now())
+    };
+    let client = |args: &[&str]| {
+        let api = format!("http://127.0.0.1:{api_port}");
+        let token = d.join("token");
+        let mut all = vec![
+            "--api",
+            &api,
+            "--token-file",
+            token.to_str().unwrap(),
+            "--timeout",
+            "5s",
+        ];
+        all.extend_from_slice(args);
+        Command::new(&cli).args(&all).stdin(Stdio::null()).output().unwrap()
+    };
+    let get = || -> Option<(u16, String)> {
+        let r = agent()
+            .get(&format!("http://127.0.0.1:{port}/"))
+            .header("Host", "shop.example.com")
+            .call()
+            .ok()?;
+        let upstream = r.headers().get("x-upstream")?.to_str().ok()?.to_string();
+        Some((r.status().as_u16(), upstream))
+    };
+    let error_log = || std::fs::read_to_string(d.join("error.log")).unwrap_or_default();
+
+    let test = DistroNginx::command(&d).arg("-t").output().unwrap();
+    assert!(test.status.success(), "nginx -t on the example: {}", text(&test));
+    let (mut child, _) = start();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !client(&["status"]).status.success() {
+        assert!(Instant::now() < deadline, "nginx did not start: {}", error_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (a, b) = (Upstream::start(), Upstream::start());
+    let put = client(&[
+        "put",
+        "shop",
+        "--endpoint",
+        &format!("127.0.0.1:{}", a.port),
+        "--endpoint",
+        &format!("127.0.0.1:{}@2", b.port),
+    ]);
+    assert!(put.status.success(), "dynamic-balancer put: {}", text(&put));
+    let served: Vec<String> = (0..6).map(|_| get().expect("routed").1).collect();
+    assert_eq!(served.iter().filter(|u| **u == a.identity).count(), 2, "{served:?}");
+    assert_eq!(served.iter().filter(|u| **u == b.identity).count(), 4, "{served:?}");
+
+    // The file is written after the answer: wait until it holds the write.
+    let state = state_dir.join("backends.state");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_slice(&client(&["--output", "json", "status"]).stdout).unwrap_or_default();
+        let file = &status["state_file"];
+        if file["generation"].as_u64().is_some() && file["generation"] == status["generation"] {
+            assert!(file["error"].is_null(), "{status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the state file was not written: {status}\n{}",
+            error_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let meta = std::fs::metadata(&state).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+
+    // A crash: the master and its workers, SIGKILL.
+    let workers: Vec<i32> = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let _ = child.kill();
+    for pid in &workers {
+        // SAFETY: kill(2) on a worker of the master this test started.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers.iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) {
+        assert!(Instant::now() < deadline, "workers outlived SIGKILL");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let (mut child, started) = start();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        if let Some(answer) = get() {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "nginx did not come back: {}", error_log());
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    eprintln!("first answer {:?} after the restart", started.elapsed());
+    assert_eq!(first.0, 200, "the first request after the restart routes");
+    assert!(first.1 == a.identity || first.1 == b.identity, "{first:?}");
+    let listed = client(&["--output", "json", "get", "shop"]);
+    assert!(listed.status.success(), "{}", text(&listed));
+    assert!(
+        error_log().contains("backends.state"),
+        "the restore is logged: {}",
+        error_log()
+    );
+    stop_child(&mut child);
 }
