@@ -5,8 +5,9 @@
 //! package for it is built and tested where that nginx runs: a minimal
 //! chroot of the suite, kept outside the clone
 //! (`/var/cache/dynamic-balancer/<suite>-root`, made once per machine), with
-//! the workspace, the Rust toolchain and `/tmp` bind-mounted at the same
-//! paths in a private mount namespace. Inside it `nginx-build deb` runs as on
+//! the workspace, the Rust toolchain, `/tmp` and the host's `/etc/hosts`
+//! and `/etc/resolv.conf` bind-mounted at the same paths in a private mount
+//! namespace. Inside it `nginx-build deb` runs as on
 //! the host, against the suite's `nginx-dev`, and `dpkg-shlibdeps` names the
 //! suite's libraries. The test harness runs the suite's nginx through a
 //! wrapper that enters the chroot with `exec` all the way down, so the PID
@@ -100,6 +101,14 @@ impl Chroot {
         let mut s = String::new();
         for dir in binds.iter().filter(|d| Path::new(d).exists()) {
             s.push_str(&format!("mkdir -p {root}{dir} && mount --bind {dir} {root}{dir} && "));
+        }
+        // The host's names, so that the suite's nginx resolves a name to
+        // what the tests (on the host) resolve it to.
+        for file in ["/etc/hosts", "/etc/resolv.conf"]
+            .iter()
+            .filter(|f| Path::new(f).exists())
+        {
+            s.push_str(&format!("touch {root}{file} && mount --bind {file} {root}{file} && "));
         }
         let path = format!("{home}/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         s.push_str(&format!(
