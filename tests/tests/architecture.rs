@@ -211,7 +211,14 @@ fn crate_src(name: &str) -> PathBuf {
 #[test]
 fn no_crate_has_an_import_cycle() {
     let mut found = Vec::new();
-    for krate in ["lua-compat", "ngx-module", "controller", "nginx-build", "balancer-cli", "tests"] {
+    for krate in [
+        "lua-compat",
+        "ngx-module",
+        "controller",
+        "nginx-build",
+        "balancer-cli",
+        "tests",
+    ] {
         let g = graph(&crate_src(krate));
         for c in cycles(&g) {
             found.push(format!("{krate}: {}", c.join(" <-> ")));
