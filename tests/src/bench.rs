@@ -301,3 +301,24 @@ pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
+
+/// A backend as ingress-nginx's controller sends it, with every field its
+/// Go structs fill (the service, zero-valued affinity and canary policy),
+/// so that benchmarks parse the full payload, not a minimal one.
+pub fn ingress_backend(name: &str, endpoints: Vec<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "service": {"metadata": {"creationTimestamp": null}, "spec": {
+            "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+            "selector": {"app": name}, "clusterIP": "10.96.12.34", "type": "ClusterIP", "sessionAffinity": "None"},
+            "status": {"loadBalancer": {}}},
+        "port": 80,
+        "sslPassthrough": false,
+        "endpoints": endpoints,
+        "sessionAffinityConfig": {"name": "", "mode": "", "cookieSessionAffinity": {"name": ""}},
+        "upstreamHashByConfig": {"upstream-hash-by-subset-size": 3},
+        "load-balance": "round_robin",
+        "noServer": false,
+        "trafficShapingPolicy": {"weight": 0, "weightTotal": 0, "header": "", "headerValue": "", "headerPattern": "", "cookie": ""}
+    })
+}

@@ -21,7 +21,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tests::bench::{median, upstream_pair, Front, Proc};
+use tests::bench::{ingress_backend, median, upstream_pair, Front, Proc};
 use tests::process::{wait_listening, wait_released};
 use tests::state_dir::StateDir;
 
@@ -29,24 +29,6 @@ const BACKENDS: usize = 1000;
 const ENDPOINTS: usize = 10;
 /// Any single wait of the benchmark.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn ingress_backend(name: &str, endpoints: Vec<Value>) -> Value {
-    json!({
-        "name": name,
-        "service": {"metadata": {"creationTimestamp": null}, "spec": {
-            "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
-            "selector": {"app": name}, "clusterIP": "10.96.12.34", "type": "ClusterIP", "sessionAffinity": "None"},
-            "status": {"loadBalancer": {}}},
-        "port": 80,
-        "sslPassthrough": false,
-        "endpoints": endpoints,
-        "sessionAffinityConfig": {"name": "", "mode": "", "cookieSessionAffinity": {"name": ""}},
-        "upstreamHashByConfig": {"upstream-hash-by-subset-size": 3},
-        "load-balance": "round_robin",
-        "noServer": false,
-        "trafficShapingPolicy": {"weight": 0, "weightTotal": 0, "header": "", "headerValue": "", "headerPattern": "", "cookie": ""}
-    })
-}
 
 /// A full set whose every fake endpoint depends on `variant`, so every
 /// blob changes; `last` exists only in this set and routes to `real`.
