@@ -18,6 +18,7 @@ pub mod endpoints;
 pub mod external_auth;
 pub mod header_sets;
 pub mod http_settings;
+pub mod l4_services;
 pub mod log_format;
 pub mod mirror;
 pub mod names;
