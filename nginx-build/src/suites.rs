@@ -7,22 +7,26 @@ use std::process::{Command, ExitStatus};
 
 use crate::build::workspace_root;
 
-/// `cargo test --release -p tests --test <each of tests>` with the harness
-/// pointed at `prefix`, plus `env`. Builds the controller first: some
-/// suites run its binary, and the client suite the client.
+/// `cargo test --release --workspace --test <each of tests>` with the
+/// harness pointed at `prefix`, plus `env`.
+///
+/// Workspace-wide, as README's test command, so that dependencies are built
+/// with the same features and nothing that command built is built again;
+/// the `--no-run` step first builds the binaries the suites run (the
+/// controller's, the client's), as that command does.
 pub fn run(prefix: &Path, tests: &[String], env: &[(&str, String)]) -> Result<ExitStatus, String> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let built = Command::new(&cargo)
-        .args(["build", "--release", "-p", "controller", "-p", "balancer-cli"])
+        .args(["test", "--release", "--workspace", "--no-run"])
         .current_dir(&root)
         .status()
         .map_err(|e| format!("cannot run {cargo}: {e}"))?;
     if !built.success() {
-        return Err(format!("building the controller failed ({built})"));
+        return Err(format!("building the tests failed ({built})"));
     }
     let mut cmd = Command::new(&cargo);
-    cmd.args(["test", "--release", "-p", "tests", "--no-fail-fast"]);
+    cmd.args(["test", "--release", "--workspace", "--no-fail-fast"]);
     for t in tests {
         cmd.args(["--test", t]);
     }
