@@ -63,8 +63,18 @@ fuzz_target!(|pairs: Vec<(u8, String)>| {
     strings(&serde_json::to_value(&g).unwrap(), &mut rendered);
     assert!(with_variables(&g.log.format, log_format::variable_allowed), "{:?}", g.log.format);
     if let Some(auth) = &g.global_auth {
+        let mut value = serde_json::to_value(auth).unwrap();
+        // `proxy_cache_valid` arguments ("200 202 401 5m"): status codes,
+        // `any` and a time, separated by spaces; never URL text.
+        if let Some(entries) = value.as_object_mut().and_then(|o| o.remove("cache_duration")) {
+            let mut durations = Vec::new();
+            strings(&entries, &mut durations);
+            for d in &durations {
+                assert!(d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b' '), "{d:?}");
+            }
+        }
         let mut texts = Vec::new();
-        strings(&serde_json::to_value(auth).unwrap(), &mut texts);
+        strings(&value, &mut texts);
         for t in &texts {
             // URL text: no nginx syntax, no space, request variables only.
             let syntax_free = !t.contains([';', '{', '}', '"', '\'', '#', ' ']);
