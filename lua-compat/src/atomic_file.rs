@@ -46,18 +46,19 @@ impl Step {
         }
     }
 
+    /// Every step, in the order a replacement takes them.
+    pub const ALL: [Step; 6] = [
+        Step::Lock,
+        Step::Create,
+        Step::Write,
+        Step::Sync,
+        Step::Rename,
+        Step::SyncDir,
+    ];
+
     /// The step `value` (`step as u32`) stands for.
     pub fn from_u32(value: u32) -> Option<Step> {
-        [
-            Step::Lock,
-            Step::Create,
-            Step::Write,
-            Step::Sync,
-            Step::Rename,
-            Step::SyncDir,
-        ]
-        .into_iter()
-        .find(|s| *s as u32 == value)
+        Step::ALL.into_iter().find(|s| *s as u32 == value)
     }
 }
 
@@ -302,14 +303,7 @@ mod tests {
 
     #[test]
     fn steps_round_trip_through_their_numbers() {
-        for step in [
-            Step::Lock,
-            Step::Create,
-            Step::Write,
-            Step::Sync,
-            Step::Rename,
-            Step::SyncDir,
-        ] {
+        for step in Step::ALL {
             assert_eq!(Step::from_u32(step as u32), Some(step));
         }
         assert_eq!(Step::from_u32(0), None);

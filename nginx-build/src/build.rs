@@ -18,6 +18,16 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "openssl",
 ];
 
+/// Debian packages this target needs on top of the vendored build's: the
+/// distribution's nginx tree and the tools that compute a package's
+/// library dependencies.
+const DEB_PACKAGES: &[&str] = &["nginx-dev", "dpkg-dev", "binutils"];
+
+/// Every Debian package `nginx-build deb` needs: the vendored build's and this target's.
+pub fn deb_packages() -> Vec<&'static str> {
+    DEBIAN_PACKAGES.iter().chain(DEB_PACKAGES).copied().collect()
+}
+
 pub const MODULE_FILE: &str = "ngx_http_dynamic_balancer_module.so";
 
 /// Which nginx + module to build.

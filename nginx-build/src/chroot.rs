@@ -20,25 +20,10 @@ use crate::build::{install_packages, workspace_root};
 
 const CACHE: &str = "/var/cache/dynamic-balancer";
 const MIRROR: &str = "http://deb.debian.org/debian";
-/// What the chroot needs to build and run the module: the suite's nginx and
-/// its tree, the libraries nginx's configure and bindgen use, and the tools
-/// that compute a package's dependencies.
-const CHROOT_PACKAGES: &[&str] = &[
-    "nginx",
-    "nginx-dev",
-    "libclang-dev",
-    "libpcre2-dev",
-    "libssl-dev",
-    "zlib1g-dev",
-    "pkg-config",
-    "make",
-    "gcc",
-    "libc6-dev",
-    "dpkg-dev",
-    "binutils",
-    "openssl",
-    "ca-certificates",
-];
+/// What the chroot needs on top of what `nginx-build deb` installs there
+/// itself: the suite's nginx (the tests run it), a compiler and its C
+/// library for the build scripts, and the CA certificates apt and cargo use.
+const CHROOT_EXTRA_PACKAGES: &[&str] = &["nginx", "gcc", "libc6-dev", "ca-certificates"];
 
 pub struct Chroot {
     pub suite: String,
@@ -69,7 +54,11 @@ impl Chroot {
             std::fs::rename(&partial, &chroot.root).map_err(|e| format!("rename {}: {e}", partial.display()))?;
         }
         let stamp = chroot.root.join("var/lib/dynamic-balancer-packages");
-        let wanted = CHROOT_PACKAGES.join(" ");
+        let wanted = crate::build::deb_packages()
+            .into_iter()
+            .chain(CHROOT_EXTRA_PACKAGES.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
         if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
             eprintln!("nginx-build: installing {suite}'s nginx and build tools in the chroot");
             chroot.run_shell(&format!(

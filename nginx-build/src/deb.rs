@@ -39,11 +39,6 @@ const ENABLED_LINK: &str = "50-mod-http-dynamic-balancer.conf";
 const DEBIAN_REVISION: &str = "1";
 const DEFAULT_NGINX_DEV: &str = "/usr/share/nginx/src";
 
-/// Debian packages this target needs on top of the vendored build's: the
-/// distribution's nginx tree and the tools that compute a package's
-/// library dependencies.
-const PACKAGES: &[&str] = &["nginx-dev", "dpkg-dev", "binutils"];
-
 /// What `deb` made.
 pub struct Package {
     pub deb: PathBuf,
@@ -159,9 +154,7 @@ pub fn build(args: &[String]) -> Result<Package, String> {
 
 fn build_here(nginx_dev: Option<PathBuf>) -> Result<Package, String> {
     let started = Instant::now();
-    let mut packages = crate::build::DEBIAN_PACKAGES.to_vec();
-    packages.extend_from_slice(PACKAGES);
-    install_packages(&packages)?;
+    install_packages(&crate::build::deb_packages())?;
     let tree = NginxTree::read(nginx_dev.as_deref().unwrap_or(Path::new(DEFAULT_NGINX_DEV)))?;
     let root = workspace_root();
     let work = root.join("target/debian").join(&tree.abi);
