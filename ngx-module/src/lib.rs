@@ -65,6 +65,12 @@ mod ring_builder;
 mod ssl_handshake;
 mod state_file;
 mod store;
+#[cfg(feature = "stream")]
+mod stream;
+#[cfg(feature = "stream")]
+mod stream_conf;
+#[cfg(feature = "stream")]
+mod stream_peer;
 mod timer;
 mod variables;
 mod worker;
@@ -304,7 +310,30 @@ static mut COMMANDS: [ngx_command_t; 13] = [
     ngx_command_t::empty(),
 ];
 
+#[cfg(not(feature = "stream"))]
 ngx::ngx_modules!(ngx_http_dynamic_balancer_module);
+// ngx 0.5.1's `ngx_modules!` miscounts two modules, so with both the three
+// tables `load_module` reads are written out as the macro would.
+#[cfg(feature = "stream")]
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static mut ngx_modules: [*const ngx_module_t; 3] = [
+    std::ptr::addr_of!(ngx_http_dynamic_balancer_module),
+    std::ptr::addr_of!(ngx_stream_dynamic_balancer_module),
+    std::ptr::null(),
+];
+#[cfg(feature = "stream")]
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static mut ngx_module_names: [*const std::ffi::c_char; 3] = [
+    c"ngx_http_dynamic_balancer_module".as_ptr(),
+    c"ngx_stream_dynamic_balancer_module".as_ptr(),
+    std::ptr::null(),
+];
+#[cfg(feature = "stream")]
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static mut ngx_module_order: [*const std::ffi::c_char; 1] = [std::ptr::null()];
 
 #[used]
 #[allow(non_upper_case_globals)]
@@ -316,5 +345,22 @@ pub static mut ngx_http_dynamic_balancer_module: ngx_module_t = ngx_module_t {
     init_module: Some(state_file::init_module),
     init_process: Some(timer::init_process),
     exit_process: Some(timer::exit_process),
+    ..ngx_module_t::default()
+};
+
+/// The stream half: `dynamic_balancer` in `stream{}` upstreams (see
+/// [`stream`]). A separate `ngx_module_t` in the same shared object, as
+/// nginx wants one module per type; built only with the `stream` feature,
+/// since a distribution's nginx may load its stream module dynamically, or
+/// not at all.
+#[cfg(feature = "stream")]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static mut ngx_stream_dynamic_balancer_module: ngx_module_t = ngx_module_t {
+    ctx: std::ptr::addr_of!(stream::MODULE_CTX) as *mut c_void,
+    // SAFETY: nginx reads the command table; nothing in Rust mutates it.
+    commands: unsafe { addr_of_mut!(stream::COMMANDS[0]) },
+    type_: ngx::ffi::NGX_STREAM_MODULE as ngx_uint_t,
+    init_module: Some(stream::init_module),
     ..ngx_module_t::default()
 };

@@ -169,7 +169,7 @@ unsafe extern "C" fn set_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut
 /// touches neither argument.
 unsafe extern "C" fn save_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) {}
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     // nginx's cached CLOCK_MONOTONIC milliseconds: no system call, and the
     // same clock in every worker and in the writer thread (store::now_ms).
     // SAFETY: a word-sized read of nginx's global, which only this worker's
@@ -213,9 +213,9 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
 }
 
 /// The shared endpoint state of a backend, as the selectors read it.
-struct Live<'a> {
-    backend: &'a WorkerBackend,
-    now_ms: u64,
+pub(crate) struct Live<'a> {
+    pub(crate) backend: &'a WorkerBackend,
+    pub(crate) now_ms: u64,
 }
 
 impl Live<'_> {

@@ -208,7 +208,7 @@ pub fn get_opaque(req: &Request, index: usize) -> *const u8 {
 
 /// nginx's `ngx_hash_key` (`key * 31 + c`) of `name` lower-cased, for
 /// variable lookups by name.
-fn hash_key_lowercase(name: &[u8]) -> ngx_uint_t {
+pub(crate) fn hash_key_lowercase(name: &[u8]) -> ngx_uint_t {
     name.iter().fold(0 as ngx_uint_t, |k, c| {
         k.wrapping_mul(31)
             .wrapping_add(ngx_uint_t::from(c.to_ascii_lowercase()))
