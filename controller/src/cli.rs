@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 use controller::model::class::ClassFilter;
+use controller::model::l4_services::ReservedPorts;
 use controller::model::{AddressPolicy, BuildOptions, Listen};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -56,6 +57,17 @@ pub struct Args {
     /// The ConfigMap with global settings, as namespace/name.
     #[arg(long, default_value = "ingress-nginx/ingress-nginx-controller", global = true)]
     pub configmap: String,
+
+    /// The ConfigMap (namespace/name) of TCP services: each key an external
+    /// port, each value `<namespace>/<service>:<port>[:PROXY][:PROXY]`,
+    /// served by `stream {}` (see README, "TCP and UDP services").
+    #[arg(long, global = true)]
+    pub tcp_services_configmap: Option<String>,
+
+    /// The ConfigMap (namespace/name) of UDP services, same format without
+    /// PROXY.
+    #[arg(long, global = true)]
+    pub udp_services_configmap: Option<String>,
 
     /// The Service (namespace/name) that serves requests no Ingress matches;
     /// without it nginx answers 404 itself.
@@ -317,6 +329,16 @@ impl Args {
         split_ref(&self.configmap, "--configmap")
     }
 
+    /// `--configmap` with the layer-4 ConfigMaps.
+    pub fn configmap_refs(&self) -> anyhow::Result<controller::snapshot::ConfigMapRefs> {
+        let optional = |v: &Option<String>, flag| v.as_deref().map(|s| split_ref(s, flag)).transpose();
+        Ok(controller::snapshot::ConfigMapRefs {
+            config_map: self.configmap_ref()?,
+            tcp_services: optional(&self.tcp_services_configmap, "--tcp-services-configmap")?,
+            udp_services: optional(&self.udp_services_configmap, "--udp-services-configmap")?,
+        })
+    }
+
     /// A client for `--kubeconfig`, else the usual inference ($KUBECONFIG,
     /// ~/.kube/config, in-cluster).
     pub async fn kube_client(&self) -> anyhow::Result<kube::Client> {
@@ -373,6 +395,17 @@ impl Args {
                     self.http_port,
                     self.https_port,
                 ],
+            },
+            stream_reserved: ReservedPorts {
+                http: self.http_port,
+                https: self.https_port,
+                api: self.api_port,
+                metrics: self.metrics_address.port(),
+                webhook: self
+                    .validating_webhook
+                    .as_deref()
+                    .and_then(|a| a.rsplit_once(':'))
+                    .and_then(|(_, port)| port.parse().ok()),
             },
         })
     }

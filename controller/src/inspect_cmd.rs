@@ -23,13 +23,15 @@ pub async fn run(command: Command, args: &Args) -> anyhow::Result<()> {
 async fn check(args: &Args) -> anyhow::Result<()> {
     use controller::source::{cluster, manifests};
     let opts = args.build_options()?;
-    let config_map = args.configmap_ref()?;
+    let config_map = args.configmap_refs()?;
     let (snap, source_problems) = match &args.manifests {
         Some(dir) => manifests::ManifestDir::new(dir.clone(), config_map).read(),
         None => {
             let opts = cluster::ClusterOptions {
                 namespace: args.watch_namespace.clone(),
-                config_map,
+                config_map: config_map.config_map,
+                tcp_services: config_map.tcp_services,
+                udp_services: config_map.udp_services,
             };
             (cluster::list_once(args.kube_client().await?, &opts).await?, Vec::new())
         }

@@ -71,7 +71,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--nginx-module {} does not exist", module.display());
     }
     let renderer = Renderer::new(args.template.as_deref())?;
-    let config_map = args.configmap_ref()?;
+    let config_map = args.configmap_refs()?;
 
     let mode = match &args.nginx_pid_file {
         Some(pid_file) => Mode::External {
@@ -106,7 +106,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None => Some(args.kube_client().await?),
     };
     let client = kube_client.clone();
-    let config_map_ns = config_map.0.clone();
+    let config_map_ns = config_map.config_map.0.clone();
     if !controller::model::values::is_object_name(&args.election_id) {
         anyhow::bail!("--election-id {:?} is not a Kubernetes object name", args.election_id);
     }
@@ -201,7 +201,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         (None, client) => {
             let opts = cluster::ClusterOptions {
                 namespace: args.watch_namespace.clone(),
-                config_map,
+                config_map: config_map.config_map,
+                tcp_services: config_map.tcp_services,
+                udp_services: config_map.udp_services,
             };
             tokio::spawn(cluster::run(client.expect("a client in cluster mode"), opts, tx))
         }

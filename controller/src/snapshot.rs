@@ -25,6 +25,28 @@ pub struct Snapshot {
     /// The other ConfigMaps of the controller's namespace: the header sets
     /// its `add-headers` and `proxy-set-headers` name.
     pub header_config_maps: Vec<Arc<ConfigMap>>,
+    /// `--tcp-services-configmap`, if set and it exists.
+    pub tcp_services: Option<Arc<ConfigMap>>,
+    /// `--udp-services-configmap`, if set and it exists.
+    pub udp_services: Option<Arc<ConfigMap>>,
+}
+
+/// The ConfigMaps a source picks out by `namespace/name`: the controller's
+/// own (`--configmap`) and the layer-4 ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigMapRefs {
+    pub config_map: (String, String),
+    pub tcp_services: Option<(String, String)>,
+    pub udp_services: Option<(String, String)>,
+}
+
+impl From<(String, String)> for ConfigMapRefs {
+    fn from(config_map: (String, String)) -> Self {
+        ConfigMapRefs {
+            config_map,
+            ..Default::default()
+        }
+    }
 }
 
 /// `namespace/name` of any object, for logs and conflict reports.

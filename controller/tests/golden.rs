@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use controller::model::{build, BuildOptions};
 use controller::render::{RenderContext, Renderer};
+use controller::snapshot::ConfigMapRefs;
 use controller::source::manifests::ManifestDir;
 
 fn options(case: &str) -> BuildOptions {
@@ -42,9 +43,14 @@ fn context() -> RenderContext {
 /// Runs one case; returns a description of every mismatch.
 fn run_case(dir: &Path) -> Vec<String> {
     let case = dir.file_name().unwrap().to_string_lossy().to_string();
+    let cm = |name: &str| ("ingress-nginx".to_string(), name.to_string());
     let mut manifests = ManifestDir::new(
         dir.to_path_buf(),
-        ("ingress-nginx".into(), "ingress-nginx-controller".into()),
+        ConfigMapRefs {
+            config_map: cm("ingress-nginx-controller"),
+            tcp_services: Some(cm("tcp-services")),
+            udp_services: Some(cm("udp-services")),
+        },
     );
     let (snap, read_problems) = manifests.read();
     assert!(read_problems.is_empty(), "{case}: {read_problems:?}");

@@ -84,7 +84,7 @@ const MODSECURITY: &str = "no ModSecurity in this nginx";
 const TRACING: &str = "no OpenTelemetry module in this nginx; request ids and metrics come from the module";
 const PROXY_SSL: &str = "backend TLS settings are not implemented yet; nginx's defaults apply";
 const FASTCGI: &str = "FastCGI backends are not supported";
-const STREAM: &str = "layer 4 (TCP/UDP services) is not implemented yet";
+const STREAM: &str = "not implemented yet (tcp-services and udp-services are)";
 const GEOIP: &str = "no GeoIP database or module in this nginx";
 const JAEGER: &str = "Jaeger tracing was removed from ingress-nginx; no tracing module here";
 const LUA: &str = "there is no Lua in this data plane";
@@ -426,11 +426,11 @@ pub static CONFIG_MAP: &[Entry] = &[
     ok("proxy-send-timeout", "120"),
     differs("proxy-set-headers", "ingress-nginx/proxy-headers", "a ConfigMap of the controller's own namespace; values may name only variables nginx knows"),
     no("proxy-ssl-location-only", PROXY_SSL),
-    no("proxy-stream-next-upstream", STREAM),
-    no("proxy-stream-next-upstream-timeout", STREAM),
-    no("proxy-stream-next-upstream-tries", STREAM),
-    no("proxy-stream-responses", STREAM),
-    no("proxy-stream-timeout", STREAM),
+    ok("proxy-stream-next-upstream", "false"),
+    ok("proxy-stream-next-upstream-timeout", "30"),
+    ok("proxy-stream-next-upstream-tries", "2"),
+    ok("proxy-stream-responses", "2"),
+    ok("proxy-stream-timeout", "30s"),
     ok("relative-redirects", "true"),
     no("retry-non-idempotent", "not implemented yet"),
     no("reuse-port", "not implemented yet"),
@@ -483,7 +483,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("use-geoip2", GEOIP),
     ok("use-gzip", "true"),
     ok("use-http2", "false"),
-    no("use-proxy-protocol", "not implemented yet"),
+    ok("use-proxy-protocol", "true"),
     ok("variables-hash-bucket-size", "512"),
     ok("variables-hash-max-size", "4096"),
     no("whitelist-source-range", "not implemented yet"),

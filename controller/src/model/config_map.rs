@@ -10,6 +10,7 @@ use super::http_settings::HttpSettings;
 use super::proxy_settings::ProxyDefaults;
 use super::real_ip::RealIp;
 use super::ssl_settings;
+use super::stream_settings::StreamSettings;
 use super::values::{error_status, number_in, HeaderName, Invalid, Seconds, Size};
 
 /// Typed global settings. Unknown or invalid keys are reported and ignored.
@@ -78,6 +79,8 @@ pub struct GlobalConfig {
     pub http: HttpSettings,
     /// The client address behind trusted proxies.
     pub real_ip: RealIp,
+    /// The `proxy-stream-*` keys of the layer-4 servers.
+    pub stream: StreamSettings,
     /// `add-headers`: a header set added to every response.
     pub add_headers: Option<super::header_sets::SetRef>,
     /// `global-allowed-response-headers`: the header names `custom-headers`
@@ -132,6 +135,7 @@ impl Default for GlobalConfig {
             proxy: ProxyDefaults::default(),
             http: HttpSettings::default(),
             real_ip: RealIp::default(),
+            stream: StreamSettings::default(),
             add_headers: None,
             allowed_response_headers: Vec::new(),
             proxy_set_headers: None,
@@ -173,6 +177,7 @@ impl GlobalConfig {
             let grouped = (c.proxy.apply(key, v))
                 .or_else(|| c.http.apply(key, v))
                 .or_else(|| c.real_ip.apply(key, v))
+                .or_else(|| c.stream.apply(key, v))
                 .or_else(|| c.log.apply(key, v));
             let result: Result<(), Invalid> = grouped.unwrap_or_else(|| {
                 match key.as_str() {

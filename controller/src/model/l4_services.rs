@@ -38,9 +38,8 @@
 //!
 //! One bad entry is reported and left out; the others still parse.
 //!
-//! Not wired into the controller yet: nothing reads these ConfigMaps, and
-//! nginx.conf has no `stream {}` for them. This is the pure, typed first
-//! step.
+//! The builder (`model/build/stream.rs`) checks each accepted entry
+//! against its Service and renders it as a `stream {}` server.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -25,6 +25,7 @@ pub mod names;
 pub mod proxy_settings;
 pub mod real_ip;
 pub mod ssl_settings;
+pub mod stream_settings;
 pub mod tls;
 pub mod values;
 
@@ -67,6 +68,8 @@ pub struct Structure {
     pub auth_cache: bool,
     /// `from-to-www-redirect` servers.
     pub redirect_servers: Vec<RedirectServer>,
+    /// `stream {}` servers of `tcp-services` and `udp-services`, by port.
+    pub stream_servers: Vec<StreamServer>,
     /// Basic-auth user files and client CA bundles, by name (under
     /// `<conf-dir>/auth/`). Only
     /// their names reach nginx.conf.
@@ -106,6 +109,22 @@ impl ServerNamesHash {
 
 /// A server that only redirects `from` to the host `to`
 /// (`from-to-www-redirect`).
+/// A layer-4 port: a `stream {}` server that forwards to a backend. Its
+/// port and flags are structure (a new `listen` reloads); its endpoints are
+/// the backend's, pushed without a reload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct StreamServer {
+    pub port: u16,
+    pub protocol: l4_services::L4Protocol,
+    pub backend: String,
+    /// `listen ... proxy_protocol`: the client sends the PROXY protocol.
+    pub decode_proxy: bool,
+    /// `proxy_protocol on`: send the PROXY protocol to the upstream.
+    pub encode_proxy: bool,
+    /// The entry's value, canonical, for the rendered comment.
+    pub source: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct RedirectServer {
     pub from: String,

@@ -30,6 +30,16 @@ pub enum BackendId {
     CustomDefault { namespace: String, service: String },
     /// `--default-backend-service`.
     Default,
+    /// A `tcp-services` or `udp-services` entry's Service port. Claimed
+    /// before any Ingress's, so no tenant takes the name of a layer-4
+    /// backend (a namespace `tcp` with a Service `db-postgres` would
+    /// otherwise be `tcp-db-postgres-5432`).
+    Stream {
+        protocol: &'static str,
+        namespace: String,
+        service: String,
+        port: String,
+    },
 }
 
 impl BackendId {
@@ -45,6 +55,12 @@ impl BackendId {
                 format!("custom-default-backend-{namespace}-{service}")
             }
             BackendId::Default => DEFAULT_BACKEND.to_string(),
+            BackendId::Stream {
+                protocol,
+                namespace,
+                service,
+                port,
+            } => format!("{protocol}-{namespace}-{service}-{port}"),
         }
     }
 

@@ -20,6 +20,11 @@ pub struct RealIp {
     /// `X-Forwarded-For` chain plus the connecting address upstream,
     /// instead of the client address alone.
     pub compute_full_forwarded_for: bool,
+    /// `use-proxy-protocol`: the HTTP and HTTPS listeners expect the PROXY
+    /// protocol (a load balancer in front sends it), and the client's
+    /// address is the one it declares, believed only from
+    /// `proxy-real-ip-cidr`.
+    pub use_proxy_protocol: bool,
 }
 
 impl Default for RealIp {
@@ -31,6 +36,7 @@ impl Default for RealIp {
             forwarded_for_header: HeaderName::parse("X-Forwarded-For").expect("valid default"),
             proxy_real_ip_cidr: vec!["0.0.0.0/0".into()],
             compute_full_forwarded_for: false,
+            use_proxy_protocol: false,
         }
     }
 }
@@ -50,6 +56,7 @@ impl RealIp {
                     self.proxy_real_ip_cidr = cidrs;
                 }
                 "compute-full-forwarded-for" => self.compute_full_forwarded_for = super::values::parse_bool(v)?,
+                "use-proxy-protocol" => self.use_proxy_protocol = super::values::parse_bool(v)?,
                 _ => return Ok(false),
             }
             Ok(true)

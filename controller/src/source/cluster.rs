@@ -24,6 +24,9 @@ pub struct ClusterOptions {
     pub namespace: Option<String>,
     /// `--configmap namespace/name`.
     pub config_map: (String, String),
+    /// `--tcp-services-configmap` and `--udp-services-configmap`.
+    pub tcp_services: Option<(String, String)>,
+    pub udp_services: Option<(String, String)>,
 }
 
 struct Stores {
@@ -37,6 +40,15 @@ struct Stores {
     config_maps: Store<ConfigMap>,
     /// The name of the controller's own ConfigMap among `config_maps`.
     config_map_name: String,
+    /// The layer-4 ConfigMaps, each watched alone (by name, in its own
+    /// namespace).
+    tcp_services: Option<Store<ConfigMap>>,
+    udp_services: Option<Store<ConfigMap>>,
+}
+
+/// The one object a by-name store holds.
+fn first(store: &Store<ConfigMap>) -> Option<Arc<ConfigMap>> {
+    store.state().into_iter().next()
 }
 
 impl Stores {
@@ -67,6 +79,8 @@ impl Stores {
                 .into_iter()
                 .filter(|c| c.metadata.name.as_deref() != Some(&*self.config_map_name))
                 .collect(),
+            tcp_services: self.tcp_services.as_ref().and_then(first),
+            udp_services: self.udp_services.as_ref().and_then(first),
         }
     }
 
@@ -77,6 +91,9 @@ impl Stores {
         self.slices.wait_until_ready().await?;
         self.secrets.wait_until_ready().await?;
         self.opaque_secrets.wait_until_ready().await?;
+        for store in [&self.tcp_services, &self.udp_services].into_iter().flatten() {
+            store.wait_until_ready().await?;
+        }
         self.config_maps.wait_until_ready().await
     }
 }
@@ -149,6 +166,17 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         Api::<ConfigMap>::namespaced(client.clone(), cm_ns),
         watcher::Config::default(),
     );
+    let mut l4_ticks = Vec::new();
+    let mut by_name = |target: &Option<(String, String)>| {
+        target.as_ref().map(|(ns, name)| {
+            let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let (store, ticks) = reflect(Api::<ConfigMap>::namespaced(client.clone(), ns), cfg);
+            l4_ticks.push(ticks.boxed());
+            store
+        })
+    };
+    let tcp_services = by_name(&opts.tcp_services);
+    let udp_services = by_name(&opts.udp_services);
     let stores = Stores {
         ingresses,
         classes,
@@ -158,18 +186,24 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         opaque_secrets,
         config_maps,
         config_map_name: cm_name.clone(),
+        tcp_services,
+        udp_services,
     };
 
     let changed = Arc::new(Notify::new());
-    let ticks = stream::select_all([
-        t1.boxed(),
-        t2.boxed(),
-        t3.boxed(),
-        t4.boxed(),
-        t5.boxed(),
-        t6.boxed(),
-        t7.boxed(),
-    ]);
+    let ticks = stream::select_all(
+        [
+            t1.boxed(),
+            t2.boxed(),
+            t3.boxed(),
+            t4.boxed(),
+            t5.boxed(),
+            t6.boxed(),
+            t7.boxed(),
+        ]
+        .into_iter()
+        .chain(l4_ticks),
+    );
     let notify = changed.clone();
     let driver = tokio::spawn(ticks.for_each(move |()| {
         notify.notify_one();
@@ -218,6 +252,22 @@ pub async fn list_once(client: Client, opts: &ClusterOptions) -> anyhow::Result<
     let (cm_ns, cm_name) = &opts.config_map;
     let all = ListParams::default;
     let config_maps = list(Api::<ConfigMap>::namespaced(client.clone(), cm_ns), all(), false).await?;
+    let by_name = |target: &Option<(String, String)>| {
+        let target = target.clone();
+        let client = client.clone();
+        async move {
+            let Some((ns, name)) = target else {
+                return Ok::<_, anyhow::Error>(None);
+            };
+            let params = ListParams::default().fields(&format!("metadata.name={name}"));
+            Ok(list(Api::<ConfigMap>::namespaced(client, &ns), params, false)
+                .await?
+                .into_iter()
+                .next())
+        }
+    };
+    let tcp_services = by_name(&opts.tcp_services).await?;
+    let udp_services = by_name(&opts.udp_services).await?;
     Ok(Snapshot {
         ingresses: list(api::<Ingress>(&client, ns), all(), true).await?,
         classes: list(Api::<IngressClass>::all(client.clone()), all(), false).await?,
@@ -243,5 +293,7 @@ pub async fn list_once(client: Client, opts: &ClusterOptions) -> anyhow::Result<
             .filter(|c| c.metadata.name.as_deref() != Some(cm_name.as_str()))
             .cloned()
             .collect(),
+        tcp_services,
+        udp_services,
     })
 }

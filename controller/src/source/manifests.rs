@@ -15,13 +15,14 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use crate::model::values::{is_namespace, is_object_name};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ConfigMapRefs, Snapshot};
 
 /// Reads a directory into snapshots, remembering each file's last good parse.
 pub struct ManifestDir {
     dir: PathBuf,
-    /// `namespace/name` of the controller's ConfigMap.
-    config_map: (String, String),
+    /// `namespace/name` of the controller's ConfigMap, and of the
+    /// layer-4 ones.
+    config_map: ConfigMapRefs,
     /// The text of each file's last successful parse. Text, not parsed
     /// documents: a generic JSON tree of 10,000 Ingresses costs several
     /// times their typed form, and it is needed only when a file breaks.
@@ -46,10 +47,10 @@ fn yaml_options() -> serde_saphyr::Options {
 }
 
 impl ManifestDir {
-    pub fn new(dir: PathBuf, config_map: (String, String)) -> Self {
+    pub fn new(dir: PathBuf, config_map: impl Into<ConfigMapRefs>) -> Self {
         ManifestDir {
             dir,
-            config_map,
+            config_map: config_map.into(),
             last_good: BTreeMap::new(),
         }
     }
@@ -117,21 +118,18 @@ pub fn parse_text(text: &str) -> Result<Vec<Value>, String> {
 }
 
 /// Adds one document to `snap`; `order` stands in for the creation time of
-/// an Ingress that has none. `config_map` is the controller's ConfigMap
-/// (`namespace/name`); other ConfigMaps are skipped.
-pub fn add_document(
-    snap: &mut Snapshot,
-    mut doc: Value,
-    order: i64,
-    config_map: &(String, String),
-) -> Result<(), String> {
+/// an Ingress that has none. `refs` names the controller's ConfigMap and
+/// the layer-4 ones; other ConfigMaps of the controller's namespace are
+/// header sets, and the rest are skipped.
+pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &ConfigMapRefs) -> Result<(), String> {
+    let config_map = &refs.config_map;
     // `kind: List` (kubectl's output) holds items, which are not Lists.
     if doc.get("kind").and_then(Value::as_str) == Some("List") {
         for item in doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
             if item.get("kind").and_then(Value::as_str) == Some("List") {
                 return Err("a List inside a List is not supported".into());
             }
-            add_document(snap, item, order, config_map)?;
+            add_document(snap, item, order, refs)?;
         }
         return Ok(());
     }
@@ -181,9 +179,15 @@ pub fn add_document(
         }
         "ConfigMap" => {
             let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(doc).map_err(what)?;
-            let ours = cm.metadata.namespace.as_deref() == Some(&*config_map.0)
-                && cm.metadata.name.as_deref() == Some(&*config_map.1);
-            if ours {
+            let is = |r: &(String, String)| {
+                cm.metadata.namespace.as_deref() == Some(&*r.0) && cm.metadata.name.as_deref() == Some(&*r.1)
+            };
+            let ours = is(config_map);
+            if refs.tcp_services.as_ref().is_some_and(is) {
+                snap.tcp_services = Some(Arc::new(cm));
+            } else if refs.udp_services.as_ref().is_some_and(is) {
+                snap.udp_services = Some(Arc::new(cm));
+            } else if ours {
                 snap.config_map = Some(Arc::new(cm));
             } else if cm.metadata.namespace.as_deref() == Some(&*config_map.0) {
                 // A header set add-headers or proxy-set-headers may name.
@@ -246,7 +250,7 @@ mod tests {
     fn add(yaml: &str) -> Result<Snapshot, String> {
         let mut snap = Snapshot::default();
         for doc in parse_text(yaml)? {
-            add_document(&mut snap, doc, 0, &("ns".into(), "cm".into()))?;
+            add_document(&mut snap, doc, 0, &("ns".to_string(), "cm".to_string()).into())?;
         }
         Ok(snap)
     }

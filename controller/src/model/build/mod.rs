@@ -24,6 +24,7 @@ use crate::snapshot::{key, Snapshot};
 
 mod aliases;
 mod canary;
+mod stream;
 mod www_redirect;
 
 #[derive(Debug, Clone)]
@@ -44,6 +45,8 @@ pub struct BuildOptions {
     /// DNS servers for names nginx resolves per request (an `auth-url`
     /// host): `--resolver`, else `/etc/resolv.conf`'s.
     pub resolvers: Vec<std::net::IpAddr>,
+    /// The ports no `tcp-services`/`udp-services` entry may take.
+    pub stream_reserved: super::l4_services::ReservedPorts,
 }
 
 impl Default for BuildOptions {
@@ -69,6 +72,13 @@ impl Default for BuildOptions {
             },
             endpoints: AddressPolicy::default(),
             resolvers: Vec::new(),
+            stream_reserved: super::l4_services::ReservedPorts {
+                http: 80,
+                https: 443,
+                api: 10246,
+                metrics: 10254,
+                webhook: None,
+            },
         }
     }
 }
@@ -145,6 +155,8 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
     if let Some(cm) = &snap.config_map {
         b.report_all(&format!("ConfigMap {}", key(&cm.metadata)), config_problems);
     }
+    // Before any Ingress: layer-4 backend names are the operator's.
+    let stream_servers = b.add_stream_services();
 
     let mut fingerprints = BTreeMap::new();
     let mut parsed: Vec<(&Ingress, Annotations)> = Vec::new();
@@ -193,6 +205,9 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
         }
     }
     let mut model = b.finish();
+    if let Some(structure) = &mut model.structure {
+        structure.stream_servers = stream_servers;
+    }
     model.fingerprints = fingerprints;
     model
 }
@@ -1084,6 +1099,7 @@ impl<'s> Builder<'s> {
                 has_default_backend: default.is_some(),
                 server_names_hash,
                 redirect_servers,
+                stream_servers: Vec::new(),
                 auth_files: self.auth_files,
             }),
             backends: built.backends,
