@@ -303,6 +303,7 @@ mod tests {
                 metrics: true,
                 metrics_per_host: true,
                 cpus: 2,
+                https_socket: "h.sock".into(),
             },
             Renderer::new(None).unwrap(),
             "nginx".into(),

@@ -96,6 +96,14 @@ pub struct Args {
     #[arg(long, global = true)]
     pub allow_local_endpoints: bool,
 
+    /// Honour the `ssl-passthrough` annotation: `stream {}` takes the HTTPS
+    /// port, sends passthrough hosts' TLS, by SNI and unterminated, to
+    /// their backends, and every other connection to the HTTP servers
+    /// (over a Unix socket, with the PROXY protocol so the client's address
+    /// survives).
+    #[arg(long, global = true)]
+    pub enable_ssl_passthrough: bool,
+
     /// A DNS server nginx asks for names it resolves per request (an
     /// `auth-url` host); repeat for more. Default: the nameservers of
     /// /etc/resolv.conf, as ingress-nginx.
@@ -407,6 +415,7 @@ impl Args {
                     .and_then(|a| a.rsplit_once(':'))
                     .and_then(|(_, port)| port.parse().ok()),
             },
+            ssl_passthrough: self.enable_ssl_passthrough,
         })
     }
 }

@@ -46,6 +46,9 @@ pub struct RenderContext {
     /// This machine's CPUs: the workers `worker_processes auto` starts,
     /// which the metrics zone is sized for.
     pub cpus: usize,
+    /// With `--enable-ssl-passthrough`: the Unix socket the HTTP servers'
+    /// TLS listener moves to, behind `stream {}` on the HTTPS port.
+    pub https_socket: String,
 }
 
 pub struct Renderer {

@@ -13,6 +13,7 @@ use controller::source::manifests::ManifestDir;
 fn options(case: &str) -> BuildOptions {
     BuildOptions {
         allow_snippets: case == "snippets-allowed",
+        ssl_passthrough: case == "ssl-passthrough",
         default_backend_service: (case == "default-backend").then(|| ("infra".into(), "fallback".into())),
         resolvers: if case == "external-auth" {
             vec!["10.96.0.10".parse().unwrap(), "fd00::10".parse().unwrap()]
@@ -37,6 +38,7 @@ fn context() -> RenderContext {
         metrics: true,
         metrics_per_host: true,
         cpus: 2,
+        https_socket: "/etc/nginx/https.sock".into(),
     }
 }
 

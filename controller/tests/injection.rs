@@ -90,6 +90,7 @@ fn render_with(ing: Ingress, config: Option<BTreeMap<String, String>>) -> String
         metrics: true,
         metrics_per_host: true,
         cpus: 2,
+        https_socket: "/h.sock".into(),
     };
     Renderer::new(None)
         .unwrap()

@@ -14,9 +14,14 @@
 //! }
 //! ```
 //!
-//! Syntax: `dynamic_balancer [$variable];` — context: `upstream` (stream).
-//! Peers come from the `http{}` block's zone, by the name the session's
-//! server sets with `dynamic_balancer_backend`, else by `$variable`'s value.
+//! Syntax: `dynamic_balancer [$variable] [proxy_protocol=off];` — context:
+//! `upstream` (stream). Peers come from the `http{}` block's zone, by the
+//! name the session's server sets with `dynamic_balancer_backend`, else by
+//! `$variable`'s value. `proxy_protocol=off` keeps this upstream's
+//! connections from sending the PROXY protocol even where the server has
+//! `proxy_protocol on`: nginx has no per-upstream switch, and a server that
+//! routes TLS by SNI (`ssl_preread`) sends PROXY to its local HTTPS
+//! listener, never to the backends whose TLS passes through.
 //!
 //! Syntax: `dynamic_balancer_backend name;` — context: `stream`, `server`.
 
@@ -29,11 +34,12 @@ use ngx::ffi::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_int_t, ngx_str_t, ngx_stream_conf_ctx_t,
     ngx_stream_get_variable_index, ngx_stream_module, ngx_stream_module_t, ngx_stream_upstream_main_conf_t,
     ngx_stream_upstream_module, ngx_stream_upstream_server_t, ngx_stream_upstream_srv_conf_t, ngx_uint_t,
-    NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_ERROR, NGX_LOG_EMERG, NGX_OK, NGX_STREAM_MAIN_CONF, NGX_STREAM_SRV_CONF,
-    NGX_STREAM_UPS_CONF,
+    NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_ERROR, NGX_LOG_EMERG, NGX_OK, NGX_STREAM_MAIN_CONF,
+    NGX_STREAM_SRV_CONF, NGX_STREAM_UPS_CONF,
 };
 use ngx::{ngx_conf_log_error, ngx_log_error, ngx_string};
 
+use crate::conf::UNKNOWN;
 use crate::guard::ffi_guard;
 use crate::stream_conf::{http_main_conf, srv_conf_in, StreamSrvConf};
 
@@ -51,7 +57,7 @@ pub static MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
 pub static mut COMMANDS: [ngx_command_t; 3] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer"),
-        type_: (NGX_STREAM_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1) as ngx_uint_t,
+        type_: (NGX_STREAM_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE12) as ngx_uint_t,
         set: Some(set_balancer),
         conf: SRV_CONF_OFFSET,
         offset: 0,
@@ -107,13 +113,17 @@ unsafe extern "C" fn set_balancer(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t,
             return c"is duplicate".as_ptr().cast_mut();
         }
         // SAFETY: `cf` is the live configuration being parsed.
-        if let Some(v) = args(unsafe { &*cf }).get(1) {
+        for v in &args(unsafe { &*cf })[1..] {
             let bytes = v.as_bytes();
-            if bytes.len() < 2 || bytes[0] != b'$' {
+            if bytes == b"proxy_protocol=off" {
+                ucf.no_proxy_protocol = true;
+                continue;
+            }
+            if bytes.len() < 2 || bytes[0] != b'$' || ucf.variable != UNKNOWN {
                 ngx_conf_log_error!(
                     NGX_LOG_EMERG,
                     cf,
-                    "invalid variable name \"{v}\" in \"dynamic_balancer\""
+                    "invalid parameter \"{v}\" in \"dynamic_balancer\": a $variable and \"proxy_protocol=off\" are expected"
                 );
                 return NGX_CONF_ERROR;
             }

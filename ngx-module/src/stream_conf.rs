@@ -26,6 +26,10 @@ pub struct StreamSrvConf {
     /// In an `upstream{}`: the index of `dynamic_balancer $variable`'s
     /// variable, [`UNKNOWN`] without one.
     pub variable: usize,
+    /// In an `upstream{}`: `proxy_protocol=off`, connections this upstream
+    /// makes never send the PROXY protocol, whatever the server's
+    /// `proxy_protocol` says (see [`crate::stream`]).
+    pub no_proxy_protocol: bool,
     /// In a `server{}` (or inherited from `stream{}`):
     /// `dynamic_balancer_backend name;`.
     pub backend: Option<ngx_str_t>,
@@ -37,6 +41,7 @@ impl Default for StreamSrvConf {
             enabled: false,
             initialized: false,
             variable: UNKNOWN,
+            no_proxy_protocol: false,
             backend: None,
         }
     }

@@ -43,6 +43,8 @@ struct StreamPeer {
     key: Option<Vec<u8>>,
     /// The endpoint of the attempt in progress.
     current: Option<usize>,
+    /// The upstream's `proxy_protocol=off`.
+    no_proxy_protocol: bool,
 }
 
 /// `peer.init` of a stream `dynamic_balancer` upstream. nginx calls it
@@ -85,6 +87,7 @@ pub unsafe extern "C" fn init_peer(s: *mut ngx_stream_session_t, us: *mut ngx_st
             session: s,
             key: None,
             current: None,
+            no_proxy_protocol: conf.no_proxy_protocol,
         }));
         // SAFETY: the session's connection pool is live until the session
         // ends; the cleanup frees the state with it.
@@ -179,6 +182,13 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         if let Some(slot) = peer.state.and_then(|s| s.get()) {
             slot.conns.fetch_add(1, Ordering::Relaxed);
             slot.note_picked(backend.max_fails, now);
+        }
+        if pd.no_proxy_protocol {
+            // nginx set `u->proxy_protocol` from the server just before it
+            // asked for a peer, and reads it once connected.
+            // SAFETY: the session and its upstream are live while nginx
+            // connects for it; nothing else borrows the upstream now.
+            unsafe { (*(*session).upstream).set_proxy_protocol(0) };
         }
         // SAFETY: nginx passes its live `u->peer`, untouched during the hook.
         let pc = unsafe { &mut *pc };

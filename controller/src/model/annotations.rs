@@ -142,6 +142,10 @@ pub struct Annotations {
     pub use_regex: bool,
     pub ssl_redirect: Option<bool>,
     pub force_ssl_redirect: bool,
+    /// `ssl-passthrough`: TLS for the Ingress's hosts is not terminated;
+    /// the HTTPS port routes it by SNI to the backend of path `/` (needs
+    /// `--enable-ssl-passthrough`).
+    pub ssl_passthrough: bool,
     pub preserve_trailing_slash: bool,
     pub use_port_in_redirects: bool,
     pub app_root: Option<UrlPath>,
@@ -371,6 +375,7 @@ impl Annotations {
             "use-regex" => self.use_regex = parse_bool(v)?,
             "ssl-redirect" => self.ssl_redirect = Some(parse_bool(v)?),
             "force-ssl-redirect" => self.force_ssl_redirect = parse_bool(v)?,
+            "ssl-passthrough" => self.ssl_passthrough = parse_bool(v)?,
             "preserve-trailing-slash" => self.preserve_trailing_slash = parse_bool(v)?,
             "use-port-in-redirects" => self.use_port_in_redirects = parse_bool(v)?,
             "app-root" => self.app_root = Some(UrlPath::parse(v)?),

@@ -232,7 +232,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("session-cookie-samesite", "Lax"),
     ok("session-cookie-secure", "true"),
     no("ssl-ciphers", "not implemented yet; the ConfigMap's ssl-ciphers apply"),
-    no("ssl-passthrough", STREAM),
+    ok("ssl-passthrough", "true"),
     no(
         "ssl-prefer-server-ciphers",
         "not implemented yet; the ConfigMap's setting applies",

@@ -70,6 +70,10 @@ pub struct Structure {
     pub redirect_servers: Vec<RedirectServer>,
     /// `stream {}` servers of `tcp-services` and `udp-services`, by port.
     pub stream_servers: Vec<StreamServer>,
+    /// `--enable-ssl-passthrough`: the hosts whose TLS passes through, by
+    /// SNI; `None` when passthrough is off (the HTTP servers then listen on
+    /// the HTTPS port themselves).
+    pub passthrough: Option<Vec<PassthroughHost>>,
     /// Basic-auth user files and client CA bundles, by name (under
     /// `<conf-dir>/auth/`). Only
     /// their names reach nginx.conf.
@@ -123,6 +127,13 @@ pub struct StreamServer {
     pub encode_proxy: bool,
     /// The entry's value, canonical, for the rendered comment.
     pub source: String,
+}
+
+/// A host whose TLS connections go, unterminated, to `backend`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct PassthroughHost {
+    pub host: String,
+    pub backend: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressRule};
 use sha2::{Digest, Sha256};
 
 use super::annotations::{Annotations, Problem};
@@ -47,6 +47,10 @@ pub struct BuildOptions {
     pub resolvers: Vec<std::net::IpAddr>,
     /// The ports no `tcp-services`/`udp-services` entry may take.
     pub stream_reserved: super::l4_services::ReservedPorts,
+    /// `--enable-ssl-passthrough`: `stream {}` takes the HTTPS port, routes
+    /// passthrough hosts by SNI and every other connection to the HTTP
+    /// servers' TLS listener.
+    pub ssl_passthrough: bool,
 }
 
 impl Default for BuildOptions {
@@ -79,6 +83,7 @@ impl Default for BuildOptions {
                 metrics: 10254,
                 webhook: None,
             },
+            ssl_passthrough: false,
         }
     }
 }
@@ -121,6 +126,8 @@ struct Builder<'s> {
     /// Numbers the external-auth locations (each gets its own internal
     /// location and, with keepalive, upstream block).
     auth_seq: usize,
+    /// `ssl-passthrough` hosts → the backend of their `/` path.
+    passthrough: BTreeMap<String, String>,
 }
 
 /// Builds with nothing quarantined.
@@ -151,6 +158,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
         auth_files: BTreeMap::new(),
         www_requests: Vec::new(),
         auth_seq: 0,
+        passthrough: BTreeMap::new(),
     };
     if let Some(cm) = &snap.config_map {
         b.report_all(&format!("ConfigMap {}", key(&cm.metadata)), config_problems);
@@ -476,6 +484,9 @@ impl<'s> Builder<'s> {
                 server.snippet = a.server_snippet.clone();
                 server.client_auth = client_auth;
             }
+            if a.ssl_passthrough {
+                self.add_passthrough(ing, a, &host, rule);
+            }
             for path in rule.http.iter().flat_map(|h| h.paths.iter()) {
                 let Some(backend) = self.backend_ref(ing, &path.backend, a, false) else {
                     continue;
@@ -486,6 +497,62 @@ impl<'s> Builder<'s> {
                 };
                 self.insert(ing, &host, (raw, path.path_type.clone()), locs);
             }
+        }
+    }
+
+    /// `ssl-passthrough` on one rule: its host's TLS goes, unterminated, to
+    /// the backend of its `/` path. Only the Ingress that owns the host
+    /// (the oldest to define it) decides; the catch-all host cannot pass
+    /// through, as SNI names a host.
+    fn add_passthrough(&mut self, ing: &Ingress, a: &Annotations, host: &str, rule: &IngressRule) {
+        let ing_key = key(&ing.metadata);
+        if !self.opts.ssl_passthrough {
+            self.report(
+                ing,
+                "ssl-passthrough",
+                "ignored: the controller runs without --enable-ssl-passthrough",
+            );
+            return;
+        }
+        if host == "_" {
+            self.report(
+                ing,
+                "ssl-passthrough",
+                "ignored on a rule without a host (SNI names a host)",
+            );
+            return;
+        }
+        let owner = self
+            .servers
+            .get(host)
+            .and_then(|s| s.owner.as_ref())
+            .map(|o| o.1.clone());
+        if owner.as_deref() != Some(ing_key.as_str()) {
+            self.report(
+                ing,
+                "ssl-passthrough",
+                format!(
+                    "ignored for {host}: the host belongs to Ingress {}",
+                    owner.unwrap_or_default()
+                ),
+            );
+            return;
+        }
+        let root = rule
+            .http
+            .iter()
+            .flat_map(|h| h.paths.iter())
+            .find(|p| p.path.as_deref().unwrap_or("/") == "/");
+        let Some(path) = root else {
+            self.report(
+                ing,
+                "ssl-passthrough",
+                format!("ignored for {host}: no path \"/\" names the backend"),
+            );
+            return;
+        };
+        if let Some(backend) = self.backend_ref(ing, &path.backend, a, false) {
+            self.passthrough.entry(host.to_string()).or_insert(backend);
         }
     }
 
@@ -1100,6 +1167,12 @@ impl<'s> Builder<'s> {
                 server_names_hash,
                 redirect_servers,
                 stream_servers: Vec::new(),
+                passthrough: self.opts.ssl_passthrough.then(|| {
+                    std::mem::take(&mut self.passthrough)
+                        .into_iter()
+                        .map(|(host, backend)| super::PassthroughHost { host, backend })
+                        .collect()
+                }),
                 auth_files: self.auth_files,
             }),
             backends: built.backends,
