@@ -1,0 +1,183 @@
+//! End to end: `--enable-ssl-passthrough` with the real controller, nginx's
+//! `stream {}` on the HTTPS port, a TLS upstream with its own certificate
+//! and a host that terminates TLS at nginx, on the same port.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use openssl::pkey::PKey;
+use openssl::ssl::{SslAcceptor, SslMethod};
+use openssl::x509::X509;
+use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
+use tests::tls::{handshake, https_get, tls_secret, TestCert};
+
+/// A TLS server with `cert` that answers every request with `200` and
+/// `tls-upstream`.
+fn tls_upstream(cert: &TestCert) -> u16 {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
+    b.set_certificate(&X509::from_pem(cert.cert_pem.as_bytes()).unwrap())
+        .unwrap();
+    b.set_private_key(&PKey::private_key_from_pem(cert.key_pem.as_bytes()).unwrap())
+        .unwrap();
+    let acceptor = Arc::new(b.build());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let acceptor = acceptor.clone();
+            thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let Ok(mut tls) = acceptor.accept(conn) else { return };
+                // The whole request head first: closing with unread data
+                // would reset the connection under the answer.
+                let mut head = Vec::new();
+                let mut buf = [0u8; 2048];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                    match tls.read(&mut buf) {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let _ =
+                    tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\ntls-upstream");
+                let _ = tls.shutdown();
+            });
+        }
+    });
+    port
+}
+
+/// A plain HTTP upstream that records each request's head.
+fn recording_upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let record = seen.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            record.lock().unwrap().push(head);
+            let mut conn = conn;
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nterminated");
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
+    let upstream_cert = TestCert::new("pass.test");
+    let tls_port = tls_upstream(&upstream_cert);
+    let term_cert = TestCert::new("term.test");
+    let (web_port, heads) = recording_upstream();
+    let term_ingress = ingress("term", "term.test", "/", "web", &[]).replace(
+        "spec:\n",
+        "spec:\n  tls:\n    - hosts: [term.test]\n      secretName: term-tls\n",
+    );
+    let c = Controller::start(
+        &[
+            ("class.yaml", INGRESS_CLASS.into()),
+            ("tlsup.yaml", service("tlsup", &[tls_port])),
+            ("web.yaml", service("web", &[web_port])),
+            ("secret.yaml", tls_secret("term-tls", &term_cert)),
+            (
+                "pass.yaml",
+                ingress(
+                    "pass",
+                    "pass.test",
+                    "/",
+                    "tlsup",
+                    &[("ssl-passthrough", "true"), ("backend-protocol", "HTTPS")],
+                ),
+            ),
+            ("term.yaml", term_ingress),
+        ],
+        &["--enable-ssl-passthrough"],
+    );
+    assert!(c.conf().contains("ssl_preread on;"), "{}", c.conf());
+
+    // The passthrough host: the client sees the upstream's own certificate.
+    let shown = handshake(c.https_port, Some("pass.test"), &[]).unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
+    assert_eq!(
+        shown.sha256, upstream_cert.sha256,
+        "the upstream's certificate, not nginx's"
+    );
+    let (status, text) = https_get(c.https_port, "pass.test", "/", None).unwrap();
+    assert_eq!(status, 200);
+    assert!(text.ends_with("tls-upstream"), "{text}");
+
+    // A terminated host on the same port: its Secret's certificate, the
+    // request proxied by nginx, the client's address kept.
+    let shown = handshake(c.https_port, Some("term.test"), &[]).unwrap();
+    assert_eq!(shown.sha256, term_cert.sha256, "nginx serves the Secret's certificate");
+    let (status, text) = https_get(c.https_port, "term.test", "/", None).unwrap();
+    assert_eq!(status, 200, "{text}\n{}", c.log());
+    assert!(text.ends_with("terminated"), "{text}");
+    let head = heads
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        head.contains("x-real-ip: 127.0.0.1"),
+        "the client's address survives the socket hop: {head}"
+    );
+    assert!(head.contains("x-forwarded-proto: https"), "{head}");
+
+    // An unknown SNI goes to the default server, terminated by nginx.
+    let shown = handshake(c.https_port, Some("nobody.test"), &[]).unwrap();
+    assert_ne!(shown.sha256, upstream_cert.sha256);
+    assert_ne!(shown.sha256, term_cert.sha256);
+    let (status, _) = https_get(c.https_port, "nobody.test", "/", None).unwrap();
+    assert_eq!(status, 404, "the default server answers");
+
+    // The passthrough backend's endpoints change without a reload.
+    let reloads = c.reloads();
+    let other_cert = TestCert::new("pass.test");
+    let other_port = tls_upstream(&other_cert);
+    c.write("tlsup.yaml", &service("tlsup", &[other_port]));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            handshake(c.https_port, Some("pass.test"), &[]).is_ok_and(|p| p.sha256 == other_cert.sha256)
+        }),
+        "{}",
+        c.log()
+    );
+    assert_eq!(
+        c.reloads(),
+        reloads,
+        "an endpoint change of a passthrough host does not reload"
+    );
+}
+
+#[test]
+fn without_the_flag_the_annotation_is_ignored_and_reported() {
+    let (web_port, _) = recording_upstream();
+    let c = Controller::start(
+        &[
+            ("class.yaml", INGRESS_CLASS.into()),
+            ("web.yaml", service("web", &[web_port])),
+            (
+                "pass.yaml",
+                ingress("pass", "pass.test", "/", "web", &[("ssl-passthrough", "true")]),
+            ),
+        ],
+        &[],
+    );
+    assert!(!c.conf().contains("ssl_preread"), "{}", c.conf());
+    assert!(c.log().contains("without --enable-ssl-passthrough"), "{}", c.log());
+    assert_eq!(c.get("pass.test", "/").0, 200, "the HTTP routes still work");
+}
