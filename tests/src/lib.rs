@@ -8,6 +8,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod controller;
+pub mod echo;
 pub mod h2_h3;
 pub mod kube_apiserver;
 pub mod nginx;
