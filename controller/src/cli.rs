@@ -100,8 +100,9 @@ pub struct Args {
     /// port, sends passthrough hosts' TLS, by SNI and unterminated, to
     /// their backends, and every other connection to the HTTP servers
     /// (over a Unix socket, with the PROXY protocol so the client's address
-    /// survives).
-    #[arg(long, global = true)]
+    /// survives). Takes `=true`/`=false` too, as ingress-nginx's chart
+    /// passes `extraArgs` (`--enable-ssl-passthrough=true`).
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_ssl_passthrough: bool,
 
     /// A DNS server nginx asks for names it resolves per request (an

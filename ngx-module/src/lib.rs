@@ -317,17 +317,19 @@ ngx::ngx_modules!(ngx_http_dynamic_balancer_module);
 #[cfg(feature = "stream")]
 #[no_mangle]
 #[allow(non_upper_case_globals)]
-pub static mut ngx_modules: [*const ngx_module_t; 3] = [
+pub static mut ngx_modules: [*const ngx_module_t; 4] = [
     std::ptr::addr_of!(ngx_http_dynamic_balancer_module),
     std::ptr::addr_of!(ngx_stream_dynamic_balancer_module),
+    std::ptr::addr_of!(ngx_dynamic_balancer_check_module),
     std::ptr::null(),
 ];
 #[cfg(feature = "stream")]
 #[no_mangle]
 #[allow(non_upper_case_globals)]
-pub static mut ngx_module_names: [*const std::ffi::c_char; 3] = [
+pub static mut ngx_module_names: [*const std::ffi::c_char; 4] = [
     c"ngx_http_dynamic_balancer_module".as_ptr(),
     c"ngx_stream_dynamic_balancer_module".as_ptr(),
+    c"ngx_dynamic_balancer_check_module".as_ptr(),
     std::ptr::null(),
 ];
 #[cfg(feature = "stream")]
@@ -361,6 +363,19 @@ pub static mut ngx_stream_dynamic_balancer_module: ngx_module_t = ngx_module_t {
     // SAFETY: nginx reads the command table; nothing in Rust mutates it.
     commands: unsafe { addr_of_mut!(stream::COMMANDS[0]) },
     type_: ngx::ffi::NGX_STREAM_MODULE as ngx_uint_t,
-    init_module: Some(stream::init_module),
+    ..ngx_module_t::default()
+};
+
+/// A core module with no directives, whose `init_conf` checks what needs
+/// both `http{}` and `stream{}` parsed (a stream `dynamic_balancer` needs
+/// the http zone), where a failure refuses a reload instead of ending the
+/// master.
+#[cfg(feature = "stream")]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static mut ngx_dynamic_balancer_check_module: ngx_module_t = ngx_module_t {
+    ctx: std::ptr::addr_of_mut!(stream::CORE_CTX).cast(),
+    commands: std::ptr::null_mut(),
+    type_: ngx::ffi::NGX_CORE_MODULE as ngx_uint_t,
     ..ngx_module_t::default()
 };

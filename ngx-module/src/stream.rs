@@ -31,11 +31,11 @@ use std::ptr;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_array_push, ngx_command_t, ngx_conf_t, ngx_cycle_t, ngx_int_t, ngx_str_t, ngx_stream_conf_ctx_t,
-    ngx_stream_get_variable_index, ngx_stream_module, ngx_stream_module_t, ngx_stream_upstream_main_conf_t,
-    ngx_stream_upstream_module, ngx_stream_upstream_server_t, ngx_stream_upstream_srv_conf_t, ngx_uint_t,
-    NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_ERROR, NGX_LOG_EMERG, NGX_OK, NGX_STREAM_MAIN_CONF,
-    NGX_STREAM_SRV_CONF, NGX_STREAM_UPS_CONF,
+    ngx_addr_t, ngx_array_push, ngx_command_t, ngx_conf_t, ngx_core_module_t, ngx_cycle_t, ngx_int_t, ngx_str_t,
+    ngx_stream_conf_ctx_t, ngx_stream_get_variable_index, ngx_stream_module, ngx_stream_module_t,
+    ngx_stream_upstream_main_conf_t, ngx_stream_upstream_module, ngx_stream_upstream_server_t,
+    ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_ERROR,
+    NGX_LOG_EMERG, NGX_OK, NGX_STREAM_MAIN_CONF, NGX_STREAM_SRV_CONF, NGX_STREAM_UPS_CONF,
 };
 use ngx::{ngx_conf_log_error, ngx_log_error, ngx_string};
 
@@ -166,11 +166,35 @@ unsafe extern "C" fn set_balancer(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t,
                 if placeholder.is_null() {
                     return NGX_CONF_ERROR;
                 }
+                // The placeholder has an address (0.0.0.1:1, never used), so
+                // that a balancing method wrongly placed after this one
+                // initialises and the check at postconfiguration names the
+                // real problem, rather than "no servers in upstream".
+                // SAFETY: `cf`'s pool is live; the allocations are sized and
+                // aligned for their types and live as long as the cycle.
+                let addr = unsafe {
+                    let pool = ngx::core::Pool::from_ngx_pool((*cf).pool);
+                    let sin = pool.allocate(libc::sockaddr_in {
+                        sin_family: libc::AF_INET as libc::sa_family_t,
+                        sin_port: 1u16.to_be(),
+                        sin_addr: libc::in_addr {
+                            s_addr: u32::from_be_bytes([0, 0, 0, 1]).to_be(),
+                        },
+                        sin_zero: [0; 8],
+                    });
+                    pool.allocate(ngx_addr_t {
+                        sockaddr: sin.cast(),
+                        socklen: std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                        name: ngx_str_t::from_str((*cf).pool, "0.0.0.1:1"),
+                    })
+                };
                 // SAFETY: the non-null, aligned slot ngx_array_push reserved;
-                // all-zero is a valid, never-used server entry.
+                // all-zero is a valid server entry before the fields are set.
                 unsafe {
                     ptr::write_bytes(placeholder, 0, 1);
                     (*placeholder).name = ngx_str_t::from_str((*cf).pool, "dynamic_balancer");
+                    (*placeholder).addrs = addr;
+                    (*placeholder).naddrs = 1;
                     (*placeholder).weight = 1;
                 }
             }
@@ -267,27 +291,39 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     })
 }
 
-/// `init_module`: with every block parsed, a stream `dynamic_balancer`
-/// needs the `http{}` block's zone (which may come after `stream{}`).
-pub unsafe extern "C" fn init_module(cycle: *mut ngx_cycle_t) -> ngx_int_t {
-    ffi_guard("stream init module", NGX_ERROR as ngx_int_t, || {
-        // SAFETY: `cycle` is live and configured.
+/// The core module's `init_conf`: with every block parsed, a stream
+/// `dynamic_balancer` needs the `http{}` block's zone (which may come after
+/// `stream{}`, or be missing). A core module's `init_conf` may fail a
+/// reload gracefully (the old configuration keeps running); an
+/// `init_module` failure would make the master exit.
+unsafe extern "C" fn check_zone(cycle: *mut ngx_cycle_t, _conf: *mut c_void) -> *mut c_char {
+    ffi_guard("stream zone check", NGX_CONF_ERROR, || {
+        // SAFETY: nginx calls init_conf with the cycle being configured,
+        // all of its blocks parsed.
         let used = unsafe { stream_upstreams(cycle) }
             .iter()
             // SAFETY: each entry is a live upstream of this configuration.
             .any(|&us| unsafe { srv_conf_in((*us).srv_conf) }.is_some_and(|c| c.enabled));
-        // SAFETY: `cycle` is live and configured.
+        // SAFETY: as above.
         let zone = unsafe { http_main_conf(cycle) }.is_some_and(|m| !m.shm_zone.is_null());
         if used && !zone {
-            // SAFETY: a live cycle's log lives as long as it.
+            // SAFETY: a cycle being configured has its log.
             let log = unsafe { (*cycle).log };
             ngx_log_error!(
                 NGX_LOG_EMERG,
                 log,
                 "\"dynamic_balancer\" in stream{{}} routes by the http{{}} block's zone: add \"dynamic_balancer_zone\" (or the API) to http{{}}"
             );
-            return NGX_ERROR as ngx_int_t;
+            return NGX_CONF_ERROR;
         }
-        NGX_OK as ngx_int_t
+        NGX_CONF_OK
     })
 }
+
+/// `ngx_dynamic_balancer_check_module`'s context: no directives, only the
+/// check above.
+pub static mut CORE_CTX: ngx_core_module_t = ngx_core_module_t {
+    name: ngx_string!("dynamic_balancer_check"),
+    create_conf: None,
+    init_conf: Some(check_zone),
+};

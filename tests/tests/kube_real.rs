@@ -151,6 +151,12 @@ fn the_chart_applies_to_kubernetes_1_36() {
             "controller.metrics.enabled=true",
             "controller.ingressClassResource.default=true",
         ],
+        &[
+            "tcp.5432=db/postgres:5432",
+            "tcp.1883=mq/mqtt:1883:PROXY",
+            "udp.53=kube-system/kube-dns:53",
+            "controller.extraArgs.enable-ssl-passthrough=true",
+        ],
     ];
     for (i, sets) in variants.iter().enumerate() {
         let release = format!("r{i}");
@@ -184,6 +190,7 @@ fn the_chart_applies_to_kubernetes_1_36() {
         "service/r2-dynamic-balancer-controller-metrics",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/r0-dynamic-balancer-admission",
         "poddisruptionbudget.policy/r2-dynamic-balancer-controller",
+        "service/r3-dynamic-balancer-controller",
     ] {
         assert!(out.contains(want), "{want} missing:\n{out}");
     }

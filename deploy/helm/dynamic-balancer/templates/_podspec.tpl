@@ -75,6 +75,12 @@ spec:
         - --validating-webhook-key=/usr/local/certificates/key
         - --validating-webhook-timeout={{ $c.admissionWebhooks.validationTimeout }}
         {{- end }}
+        {{- if .Values.tcp }}
+        - --tcp-services-configmap={{ include "db.namespace" . }}/{{ include "db.controller.fullname" . }}-tcp
+        {{- end }}
+        {{- if .Values.udp }}
+        - --udp-services-configmap={{ include "db.namespace" . }}/{{ include "db.controller.fullname" . }}-udp
+        {{- end }}
         {{- range $key, $value := $c.extraArgs }}
         {{- if eq (toString $value) "" }}
         - --{{ $key }}
@@ -124,6 +130,16 @@ spec:
         - name: webhook
           containerPort: {{ $c.admissionWebhooks.port }}
           protocol: TCP
+        {{- end }}
+        {{- range $port, $target := .Values.tcp }}
+        - name: {{ printf "%s%s-tcp" $.Values.portNamePrefix (toString $port) | trunc 15 }}
+          containerPort: {{ $port }}
+          protocol: TCP
+        {{- end }}
+        {{- range $port, $target := .Values.udp }}
+        - name: {{ printf "%s%s-udp" $.Values.portNamePrefix (toString $port) | trunc 15 }}
+          containerPort: {{ $port }}
+          protocol: UDP
         {{- end }}
       livenessProbe:
         {{- toYaml $c.livenessProbe | nindent 8 }}
