@@ -802,3 +802,62 @@ fn endpoint_slices_from_pods_follow_readiness() {
     );
     assert_eq!(c.reloads(), 1.0, "Pod churn never reloads");
 }
+
+/// `--tcp-services-configmap` on a real apiserver: the chart's `tcp` value
+/// makes the ConfigMap, the controller watches it (by name, with the
+/// chart's RBAC), routes a TCP port to a Service on the pod network, and
+/// follows an edit of the ConfigMap.
+#[test]
+fn tcp_services_from_the_chart_on_a_real_apiserver() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    let (p1, p2) = (tests::free_port(), tests::free_port());
+    let api = RealApiServer::start();
+    let id = api.install_chart(&[&format!("tcp.{p1}=demo/db:80")]);
+    // A TCP upstream on the pod network that names itself.
+    let listener = tests::pod_network::inside(move || TcpListener::bind(format!("{POD_IP}:0")).unwrap());
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let _ = conn.write_all(b"db-on-the-pod-network");
+        }
+    });
+    api.apply_yaml(INGRESS_CLASS);
+    api.apply_yaml(&service("db", &[port]));
+    let configmap = format!("{RELEASE_NAMESPACE}/{CHART_FULLNAME}-controller-tcp");
+    let tcp_flag = format!("--tcp-services-configmap={configmap}");
+    let c = Controller::start_on_cluster(&id.kubeconfig, &flags(&id, &[&tcp_flag]));
+    let ask = |p: u16| {
+        let mut s = TcpStream::connect(("127.0.0.1", p)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).ok()?;
+        Some(answer)
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || ask(p1).as_deref()
+            == Some("db-on-the-pod-network")),
+        "{}",
+        c.log()
+    );
+    // An edit of the ConfigMap (a second port) is watched and applied.
+    let cm = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"namespace": RELEASE_NAMESPACE, "name": format!("{CHART_FULLNAME}-controller-tcp")},
+        "data": {p1.to_string(): "demo/db:80", p2.to_string(): "demo/db:80"},
+    });
+    api.apply_yaml(&serde_json::to_string(&cm).unwrap());
+    assert!(
+        wait_until(Duration::from_secs(15), || ask(p2).as_deref()
+            == Some("db-on-the-pod-network")),
+        "{}",
+        c.log()
+    );
+    assert!(
+        !c.log().contains("forbidden"),
+        "the chart's RBAC refused something:\n{}",
+        c.log()
+    );
+}
