@@ -102,6 +102,12 @@ fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
                 ),
             ),
             ("term.yaml", term_ingress),
+            // A newer tenant's passthrough wildcard: it gets the names no
+            // one else serves, never term.test (an exact name wins).
+            (
+                "wild.yaml",
+                ingress("wild", "\"*.test\"", "/", "tlsup", &[("ssl-passthrough", "true")]),
+            ),
         ],
         &["--enable-ssl-passthrough"],
     );
@@ -137,11 +143,21 @@ fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
     );
     assert!(head.contains("x-forwarded-proto: https"), "{head}");
 
+    // The wildcard passes through what it covers and no one else serves.
+    let shown = handshake(c.https_port, Some("other.test"), &[]).unwrap();
+    assert_eq!(
+        shown.sha256,
+        upstream_cert.sha256,
+        "*.test passes other.test through\n{}\n{}",
+        c.conf(),
+        c.log()
+    );
+
     // An unknown SNI goes to the default server, terminated by nginx.
-    let shown = handshake(c.https_port, Some("nobody.test"), &[]).unwrap();
+    let shown = handshake(c.https_port, Some("nobody.example"), &[]).unwrap();
     assert_ne!(shown.sha256, upstream_cert.sha256);
     assert_ne!(shown.sha256, term_cert.sha256);
-    let (status, _) = https_get(c.https_port, "nobody.test", "/", None).unwrap();
+    let (status, _) = https_get(c.https_port, "nobody.example", "/", None).unwrap();
     assert_eq!(status, 404, "the default server answers");
 
     // The passthrough backend's endpoints change without a reload.

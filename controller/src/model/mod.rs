@@ -70,8 +70,8 @@ pub struct Structure {
     pub redirect_servers: Vec<RedirectServer>,
     /// `stream {}` servers of `tcp-services` and `udp-services`, by port.
     pub stream_servers: Vec<StreamServer>,
-    /// `--enable-ssl-passthrough`: the hosts whose TLS passes through, by
-    /// SNI; `None` when passthrough is off (the HTTP servers then listen on
+    /// `--enable-ssl-passthrough`: the SNI map (passthrough hosts, and
+    /// every other name, terminated); `None` when passthrough is off (the HTTP servers then listen on
     /// the HTTPS port themselves).
     pub passthrough: Option<Vec<PassthroughHost>>,
     /// Basic-auth user files and client CA bundles, by name (under
@@ -129,7 +129,8 @@ pub struct StreamServer {
     pub source: String,
 }
 
-/// A host whose TLS connections go, unterminated, to `backend`.
+/// An entry of the passthrough server's SNI map: TLS for `host` goes,
+/// unterminated, to `backend`; an empty `backend` terminates at nginx.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct PassthroughHost {
     pub host: String,

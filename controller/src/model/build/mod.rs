@@ -1129,6 +1129,10 @@ impl<'s> Builder<'s> {
         self.problems.extend(built.problems);
         let redirect_names: Vec<&str> = redirect_servers.iter().map(|r| r.from.as_str()).collect();
         let server_names_hash = ServerNamesHash::for_servers(&servers, &redirect_names, &self.global);
+        let passthrough = self
+            .opts
+            .ssl_passthrough
+            .then(|| passthrough_map(std::mem::take(&mut self.passthrough), &servers, &redirect_names));
         let auths = || {
             servers
                 .iter()
@@ -1167,12 +1171,7 @@ impl<'s> Builder<'s> {
                 server_names_hash,
                 redirect_servers,
                 stream_servers: Vec::new(),
-                passthrough: self.opts.ssl_passthrough.then(|| {
-                    std::mem::take(&mut self.passthrough)
-                        .into_iter()
-                        .map(|(host, backend)| super::PassthroughHost { host, backend })
-                        .collect()
-                }),
+                passthrough,
                 auth_files: self.auth_files,
             }),
             backends: built.backends,
@@ -1184,6 +1183,31 @@ impl<'s> Builder<'s> {
             snapshot: None,
         }
     }
+}
+
+/// The SNI map of the passthrough server: each passthrough host to its
+/// backend, and every other server name and alias to `""` (terminated at
+/// nginx). The explicit entries matter: in a `hostnames` map an exact name
+/// wins over a wildcard, so a tenant's passthrough `*.example.com` cannot
+/// capture another tenant's `shop.example.com`.
+fn passthrough_map(
+    passthrough: BTreeMap<String, String>,
+    servers: &[Server],
+    redirect_names: &[&str],
+) -> Vec<super::PassthroughHost> {
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    let names = servers
+        .iter()
+        .flat_map(|s| std::iter::once(s.hostname.as_str()).chain(s.aliases.iter().map(|a| a.as_str())))
+        .chain(redirect_names.iter().copied())
+        .filter(|n| *n != "_");
+    for name in names {
+        map.insert(name.to_ascii_lowercase(), String::new());
+    }
+    map.extend(passthrough);
+    map.into_iter()
+        .map(|(host, backend)| super::PassthroughHost { host, backend })
+        .collect()
 }
 
 /// Orders a server's locations (longest path first, which is what regex
