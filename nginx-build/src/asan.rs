@@ -10,7 +10,7 @@ use crate::build::{workspace_root, Artifacts};
 use std::fs;
 
 /// The suites that drive the module: its API, balancing, hostile inputs,
-/// and the controller end to end.
+/// layer 4, and the controller end to end.
 const DEFAULT_TESTS: &[&str] = &[
     "api",
     "balancing",
@@ -23,6 +23,9 @@ const DEFAULT_TESTS: &[&str] = &[
     "health",
     "controller",
     "tenants",
+    "stream_balancer",
+    "l4_services",
+    "ssl_passthrough",
 ];
 
 pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
