@@ -163,7 +163,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             metrics: args.enable_metrics,
             metrics_per_host: args.metrics_per_host,
             cpus: online_cpus(),
-            https_socket: display(&conf_dir.join("https.sock")),
+            https_socket: display(&conf_dir.join(controller::nginx::HTTPS_SOCKET)),
             default_certificate: display(&default_certificate),
             supervised,
             api_token_file: Some(display(&api_token_file)),

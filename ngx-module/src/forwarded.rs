@@ -85,9 +85,22 @@ fn listening_port(req: &Request) -> Option<u16> {
         match i32::from((*ls.sockaddr).sa_family) {
             libc::AF_INET => Some(u16::from_be((*ls.sockaddr.cast::<sockaddr_in>()).sin_port)),
             libc::AF_INET6 => Some(u16::from_be((*ls.sockaddr.cast::<sockaddr_in6>()).sin6_port)),
-            _ => None,
+            // A unix socket has no port: behind ssl-passthrough's stream
+            // hop, the port the client connected to is the PROXY
+            // protocol's destination port.
+            _ => proxy_protocol_port(req),
         }
     }
+}
+
+/// The destination port of the connection's PROXY protocol header, if it
+/// had one.
+fn proxy_protocol_port(req: &Request) -> Option<u16> {
+    // SAFETY: a live request's connection outlives it; `proxy_protocol` is
+    // null or the header nginx parsed into the connection's pool.
+    let pp = unsafe { (*req.connection()).proxy_protocol.as_ref() }?;
+    // nginx stores the port in host byte order (ngx_atoi or ntohs).
+    (pp.dst_port != 0).then_some(pp.dst_port)
 }
 
 /// `port` in decimal, into `buf`; the digits used.
@@ -127,7 +140,7 @@ pub unsafe extern "C" fn port_variable(
             let mut buf = [0u8; 5];
             return variables::fill(req, v, decimal(port, &mut buf));
         }
-        // A unix socket: whatever `$server_port` says.
+        // A unix socket without a PROXY header: whatever `$server_port` says.
         match read_variable(req, Read::ServerPort) {
             // SAFETY: `$server_port` is in the request's pool, which
             // outlives every read of this variable's cached value.

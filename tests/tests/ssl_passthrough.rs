@@ -102,6 +102,13 @@ fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
                 ),
             ),
             ("term.yaml", term_ingress),
+            // A one-label host that is a map keyword, and HTTP/3 on (not
+            // for passthrough hosts): nginx must accept the rendering.
+            ("keyword.yaml", ingress("keyword", "default", "/", "web", &[])),
+            (
+                "cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ingress-nginx, name: ingress-nginx-controller}\ndata:\n  use-http3: \"true\"\n".into(),
+            ),
             // A newer tenant's passthrough wildcard: it gets the names no
             // one else serves, never term.test (an exact name wins).
             (
@@ -112,6 +119,19 @@ fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
         &["--enable-ssl-passthrough"],
     );
     assert!(c.conf().contains("ssl_preread on;"), "{}", c.conf());
+    let pass_server = c
+        .conf()
+        .split("## start server pass.test")
+        .nth(1)
+        .unwrap_or_default()
+        .split("## end server")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !pass_server.contains("quic"),
+        "no HTTP/3 for a passthrough host: {pass_server}"
+    );
 
     // The passthrough host: the client sees the upstream's own certificate.
     let shown = handshake(c.https_port, Some("pass.test"), &[]).unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
@@ -142,6 +162,10 @@ fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
         "the client's address survives the socket hop: {head}"
     );
     assert!(head.contains("x-forwarded-proto: https"), "{head}");
+    assert!(
+        head.contains(&format!("x-forwarded-port: {}", c.https_port)),
+        "the port the client connected to, from the PROXY header: {head}"
+    );
 
     // The wildcard passes through what it covers and no one else serves.
     let shown = handshake(c.https_port, Some("other.test"), &[]).unwrap();
@@ -177,6 +201,19 @@ fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
         reloads,
         "an endpoint change of a passthrough host does not reload"
     );
+
+    // kill -9 of the master leaves its Unix socket file behind; the
+    // restarted master must still bind it and serve both kinds of host.
+    let master = c.nginx_master_pid().expect("nginx pid file");
+    // SAFETY: kill(2) on the master of this test's own nginx.
+    unsafe { libc::kill(master, libc::SIGKILL) };
+    let restarted = wait_until(Duration::from_secs(15), || {
+        c.nginx_master_pid().is_some_and(|p| p != master)
+            && https_get(c.https_port, "term.test", "/", None).is_ok_and(|(status, _)| status == 200)
+    });
+    assert!(restarted, "{}", c.log());
+    let shown = handshake(c.https_port, Some("pass.test"), &[]).unwrap();
+    assert_eq!(shown.sha256, other_cert.sha256);
 }
 
 #[test]

@@ -73,7 +73,7 @@ pub struct Structure {
     /// `--enable-ssl-passthrough`: the SNI map (passthrough hosts, and
     /// every other name, terminated); `None` when passthrough is off (the HTTP servers then listen on
     /// the HTTPS port themselves).
-    pub passthrough: Option<Vec<PassthroughHost>>,
+    pub passthrough: Option<Passthrough>,
     /// Basic-auth user files and client CA bundles, by name (under
     /// `<conf-dir>/auth/`). Only
     /// their names reach nginx.conf.
@@ -129,11 +129,23 @@ pub struct StreamServer {
     pub source: String,
 }
 
-/// An entry of the passthrough server's SNI map: TLS for `host` goes,
+/// `--enable-ssl-passthrough`'s `stream {}` server on the HTTPS port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Passthrough {
+    /// The SNI map.
+    pub entries: Vec<PassthroughHost>,
+    /// The hosts that pass through (no HTTP/3 for them: QUIC cannot).
+    pub hosts: Vec<String>,
+    /// `proxy_timeout` of the hop, in seconds.
+    pub timeout: u32,
+}
+
+/// An entry of the passthrough server's SNI map: TLS for `key` goes,
 /// unterminated, to `backend`; an empty `backend` terminates at nginx.
+/// `key` is the host as a `map` key (escaped where it is a map keyword).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct PassthroughHost {
-    pub host: String,
+    pub key: String,
     pub backend: String,
 }
 

@@ -1,6 +1,7 @@
 //! The nginx master: started and supervised by the controller, or run by
 //! someone else and found through its pid file.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -21,6 +22,10 @@ pub enum Mode {
     /// every reload.
     External { pid_file: PathBuf },
 }
+
+/// The Unix socket (in the prefix) the HTTP servers' TLS listener moves to
+/// with `--enable-ssl-passthrough`.
+pub const HTTPS_SOCKET: &str = "https.sock";
 
 pub struct Nginx {
     binary: PathBuf,
@@ -92,6 +97,17 @@ impl Nginx {
     pub fn start(&self) -> anyhow::Result<u32> {
         if self.stopping.load(Ordering::Acquire) {
             bail!("not starting nginx: the controller is stopping");
+        }
+        // nginx unlinks a Unix listener's file only on a clean exit, and
+        // never before binding it: after a master killed by a signal (or a
+        // container restart on the same emptyDir) the ssl-passthrough
+        // socket would fail every start with EADDRINUSE. No master of ours
+        // runs now, so the file is stale.
+        let socket = self.prefix.join(HTTPS_SOCKET);
+        if std::fs::symlink_metadata(&socket).is_ok_and(|m| m.file_type().is_socket()) {
+            if let Err(e) = std::fs::remove_file(&socket) {
+                tracing::warn!(path = %socket.display(), error = %e, "cannot remove a stale socket");
+            }
         }
         let child = super::reaper::spawn(
             Command::new(&self.binary)

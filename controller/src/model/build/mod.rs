@@ -1129,10 +1129,23 @@ impl<'s> Builder<'s> {
         self.problems.extend(built.problems);
         let redirect_names: Vec<&str> = redirect_servers.iter().map(|r| r.from.as_str()).collect();
         let server_names_hash = ServerNamesHash::for_servers(&servers, &redirect_names, &self.global);
-        let passthrough = self
-            .opts
-            .ssl_passthrough
-            .then(|| passthrough_map(std::mem::take(&mut self.passthrough), &servers, &redirect_names));
+        if self.opts.ssl_passthrough && (self.global.use_forwarded_headers || self.global.real_ip.enable_real_ip) {
+            if let Some(cm) = &self.snap.config_map {
+                self.problems.push(Report {
+                    object: format!("ConfigMap {}", key(&cm.metadata)),
+                    what: "use-forwarded-headers".into(),
+                    reason: "with --enable-ssl-passthrough the client's address ($remote_addr) comes from the PROXY protocol of the HTTPS port's stream hop; X-Forwarded-For does not set it (the forwarded scheme and port are still used)".into(),
+                });
+            }
+        }
+        let passthrough = self.opts.ssl_passthrough.then(|| {
+            passthrough_server(
+                std::mem::take(&mut self.passthrough),
+                &servers,
+                &redirect_names,
+                &self.global,
+            )
+        });
         let auths = || {
             servers
                 .iter()
@@ -1185,16 +1198,18 @@ impl<'s> Builder<'s> {
     }
 }
 
-/// The SNI map of the passthrough server: each passthrough host to its
-/// backend, and every other server name and alias to `""` (terminated at
-/// nginx). The explicit entries matter: in a `hostnames` map an exact name
-/// wins over a wildcard, so a tenant's passthrough `*.example.com` cannot
-/// capture another tenant's `shop.example.com`.
-fn passthrough_map(
+/// The passthrough server: its SNI map, each passthrough host to its
+/// backend and every other server name and alias to `""` (terminated at
+/// nginx), and its idle timeout. The explicit entries matter: in a
+/// `hostnames` map an exact name wins over a wildcard, so a tenant's
+/// passthrough `*.example.com` cannot capture another tenant's
+/// `shop.example.com`.
+fn passthrough_server(
     passthrough: BTreeMap<String, String>,
     servers: &[Server],
     redirect_names: &[&str],
-) -> Vec<super::PassthroughHost> {
+    global: &GlobalConfig,
+) -> super::Passthrough {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     let names = servers
         .iter()
@@ -1204,10 +1219,46 @@ fn passthrough_map(
     for name in names {
         map.insert(name.to_ascii_lowercase(), String::new());
     }
+    let hosts: Vec<String> = passthrough.keys().cloned().collect();
     map.extend(passthrough);
-    map.into_iter()
-        .map(|(host, backend)| super::PassthroughHost { host, backend })
-        .collect()
+    let entries = map
+        .into_iter()
+        .map(|(host, backend)| super::PassthroughHost {
+            key: map_key(&host),
+            backend,
+        })
+        .collect();
+    // The hop relays the terminated HTTPS of every location too: it must
+    // never close a connection that the HTTP side still keeps (a
+    // WebSocket with a long proxy-read-timeout), so it takes the longest
+    // timeout that any of them has.
+    let locations = servers.iter().flat_map(|s| &s.locations);
+    let timeout = [
+        global.stream.timeout.0,
+        global.proxy_read_timeout.0,
+        global.proxy_send_timeout.0,
+        global.keep_alive.0,
+    ]
+    .into_iter()
+    .chain(locations.flat_map(|l| [l.proxy_read_timeout.0, l.proxy_send_timeout.0]))
+    .max()
+    .unwrap_or(600);
+    super::Passthrough {
+        entries,
+        hosts,
+        timeout,
+    }
+}
+
+/// A host as a `map` key: the words the map block gives a meaning to
+/// (`default`, `include`, `hostnames`, `volatile`, all valid one-label
+/// host names) are escaped with `\`, which nginx strips.
+fn map_key(host: &str) -> String {
+    if ["default", "include", "hostnames", "volatile"].contains(&host) {
+        format!("\\{host}")
+    } else {
+        host.to_string()
+    }
 }
 
 /// Orders a server's locations (longest path first, which is what regex
