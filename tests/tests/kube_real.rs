@@ -861,3 +861,22 @@ fn tcp_services_from_the_chart_on_a_real_apiserver() {
         c.log()
     );
 }
+
+/// A layer-4 ConfigMap in a namespace the chart's RBAC does not cover: the
+/// controller stops at once and says why, rather than waiting forever for
+/// a watch that the apiserver refuses (with HTTP down meanwhile).
+#[test]
+fn a_tcp_services_configmap_it_may_not_read_stops_the_controller_with_the_reason() {
+    let api = RealApiServer::start();
+    let id = api.install_chart(&[]);
+    api.kubectl(&["create", "namespace", "elsewhere"], None);
+    let flag = "--tcp-services-configmap=elsewhere/tcp-services";
+    let mut c = Controller::spawn_on_cluster(&id.kubeconfig, &flags(&id, &[flag]), "ingress-controller-e2e");
+    let stopped = wait_until(Duration::from_secs(20), || c.exited().is_some());
+    assert!(stopped, "the controller kept running:\n{}", c.log());
+    let log = c.log();
+    assert!(
+        log.contains("may not list ConfigMaps in namespace elsewhere") && log.contains("--tcp-services-configmap"),
+        "{log}"
+    );
+}

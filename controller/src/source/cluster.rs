@@ -147,6 +147,14 @@ where
 /// Watches until the process ends, publishing a snapshot once every store
 /// has listed, then after every change (bursts coalesce in the channel).
 pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Snapshot>>) -> anyhow::Result<()> {
+    for (flag, target) in [
+        ("--tcp-services-configmap", &opts.tcp_services),
+        ("--udp-services-configmap", &opts.udp_services),
+    ] {
+        if let Some((ns, name)) = target {
+            readable(&client, ns, name, flag).await?;
+        }
+    }
     let ns = opts.namespace.as_deref();
     let (ingresses, t1) = reflect(api::<Ingress>(&client, ns), watcher::Config::default());
     let (classes, t2) = reflect(Api::<IngressClass>::all(client.clone()), watcher::Config::default());
@@ -224,6 +232,24 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
     }
     driver.abort();
     Ok(())
+}
+
+/// Fails when RBAC forbids reading a layer-4 ConfigMap: its watcher would
+/// retry forever, the stores would never be ready and no snapshot would
+/// come, with HTTP down too. A ConfigMap in another namespace than the
+/// controller's own needs its own Role. Other errors (an apiserver not
+/// answering yet) are left to the watcher's backoff.
+async fn readable(client: &Client, ns: &str, name: &str, flag: &str) -> anyhow::Result<()> {
+    let params = kube::api::ListParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .limit(1);
+    match Api::<ConfigMap>::namespaced(client.clone(), ns).list(&params).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => anyhow::bail!(
+            "{flag} {ns}/{name}: the controller may not list ConfigMaps in namespace {ns} ({}); grant list and watch on configmaps there",
+            e.message
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// One LIST of every kind the model reads (for `ingress-controller check`):
