@@ -199,15 +199,7 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         let pd = unsafe { &mut *state };
         pd.tried.insert(i);
         pd.current = Some(i);
-        let backend = &pd.backend;
-        let peer = &backend.endpoints[i];
-        if let Some(slot) = peer.state.and_then(|s| s.get()) {
-            slot.conns.fetch_add(1, Ordering::Relaxed);
-            slot.note_picked(backend.max_fails, now_ms());
-        }
-        pc.sockaddr = peer.sockaddr.as_ptr().cast_mut().cast();
-        pc.socklen = peer.sockaddr.len();
-        pc.name = (&peer.name as *const ngx::ffi::ngx_str_t).cast_mut();
+        begin_attempt(pc, &pd.backend, i, now_ms());
         NGX_OK as ngx_int_t
     })
 }
@@ -370,21 +362,7 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
             return;
         };
         let Some(i) = pd.current.take() else { return };
-        let backend = &pd.backend;
-        let Some(slot) = backend.endpoints[i].state.and_then(|s| s.get()) else {
-            return;
-        };
-        let _ = slot
-            .conns
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
-        if state & NGX_PEER_FAILED as ngx_uint_t != 0 {
-            if backend.max_fails != 0 {
-                slot.record_failure(backend.fail_timeout_ms, now_ms());
-            }
-            return;
-        }
-        slot.record_success();
-        if backend.selector.learns_round_trips() {
+        if let Some(slot) = end_attempt(&pd.backend, i, state) {
             // SAFETY: `pd.request` is the live request whose attempt ends;
             // the state keeps the pointer because nginx hands the state, not
             // the request, to peer.free. Nothing else references the request
@@ -395,6 +373,44 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
             }
         }
     })
+}
+
+/// Points nginx's peer connection at endpoint `i` of `backend` and counts
+/// the attempt in its shared slot. Shared by the HTTP and stream hooks.
+/// The endpoint's address and name live as long as `backend`, which the
+/// caller's state holds past the connection.
+pub(crate) fn begin_attempt(pc: &mut ngx_peer_connection_t, backend: &WorkerBackend, i: usize, now_ms: u64) {
+    let peer = &backend.endpoints[i];
+    if let Some(slot) = peer.state.and_then(|s| s.get()) {
+        slot.conns.fetch_add(1, Ordering::Relaxed);
+        slot.note_picked(backend.max_fails, now_ms);
+    }
+    pc.sockaddr = peer.sockaddr.as_ptr().cast_mut().cast();
+    pc.socklen = peer.sockaddr.len();
+    pc.name = ptr::from_ref(&peer.name).cast_mut();
+}
+
+/// Records the end of the attempt on endpoint `i` (nginx's `peer.free`
+/// `state`) in its shared slot: one connection fewer, a failure or a
+/// success. Returns the slot when the attempt succeeded and the selector
+/// learns round trips (ewma), for the caller to add its timing.
+pub(crate) fn end_attempt(
+    backend: &WorkerBackend,
+    i: usize,
+    state: ngx_uint_t,
+) -> Option<&'static lua_compat::endpoint_state::Slot> {
+    let slot = backend.endpoints[i].state.and_then(|s| s.get())?;
+    let _ = slot
+        .conns
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
+    if state & NGX_PEER_FAILED as ngx_uint_t != 0 {
+        if backend.max_fails != 0 {
+            slot.record_failure(backend.fail_timeout_ms, now_ms());
+        }
+        return None;
+    }
+    slot.record_success();
+    backend.selector.learns_round_trips().then_some(slot)
 }
 
 /// Connect plus response time of the attempt just finished, in seconds, as

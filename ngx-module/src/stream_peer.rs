@@ -15,21 +15,18 @@
 //! `chash` key is rendered from stream variables (`$remote_addr`, say).
 
 use std::ffi::c_void;
-use std::ptr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 
 use lua_compat::selection::{select, Attempt};
 use lua_compat::tried::TriedSet;
 use ngx::ffi::{
     ngx_int_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_str_t, ngx_stream_get_variable, ngx_stream_session_t,
     ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_BUSY, NGX_ERROR, NGX_LOG_ERR, NGX_LOG_WARN, NGX_OK,
-    NGX_PEER_FAILED,
 };
 use ngx::ngx_log_error;
 
 use crate::guard::ffi_guard;
-use crate::peer::{now_ms, Live};
+use crate::peer::{begin_attempt, end_attempt, now_ms, Live};
 use crate::stream_conf::{backend_name, current_zone, stream_upstream_conf};
 use crate::variables::{found_bytes, hash_key_lowercase};
 use crate::worker_cache::{lookup, WorkerBackend};
@@ -178,11 +175,6 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         let i = pick.endpoint;
         pd.tried.insert(i);
         pd.current = Some(i);
-        let peer = &backend.endpoints[i];
-        if let Some(slot) = peer.state.and_then(|s| s.get()) {
-            slot.conns.fetch_add(1, Ordering::Relaxed);
-            slot.note_picked(backend.max_fails, now);
-        }
         if pd.no_proxy_protocol {
             // nginx set `u->proxy_protocol` from the server just before it
             // asked for a peer, and reads it once connected.
@@ -191,12 +183,9 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
             unsafe { (*(*session).upstream).set_proxy_protocol(0) };
         }
         // SAFETY: nginx passes its live `u->peer`, untouched during the hook.
-        let pc = unsafe { &mut *pc };
         // The endpoint lives as long as `backend`, which the state holds
         // until the session's pool is destroyed, after the connection.
-        pc.sockaddr = peer.sockaddr.as_ptr().cast_mut().cast();
-        pc.socklen = peer.sockaddr.len();
-        pc.name = ptr::from_ref(&peer.name).cast_mut();
+        begin_attempt(unsafe { &mut *pc }, &backend, i, now);
         NGX_OK as ngx_int_t
     })
 }
@@ -215,21 +204,7 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
             return;
         };
         let Some(i) = pd.current.take() else { return };
-        let backend = &pd.backend;
-        let Some(slot) = backend.endpoints[i].state.and_then(|s| s.get()) else {
-            return;
-        };
-        let _ = slot
-            .conns
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
-        if state & NGX_PEER_FAILED as ngx_uint_t != 0 {
-            if backend.max_fails != 0 {
-                slot.record_failure(backend.fail_timeout_ms, now_ms());
-            }
-            return;
-        }
-        slot.record_success();
-        if backend.selector.learns_round_trips() {
+        if let Some(slot) = end_attempt(&pd.backend, i, state) {
             // SAFETY: the session is live while its peer is freed; its
             // upstream's `state` is null or the live entry for this attempt.
             let connect = unsafe { (*(*pd.session).upstream).state.as_ref() }.map(|st| st.connect_time);
