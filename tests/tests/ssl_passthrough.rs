@@ -2,9 +2,9 @@
 //! `stream {}` on the HTTPS port, a TLS upstream with its own certificate
 //! and a host that terminates TLS at nginx, on the same port.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -50,37 +50,12 @@ fn tls_upstream(cert: &TestCert) -> u16 {
     port
 }
 
-/// A plain HTTP upstream that records each request's head.
-fn recording_upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let record = seen.clone();
-    thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            record.lock().unwrap().push(head);
-            let mut conn = conn;
-            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nterminated");
-        }
-    });
-    (port, seen)
-}
-
 #[test]
 fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
     let upstream_cert = TestCert::new("pass.test");
     let tls_port = tls_upstream(&upstream_cert);
     let term_cert = TestCert::new("term.test");
-    let (web_port, heads) = recording_upstream();
+    let (web_port, heads) = tests::upstream::recording("terminated");
     let term_ingress = ingress("term", "term.test", "/", "web", &[]).replace(
         "spec:\n",
         "spec:\n  tls:\n    - hosts: [term.test]\n      secretName: term-tls\n",
@@ -218,7 +193,7 @@ fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {
 
 #[test]
 fn without_the_flag_the_annotation_is_ignored_and_reported() {
-    let (web_port, _) = recording_upstream();
+    let (web_port, _) = tests::upstream::recording("terminated");
     let c = Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),
