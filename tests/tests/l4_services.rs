@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -43,7 +42,14 @@ impl TcpEcho {
                     let mut first = String::new();
                     let _ = reader.read_line(&mut first);
                     let answer = match first.strip_prefix("PROXY ") {
-                        Some(rest) => format!("{id}|PROXY {}", rest.trim_end()),
+                        Some(rest) => {
+                            // The client's line too: closing with unread
+                            // data would reset the connection, and a reset
+                            // can drop the answer from nginx's buffers.
+                            let mut line = String::new();
+                            let _ = reader.read_line(&mut line);
+                            format!("{id}|PROXY {}", rest.trim_end())
+                        }
                         None => id,
                     };
                     let mut conn = conn;
@@ -324,26 +330,7 @@ fn proxy_protocol_to_the_upstream_carries_the_client_address() {
 
 #[test]
 fn use_proxy_protocol_on_the_http_listener_gives_the_declared_client_address() {
-    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
-    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up_port = upstream.local_addr().unwrap().port();
-    let record = seen.clone();
-    thread::spawn(move || {
-        for conn in upstream.incoming().flatten() {
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            record.lock().unwrap().push(head);
-            let mut conn = conn;
-            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
-        }
-    });
+    let (up_port, seen) = tests::upstream::recording("ok");
     let c = Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),
