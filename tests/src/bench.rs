@@ -83,6 +83,24 @@ pub fn single_process_conf(http_block: &str) -> String {
     )
 }
 
+/// A benchmark setting from the environment: `name`'s number, else
+/// `default`; a value that is not a number stops the run.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v} is not a number")))
+        .unwrap_or(default)
+}
+
+/// The CPU time thread `tid` of process `pid` has run, in nanoseconds
+/// (`/proc/…/schedstat`: finer than `stat`'s clock ticks); 0 if it is gone.
+pub fn thread_cpu_ns(pid: u32, tid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// utime + stime of a process, in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

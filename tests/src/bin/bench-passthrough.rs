@@ -62,7 +62,7 @@ use openssl::ssl::{
     Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslSessionCacheMode, SslVerifyMode, SslVersion,
 };
 use openssl::x509::X509;
-use tests::bench::{median, Proc};
+use tests::bench::{median, thread_cpu_ns, Proc};
 use tests::free_port;
 use tests::tls::{handshake, TestCert};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -96,12 +96,7 @@ struct Settings {
 
 fn settings() -> Settings {
     let quick = std::env::args().any(|a| a == "--quick") || std::env::var_os("BENCH_PASSTHROUGH_QUICK").is_some();
-    let env = |name: &str, default: u64| -> u64 {
-        std::env::var(name)
-            .ok()
-            .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v} is not a number")))
-            .unwrap_or(default)
-    };
+    let env = tests::bench::env_number;
     let (rounds, handshakes, bytes) = if quick { (2, 200, 16 << 20) } else { (7, 2_000, 1 << 30) };
     Settings {
         rounds: env("BENCH_PASSTHROUGH_ROUNDS", rounds).max(1) as usize,
@@ -725,14 +720,4 @@ fn client_hello_sni(record: &[u8]) -> Option<&str> {
         }
     }
     None
-}
-
-/// CPU time of thread `tid` of process `pid`, nanoseconds
-/// (`/proc/PID/task/TID/schedstat`, finer than clock ticks). For an nginx
-/// worker, its main thread is its event loop.
-fn thread_cpu_ns(pid: u32, tid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }

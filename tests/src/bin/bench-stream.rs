@@ -45,12 +45,7 @@ struct Settings {
 
 fn settings() -> Settings {
     let quick = std::env::args().any(|a| a == "--quick") || std::env::var_os("BENCH_STREAM_QUICK").is_some();
-    let env = |name: &str, default: u64| -> u64 {
-        std::env::var(name)
-            .ok()
-            .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v} is not a number")))
-            .unwrap_or(default)
-    };
+    let env = tests::bench::env_number;
     let (rounds, connections, bytes) = if quick {
         (2, 200, 16 << 20)
     } else {
@@ -276,9 +271,8 @@ fn transfer(port: u16, bytes: u64, worker: u32) -> (f64, f64) {
 /// CPU time of `pid`'s main thread (an nginx worker's event loop), in
 /// nanoseconds: `/proc/PID/schedstat`, finer than the clock ticks of
 /// `/proc/PID/stat`.
+/// The worker's CPU time in nanoseconds (a worker is single-threaded: its
+/// main thread's).
 fn cpu_ns(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no /proc/{pid}/schedstat"))
+    tests::bench::thread_cpu_ns(pid, pid)
 }
