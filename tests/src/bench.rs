@@ -274,6 +274,13 @@ pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &st
     let mut vg = Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))
+        // BENCH_CALLGRIND_ARGS adds options, e.g. `--dump-instr=yes` for a
+        // per-instruction profile of the kept files.
+        .args(
+            std::env::var("BENCH_CALLGRIND_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .arg(&nginx)
         .arg("-p")
         .arg(format!("{}/", dir.path().display()))

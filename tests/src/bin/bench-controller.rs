@@ -151,7 +151,11 @@ fn ingress_path(rounds: u32, seconds: u32) {
 }
 
 fn instructions(n: usize) {
-    for forwarded in [true, false] {
+    // BENCH_FORWARDED=true|false measures one mode only (for profiling).
+    let only = std::env::var("BENCH_FORWARDED")
+        .ok()
+        .and_then(|v| v.parse::<bool>().ok());
+    for forwarded in [true, false].into_iter().filter(|f| only.is_none_or(|o| o == *f)) {
         instructions_with(n, forwarded);
     }
 }
