@@ -16,6 +16,20 @@ pub const LENGTH_BUCKETS: [u64; 10] = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
 /// ingress-nginx's `--size-buckets` default: exponential, 10 B to 10 MB.
 pub const SIZE_BUCKETS: [u64; 7] = [10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
 
+/// The bucket of `value`: the first bound at least `value` (Prometheus'
+/// `le`), or `N` above them all. A scan that stops early: request times
+/// are mostly in the first buckets.
+fn bucket<const N: usize>(bounds: &[u64; N], value: u64) -> usize {
+    bounds.iter().position(|&b| value <= b).unwrap_or(N)
+}
+
+/// The bucket of a request or response length in [`LENGTH_BUCKETS`], by
+/// arithmetic: those bounds are 10 apart, and most lengths are above them
+/// all, where a scan would compare with every bound.
+fn length_bucket(value: u64) -> usize {
+    (value.saturating_sub(1) / 10).min(LENGTH_BUCKETS.len() as u64) as usize
+}
+
 /// A histogram over `N` upper bounds: a count per bucket (not cumulative;
 /// the last slot is above every bound) and the sum of the observations.
 #[repr(C)]
@@ -27,10 +41,12 @@ pub struct Histogram<const N: usize> {
 
 impl<const N: usize> Histogram<N> {
     fn observe(&self, bounds: &[u64; N], value: u64) {
-        match bounds.iter().position(|&b| value <= b) {
-            Some(i) => self.counts[i].fetch_add(1, Relaxed),
-            None => self.over.fetch_add(1, Relaxed),
-        };
+        self.add(bucket(bounds, value), value);
+    }
+
+    /// Counts `value` in bucket `index` ([`N`] for above every bound).
+    fn add(&self, index: usize, value: u64) {
+        self.counts.get(index).unwrap_or(&self.over).fetch_add(1, Relaxed);
         self.sum.fetch_add(value, Relaxed);
     }
 
@@ -120,8 +136,8 @@ impl Counters {
         if let Some(ms) = s.upstream_ms {
             self.upstream_time.observe(&TIME_BUCKETS_MS, ms);
         }
-        self.request_size.observe(&LENGTH_BUCKETS, s.request_length);
-        self.response_size.observe(&LENGTH_BUCKETS, s.bytes_sent);
+        self.request_size.add(length_bucket(s.request_length), s.request_length);
+        self.response_size.add(length_bucket(s.bytes_sent), s.bytes_sent);
         self.bytes_sent.observe(&SIZE_BUCKETS, s.bytes_sent);
         if s.connect_errors > 0 {
             self.connect_errors.fetch_add(s.connect_errors, Relaxed);
@@ -250,6 +266,31 @@ mod tests {
             let cumulative = sum.request_time.cumulative();
             prop_assert!(cumulative.windows(2).all(|w| w[0] <= w[1]));
             prop_assert_eq!(cumulative[10] + sum.request_time.over, samples.len() as u64);
+        }
+
+        /// A value lands in the first bucket whose bound is at least the
+        /// value (Prometheus' `le`), or above them all.
+        #[test]
+        fn a_value_lands_in_the_first_bucket_that_holds_it(value in prop_oneof![
+            0u64..12_000,
+            prop::sample::select(TIME_BUCKETS_MS.to_vec()),
+            any::<u64>(),
+        ]) {
+            // SAFETY: a histogram is atomics only; all-zero is the value 0.
+            let h: Histogram<11> = unsafe { std::mem::zeroed() };
+            h.observe(&TIME_BUCKETS_MS, value);
+            let s = h.snapshot();
+            match TIME_BUCKETS_MS.iter().position(|&b| value <= b) {
+                Some(i) => prop_assert_eq!(s.counts[i], 1),
+                None => prop_assert_eq!(s.over, 1),
+            }
+            prop_assert_eq!(s.count(), 1);
+        }
+
+        /// The arithmetic length bucket is the scan's.
+        #[test]
+        fn the_length_bucket_is_the_scanned_one(value in prop_oneof![0u64..130, any::<u64>()]) {
+            prop_assert_eq!(length_bucket(value), bucket(&LENGTH_BUCKETS, value));
         }
     }
 }
