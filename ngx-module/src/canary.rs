@@ -12,53 +12,42 @@ use lua_compat::canary::Verdict;
 use ngx::http::Request;
 
 use crate::variables;
-use crate::worker_cache::{lookup, WorkerBackend};
+use crate::worker_cache::{self, WorkerBackend};
 use crate::zone::Zone;
-
-/// Canaries of a backend looked up without allocating.
-const INLINE_CANARIES: usize = 4;
 
 /// The backend the request goes to, and whether it is a canary.
 pub fn route(req: &Request, zone: &Zone, primary: Rc<WorkerBackend>) -> (Rc<WorkerBackend>, bool) {
     if primary.alternatives.is_empty() || is_affinitized(req, &primary) {
         return (primary, false);
     }
-    // Each canary is looked up once (the rules below walk them twice), into
-    // slots on the stack: ingress-nginx gives a backend one canary, and a
-    // request should not pay a heap allocation for it.
-    let resolve = |name: &String| lookup(zone, name.as_bytes()).filter(|b| !b.endpoints.is_empty());
-    let mut inline: [Option<Rc<WorkerBackend>>; INLINE_CANARIES] = Default::default();
-    let heap: Vec<Option<Rc<WorkerBackend>>>;
-    let resolved: &[Option<Rc<WorkerBackend>>] = if primary.alternatives.len() <= INLINE_CANARIES {
-        for (slot, name) in inline.iter_mut().zip(primary.alternatives.iter()) {
-            *slot = resolve(name);
-        }
-        &inline[..primary.alternatives.len()]
-    } else {
-        heap = primary.alternatives.iter().map(resolve).collect();
-        &heap
+    let chosen = {
+        let resolved = worker_cache::canaries(zone, &primary);
+        let canaries = || resolved.iter().filter_map(std::rc::Weak::upgrade);
+        canaries()
+            .find(|c| is_affinitized(req, c))
+            .or_else(|| canaries().find_map(|c| takes(req, &c).then_some(c)))
     };
-    let canaries = || resolved.iter().flatten();
-    if let Some(c) = canaries().find(|c| is_affinitized(req, c)) {
-        return (Rc::clone(c), true);
+    match chosen {
+        Some(canary) => (canary, true),
+        None => (primary, false),
     }
-    for canary in canaries() {
-        let policy = &canary.traffic;
-        let header = canary.header_variable.as_deref().and_then(|v| variables::get(req, v));
-        let cookie = canary.cookie_variable.as_deref().and_then(|v| variables::get(req, v));
-        let matches = |_: &str, value: &[u8]| match &canary.header_pattern {
-            Some(Ok(re)) => Ok(re.is_match(value)),
-            _ => Err(()),
-        };
-        match policy.header_and_cookie(header, cookie, matches) {
-            Verdict::Canary => return (Rc::clone(canary), true),
-            // `never` keeps the request off this canary; later ones may still take it.
-            Verdict::Primary => continue,
-            Verdict::Undecided if policy.by_weight(|n| fastrand::u32(1..=n)) => return (Rc::clone(canary), true),
-            Verdict::Undecided => {}
-        }
+}
+
+/// Whether `canary`'s header, cookie or weight takes the request. `never`
+/// keeps the request off this canary; later ones may still take it.
+fn takes(req: &Request, canary: &WorkerBackend) -> bool {
+    let policy = &canary.traffic;
+    let header = canary.header_variable.as_deref().and_then(|v| variables::get(req, v));
+    let cookie = canary.cookie_variable.as_deref().and_then(|v| variables::get(req, v));
+    let matches = |_: &str, value: &[u8]| match &canary.header_pattern {
+        Some(Ok(re)) => Ok(re.is_match(value)),
+        _ => Err(()),
+    };
+    match policy.header_and_cookie(header, cookie, matches) {
+        Verdict::Canary => true,
+        Verdict::Primary => false,
+        Verdict::Undecided => policy.by_weight(|n| fastrand::u32(1..=n)),
     }
-    (primary, false)
 }
 
 /// Whether the request carries `backend`'s sticky cookie: a session stays

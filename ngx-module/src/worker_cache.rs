@@ -18,10 +18,10 @@
 //! the version this worker already has keeps routing, for the few
 //! milliseconds the build takes.
 
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell};
 use std::net::SocketAddr;
-use std::rc::Rc;
-use std::sync::atomic::Ordering;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use lua_compat::canary::TrafficPolicy;
@@ -85,6 +85,31 @@ pub struct WorkerBackend {
     pub cookie_variable: Option<String>,
     pub max_fails: u32,
     pub fail_timeout_ms: u64,
+    /// `alternatives` resolved to this worker's backends, reused while
+    /// neither the zone nor this cache changed (see [`canaries`]).
+    canaries: RefCell<CanaryMemo>,
+}
+
+/// The canaries of a backend as last resolved, and when.
+#[derive(Default)]
+struct CanaryMemo {
+    /// `(zone generation, cache epoch)` at resolution; `None` before the
+    /// first.
+    stamp: Option<(u64, u64)>,
+    /// One per alternative, in order; empty for a canary that is missing or
+    /// has no endpoints. `Weak`: two backends naming each other as canaries
+    /// must not keep each other alive once the cache drops them.
+    resolved: Vec<Weak<WorkerBackend>>,
+}
+
+/// Bumped whenever this worker's cache inserts, replaces or drops a
+/// backend, so a [`CanaryMemo`] stamped before is stale. A static, not in
+/// the thread-local cache: reading it costs no `__tls_get_addr` call, and
+/// only the event-loop thread writes it.
+static CACHE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn bump_epoch() {
+    CACHE_EPOCH.fetch_add(1, Ordering::Relaxed);
 }
 
 struct Entry {
@@ -181,7 +206,9 @@ fn finish(
     match found {
         Found::Current(backend) => Some(backend),
         Found::Gone => {
-            cache.backends.remove(name);
+            if cache.backends.remove(name).is_some() {
+                bump_epoch();
+            }
             None
         }
         Found::Changed { version, runtime } => {
@@ -200,6 +227,7 @@ fn finish(
             let rt = decode_runtime(name, &runtime)?;
             let selector = Selector::build(&rt, worker);
             let backend = Rc::new(assemble(name, version, rt, selector, zone.header().table()));
+            bump_epoch();
             cache.backends.insert(
                 name.into(),
                 Entry {
@@ -231,6 +259,7 @@ fn absorb(cache: &mut WorkerCache, zone: &Zone) {
             built.selector,
             zone.header().table(),
         );
+        bump_epoch();
         cache.backends.insert(
             built.name,
             Entry {
@@ -280,7 +309,42 @@ fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, t
         header_pattern,
         max_fails: rt.max_fails,
         fail_timeout_ms: rt.fail_timeout_ms,
+        canaries: RefCell::default(),
     }
+}
+
+/// `primary`'s canaries that have endpoints, as this worker routes them
+/// (an empty `Weak` for one that is missing or empty).
+///
+/// A request with canaries would otherwise look each one up by name (a
+/// hash and a probe of the cache, through a thread-local). The answer
+/// changes only when the zone's generation moves or this cache changes an
+/// entry, so it is memoised on the primary under that stamp. Within one
+/// stamp every `Weak` upgrades: the cache still holds each backend.
+pub fn canaries<'a>(zone: &Zone, primary: &'a WorkerBackend) -> Ref<'a, [Weak<WorkerBackend>]> {
+    let stamp = (
+        zone.header().generation.load(Ordering::Acquire),
+        CACHE_EPOCH.load(Ordering::Relaxed),
+    );
+    if primary.canaries.borrow().stamp != Some(stamp) {
+        let resolved = primary
+            .alternatives
+            .iter()
+            .map(|name| {
+                lookup(zone, name.as_bytes())
+                    .filter(|b| !b.endpoints.is_empty())
+                    .map_or_else(Weak::new, |b| Rc::downgrade(&b))
+            })
+            .collect();
+        // The lookups may have changed the cache (a decode, a drop): stamp
+        // with the epoch as it is now, which those changes are part of.
+        let stamp = (stamp.0, CACHE_EPOCH.load(Ordering::Relaxed));
+        *primary.canaries.borrow_mut() = CanaryMemo {
+            stamp: Some(stamp),
+            resolved,
+        };
+    }
+    Ref::map(primary.canaries.borrow(), |m| m.resolved.as_slice())
 }
 
 /// Notes the zone's current generation (and reports it when it moved).
@@ -353,5 +417,6 @@ fn cycle_log() -> *mut ngx::ffi::ngx_log_t {
 
 /// Clears this worker's view (worker exit).
 pub fn clear() {
+    bump_epoch();
     CACHE.with_borrow_mut(|cache| *cache = WorkerCache::default());
 }
