@@ -43,6 +43,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod addr_text;
 pub mod address;
 pub mod algorithm;
 pub mod api;

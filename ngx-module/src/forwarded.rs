@@ -15,6 +15,7 @@
 //! both for the request. Repeated headers are joined by `, `, as
 //! `$http_x_forwarded_proto` joins them.
 
+use lua_compat::addr_text::port_digits;
 use ngx::ffi::{
     ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, sockaddr_in, sockaddr_in6, NGX_ERROR, NGX_OK,
 };
@@ -72,7 +73,14 @@ pub unsafe extern "C" fn scheme_variable(
 
 /// The port the connection was accepted on: the listening socket's, which
 /// is what `getsockname` gives `$server_port` for TCP and QUIC.
-fn listening_port(req: &Request) -> Option<u16> {
+enum ListeningPort<'a> {
+    /// The digits of the listener's `addr_text` (`ip:port`, `[ip6]:port`),
+    /// which nginx formatted once for the cycle: no formatting per request.
+    Text(&'a [u8]),
+    Number(u16),
+}
+
+fn listening_port(req: &Request) -> Option<ListeningPort<'_>> {
     // SAFETY: a live request's connection outlives it, and a connection a
     // listener accepted keeps a pointer to that listener (the cycle's).
     let ls = unsafe { (*req.connection()).listening.as_ref() }?;
@@ -81,16 +89,25 @@ fn listening_port(req: &Request) -> Option<u16> {
     }
     // SAFETY: `sockaddr` is the listener's address, `socklen` bytes; the
     // family says which layout it has.
-    unsafe {
+    let port = unsafe {
         match i32::from((*ls.sockaddr).sa_family) {
-            libc::AF_INET => Some(u16::from_be((*ls.sockaddr.cast::<sockaddr_in>()).sin_port)),
-            libc::AF_INET6 => Some(u16::from_be((*ls.sockaddr.cast::<sockaddr_in6>()).sin6_port)),
+            libc::AF_INET => u16::from_be((*ls.sockaddr.cast::<sockaddr_in>()).sin_port),
+            libc::AF_INET6 => u16::from_be((*ls.sockaddr.cast::<sockaddr_in6>()).sin6_port),
             // A unix socket has no port: behind ssl-passthrough's stream
             // hop, the port the client connected to is the PROXY
             // protocol's destination port.
-            _ => proxy_protocol_port(req),
+            _ => return proxy_protocol_port(req).map(ListeningPort::Number),
+        }
+    };
+    if !ls.addr_text.data.is_null() {
+        // SAFETY: nginx keeps `addr_text` (`len` bytes in the cycle's pool)
+        // for the cycle, which outlives its requests.
+        let text = unsafe { std::slice::from_raw_parts(ls.addr_text.data, ls.addr_text.len) };
+        if let Some(digits) = port_digits(text) {
+            return Some(ListeningPort::Text(digits));
         }
     }
+    Some(ListeningPort::Number(port))
 }
 
 /// The destination port of the connection's PROXY protocol header, if it
@@ -136,9 +153,18 @@ pub unsafe extern "C" fn port_variable(
             unsafe { variables::fill_borrowed(v, port) };
             return NGX_OK as ngx_int_t;
         }
-        if let Some(port) = listening_port(req) {
-            let mut buf = [0u8; 5];
-            return variables::fill(req, v, decimal(port, &mut buf));
+        match listening_port(req) {
+            Some(ListeningPort::Text(digits)) => {
+                // SAFETY: `addr_text` lives as long as the cycle, which
+                // outlives every read of this variable's cached value.
+                unsafe { variables::fill_borrowed(v, digits) };
+                return NGX_OK as ngx_int_t;
+            }
+            Some(ListeningPort::Number(port)) => {
+                let mut buf = [0u8; 5];
+                return variables::fill(req, v, decimal(port, &mut buf));
+            }
+            None => {}
         }
         // A unix socket without a PROXY header: whatever `$server_port` says.
         match read_variable(req, Read::ServerPort) {
