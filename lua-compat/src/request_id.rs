@@ -55,6 +55,24 @@ fn hex(bytes: &[u8; ID_LEN / 2]) -> [u8; ID_LEN] {
 /// `lowcase_key`).
 pub const HEADER: &[u8] = b"x-request-id";
 
+/// The header's name as the module adds it to a request.
+pub const HEADER_NAME: &[u8] = b"X-Request-ID";
+
+/// `ngx_hash_key(HEADER)`: the hash nginx's parser gives a request header
+/// with this name, which the proxy's `proxy_set_header` table is keyed by.
+pub const HEADER_HASH: u64 = ngx_hash_key(HEADER);
+
+/// nginx's `ngx_hash_key`: `hash * 31 + byte` from 0, wrapping, over the
+/// lower-cased name (what `ngx_http_parse_header_line` computes).
+pub const fn ngx_hash_key(key: &[u8]) -> u64 {
+    let (mut hash, mut i) = (0u64, 0);
+    while i < key.len() {
+        hash = hash.wrapping_mul(31).wrapping_add(key[i] as u64);
+        i += 1;
+    }
+    hash
+}
+
 /// The client's id to pass on, as ingress-nginx's `map $http_x_request_id`
 /// decides: the first `X-Request-ID` header's value, when it is not empty.
 pub fn client_id(first_header: Option<&[u8]>) -> Option<&[u8]> {
@@ -65,6 +83,15 @@ pub fn client_id(first_header: Option<&[u8]>) -> Option<&[u8]> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_header_hash_is_nginx_s() {
+        assert_eq!(ngx_hash_key(b""), 0);
+        assert_eq!(ngx_hash_key(b"ab"), 97 * 31 + 98);
+        // Computed independently: h = (h * 31 + c) mod 2^64 over the name.
+        assert_eq!(HEADER_HASH, 3_089_003_975_168_390_542);
+        assert_eq!(HEADER_NAME.to_ascii_lowercase(), HEADER);
+    }
 
     #[test]
     fn ids_are_32_lowercase_hex_characters() {

@@ -141,6 +141,9 @@ pub struct LocConf {
     /// `dynamic_balancer_forwarded_headers`: trust `X-Forwarded-*`
     /// (inherited; off when never set).
     pub forwarded_headers: Option<bool>,
+    /// `dynamic_balancer_request_id`: the request carries `X-Request-ID`
+    /// (inherited; off when never set).
+    pub request_id_header: Option<bool>,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

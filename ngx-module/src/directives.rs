@@ -379,25 +379,57 @@ pub unsafe extern "C" fn set_forwarded_headers(
         // SAFETY: `conf` is our `LocConf` from create_loc_conf;
         // configuration runs on one thread.
         let lcf = unsafe { &mut *conf.cast::<LocConf>() };
-        if lcf.forwarded_headers.is_some() {
-            return c"is duplicate".as_ptr().cast_mut();
-        }
         // SAFETY: `cf` is the live configuration being parsed.
-        let value = args(unsafe { &*cf })[1];
-        lcf.forwarded_headers = Some(match value.as_bytes() {
-            b"on" => true,
-            b"off" => false,
-            _ => {
-                ngx_conf_log_error!(
-                    NGX_LOG_EMERG,
-                    cf,
-                    "invalid value \"{value}\" in dynamic_balancer_forwarded_headers: \"on\" or \"off\" is expected"
-                );
-                return NGX_CONF_ERROR;
-            }
-        });
-        NGX_CONF_OK
+        set_flag(
+            unsafe { &*cf },
+            "dynamic_balancer_forwarded_headers",
+            &mut lcf.forwarded_headers,
+        )
     })
+}
+
+/// `dynamic_balancer_request_id on | off;`: whether the request carries
+/// `X-Request-ID` before it is proxied (see
+/// [`crate::request_id::ensure_header`]). nginx calls it while parsing,
+/// with the live configuration and our `LocConf` as `conf`.
+pub unsafe extern "C" fn set_request_id(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_request_id", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+        // SAFETY: `cf` is the live configuration being parsed.
+        set_flag(
+            unsafe { &*cf },
+            "dynamic_balancer_request_id",
+            &mut lcf.request_id_header,
+        )
+    })
+}
+
+/// An `on | off` directive's argument into `slot`, once per block.
+fn set_flag(cf: &ngx_conf_t, directive: &str, slot: &mut Option<bool>) -> *mut c_char {
+    if slot.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    let value = args(cf)[1];
+    *slot = Some(match value.as_bytes() {
+        b"on" => true,
+        b"off" => false,
+        _ => {
+            let cf = ptr::from_ref(cf).cast_mut();
+            ngx_conf_log_error!(
+                NGX_LOG_EMERG,
+                cf,
+                "invalid value \"{value}\" in {directive}: \"on\" or \"off\" is expected"
+            );
+            return NGX_CONF_ERROR;
+        }
+    });
+    NGX_CONF_OK
 }
 
 /// `dynamic_balancer_https_redirect off | code [preserve_trailing_slash]
@@ -774,6 +806,9 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
         }
         if acf.forwarded_headers.is_none() {
             acf.forwarded_headers = parent.forwarded_headers;
+        }
+        if acf.request_id_header.is_none() {
+            acf.request_id_header = parent.request_id_header;
         }
         if acf.enabled && acf.token.is_none() {
             // During a merge cf->ctx->srv_conf is the merged server's.

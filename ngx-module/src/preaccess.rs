@@ -19,6 +19,7 @@ use crate::conf::{backend_name, upstream_conf, zone_of, MainConf, UNKNOWN};
 use crate::guard::ffi_guard;
 use crate::metrics;
 use crate::peer;
+use crate::request_id;
 use crate::Module;
 
 /// The modules whose locations proxy through an upstream. Their
@@ -78,6 +79,7 @@ pub unsafe extern "C" fn preaccess_handler(r: *mut ngx_http_request_t) -> ngx_in
         // event loop, and holds no reference into it meanwhile.
         let req = unsafe { Request::from_ngx_http_request(r) };
         metrics::remember(req);
+        request_id::ensure_header(req);
         // SAFETY: the upstreams the request's location confs name are live
         // srv confs of the running configuration.
         let Some(conf) = location_upstream(req).find_map(|us| unsafe { upstream_conf(us) }) else {

@@ -11,8 +11,8 @@ use std::slice;
 
 use ngx::ffi::{
     ngx_buf_t, ngx_chain_t, ngx_create_temp_buf, ngx_http_get_flushed_variable, ngx_http_output_filter,
-    ngx_http_send_header, ngx_int_t, ngx_list_part_t, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t, ngx_str_t,
-    ngx_table_elt_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_OK, NGX_OK,
+    ngx_http_send_header, ngx_int_t, ngx_list_part_t, ngx_list_push, ngx_palloc, ngx_pool_cleanup_t, ngx_pool_t,
+    ngx_str_t, ngx_table_elt_t, ngx_uint_t, NGX_ERROR, NGX_HTTP_OK, NGX_OK,
 };
 use ngx::http::Request;
 
@@ -184,68 +184,156 @@ pub fn variable(req: &Request, index: ngx_uint_t) -> Option<&[u8]> {
     unsafe { variables::found_bytes(v.as_ref()?) }
 }
 
-/// The values of the request headers named `lowercase_name` (which must be
-/// lower case), in the order the client sent them. It compares nginx's
-/// precomputed `lowcase_key` of each header, so a header is a length check
-/// and, for names of the same length, a `memcmp`.
-fn headers_named<'r>(req: &'r Request, lowercase_name: &'r [u8]) -> impl Iterator<Item = &'r [u8]> + 'r {
+/// Calls `each` with every request header named `lowercase_name` (which
+/// must be lower case), in the order the client sent them, until it returns
+/// `false`. It compares nginx's precomputed `lowcase_key` of each header, so
+/// a header is a length check and, for names of the same length, a
+/// `memcmp`. A plain loop: the forwarded-header and request-id code walks
+/// the list on every proxied request.
+#[inline]
+fn each_header_elt(req: &Request, lowercase_name: &[u8], mut each: impl FnMut(*mut ngx_table_elt_t) -> bool) {
     let mut part: *const ngx_list_part_t = &req.as_ref().headers_in.headers.part;
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        loop {
-            // SAFETY: `part` is the request's headers list's first part or a
-            // `next` link of a previous one; nginx keeps the list, in the
-            // request's pool, for the request's life.
-            let p = unsafe { part.as_ref() }?;
-            if i >= p.nelts {
-                part = p.next;
-                i = 0;
-                continue;
-            }
+    // SAFETY: `part` is the request's headers list's first part or a `next`
+    // link of a previous one; nginx keeps the list, in the request's pool,
+    // for the request's life.
+    while let Some(p) = unsafe { part.as_ref() } {
+        let elts = p.elts.cast::<ngx_table_elt_t>();
+        for i in 0..if elts.is_null() { 0 } else { p.nelts } {
             // SAFETY: a list part holds `nelts` initialised elements of the
             // list's element type, `ngx_table_elt_t` for `headers_in`.
-            let h = unsafe { &*p.elts.cast::<ngx_table_elt_t>().add(i) };
-            i += 1;
+            let h = unsafe { elts.add(i) };
+            // SAFETY: as above; a shared read of the element.
+            let (len, hash, lowcase) = unsafe { ((*h).key.len, (*h).hash, (*h).lowcase_key) };
             // A zero hash marks a header a module deleted.
-            if h.hash == 0 || h.key.len != lowercase_name.len() || h.lowcase_key.is_null() {
+            if len != lowercase_name.len() || hash == 0 || lowcase.is_null() {
                 continue;
             }
             // SAFETY: nginx sets `lowcase_key` to `key.len` bytes when it
             // parses a header; both live in the request's pool.
-            if unsafe { slice::from_raw_parts(h.lowcase_key, h.key.len) } != lowercase_name {
+            if unsafe { slice::from_raw_parts(lowcase, len) } != lowercase_name {
                 continue;
             }
-            if h.value.len == 0 {
-                return Some(&[][..]);
+            if !each(h) {
+                return;
             }
-            // SAFETY: `value` is `len` bytes in the request's pool.
-            return Some(unsafe { slice::from_raw_parts(h.value.data, h.value.len) });
         }
-    })
+        part = p.next;
+    }
+}
+
+/// `h`'s value.
+///
+/// # Safety
+/// `h` is a header of a live request, whose value lives in its pool.
+unsafe fn header_value<'r>(h: *const ngx_table_elt_t) -> &'r [u8] {
+    // SAFETY: the caller's contract; `value` is `len` bytes.
+    unsafe {
+        let v = &(*h).value;
+        if v.len == 0 || v.data.is_null() {
+            &[]
+        } else {
+            slice::from_raw_parts(v.data, v.len)
+        }
+    }
+}
+
+/// Calls `each` with the value of every request header named
+/// `lowercase_name`, in order, until it returns `false`.
+#[inline]
+fn each_header_named<'r>(req: &'r Request, lowercase_name: &[u8], mut each: impl FnMut(&'r [u8]) -> bool) {
+    // SAFETY: the headers are the live request's, in its pool.
+    each_header_elt(req, lowercase_name, |h| each(unsafe { header_value(h) }));
+}
+
+/// The first request header named `lowercase_name`, to change in place.
+pub fn first_header_elt(req: &Request, lowercase_name: &[u8]) -> Option<NonNull<ngx_table_elt_t>> {
+    let mut found = None;
+    each_header_elt(req, lowercase_name, |h| {
+        found = NonNull::new(h);
+        false
+    });
+    found
+}
+
+/// Adds a request header, as if the client had sent it after its others:
+/// `proxy_pass` and `grpc_pass` send it upstream with them, and
+/// `$http_<name>` sees it. `key` and `lowercase_key` are static (nginx never
+/// writes a request header's name); `hash` is `ngx_hash_key(lowercase_key)`,
+/// what nginx's parser computes, so the proxy's `proxy_set_header` table
+/// still recognises the name. `false` when the pool is exhausted.
+///
+/// # Safety
+/// `value` points at bytes that live as long as the request (its pool).
+pub unsafe fn push_header_in(
+    req: &mut Request,
+    key: &'static [u8],
+    lowercase_key: &'static [u8],
+    hash: ngx_uint_t,
+    value: ngx_str_t,
+) -> bool {
+    // SAFETY: the request's own headers list, initialised by nginx for
+    // every request; pushing allocates from its pool.
+    let h = unsafe { ngx_list_push(&mut req.as_mut().headers_in.headers) }.cast::<ngx_table_elt_t>();
+    // SAFETY: a non-null `h` is a fresh, element-sized, aligned slot of the
+    // list, which nothing else references yet.
+    let Some(h) = (unsafe { h.as_mut() }) else {
+        return false;
+    };
+    h.hash = hash;
+    h.key = ngx_str_t {
+        len: key.len(),
+        data: key.as_ptr().cast_mut(),
+    };
+    h.lowcase_key = lowercase_key.as_ptr().cast_mut();
+    h.value = value;
+    h.next = ptr::null_mut();
+    true
 }
 
 /// The value of the first request header named `lowercase_name` (which
 /// must be lower case), for a name nginx has no field for.
-pub fn header_in<'r>(req: &'r Request, lowercase_name: &'r [u8]) -> Option<&'r [u8]> {
-    headers_named(req, lowercase_name).next()
+pub fn header_in<'r>(req: &'r Request, lowercase_name: &[u8]) -> Option<&'r [u8]> {
+    let mut found = None;
+    each_header_named(req, lowercase_name, |v| {
+        found = Some(v);
+        false
+    });
+    found
 }
 
 /// The request headers named `lowercase_name` as `$http_<name>` gives them:
 /// the value of the only one, or all of them joined by `", "` (a copy in the
 /// request's pool); `None` when there is none, or the copy failed.
-pub fn header_in_joined<'r>(req: &'r Request, lowercase_name: &'r [u8]) -> Option<&'r [u8]> {
-    let mut values = headers_named(req, lowercase_name);
-    let first = values.next()?;
-    let Some(second) = values.next() else {
-        return Some(first);
-    };
-    let mut joined = Vec::with_capacity(first.len() + 2 + second.len());
-    for (i, v) in [first, second].into_iter().chain(values).enumerate() {
-        if i > 0 {
+pub fn header_in_joined<'r>(req: &'r Request, lowercase_name: &[u8]) -> Option<&'r [u8]> {
+    let (mut first, mut repeated) = (None, false);
+    each_header_named(req, lowercase_name, |v| {
+        if first.is_none() {
+            first = Some(v);
+            true
+        } else {
+            repeated = true;
+            false
+        }
+    });
+    if repeated {
+        return joined(req, lowercase_name);
+    }
+    first
+}
+
+/// The cold half of [`header_in_joined`]: a repeated header's values joined
+/// into one copy in the request's pool.
+#[cold]
+fn joined<'r>(req: &'r Request, lowercase_name: &[u8]) -> Option<&'r [u8]> {
+    let (mut joined, mut first) = (Vec::new(), true);
+    each_header_named(req, lowercase_name, |v| {
+        if !first {
             joined.extend_from_slice(b", ");
         }
+        first = false;
         joined.extend_from_slice(v);
-    }
+        true
+    });
     let data = variables::pool_copy(req, &joined)?;
     // SAFETY: `pool_copy` wrote `joined.len()` bytes there, in the request's
     // pool, which outlives the request's borrow.

@@ -4,16 +4,74 @@
 //! ChaCha20 stream ([`lua_compat::request_id`]). The value is cached for the
 //! request like any variable's, so the header sent upstream and the access
 //! log agree.
+//!
+//! `dynamic_balancer_request_id on` goes one step further: the request itself
+//! carries the id as its `X-Request-ID` header ([`ensure_header`]), so the
+//! proxy sends it upstream among the client's headers, and the location
+//! needs no `proxy_set_header X-Request-ID` (a script run twice per request,
+//! plus a handler call and a header lookup).
 
 use std::cell::RefCell;
 
 use lua_compat::request_id::{self, Generator, ID_LEN};
-use ngx::ffi::{ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, NGX_ERROR, NGX_OK};
-use ngx::http::Request;
+use ngx::ffi::{ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_ERROR, NGX_OK};
+use ngx::http::{HttpModuleLocationConf, Request};
 
+use crate::conf::read_variable;
 use crate::guard::ffi_guard;
 use crate::request;
-use crate::variables;
+use crate::variables::{self, Read};
+use crate::Module;
+
+/// Under `dynamic_balancer_request_id on`, makes sure the main request
+/// carries `X-Request-ID`: a client's non-empty one stays as it is (and as
+/// many as it sent); otherwise `$dynamic_request_id`'s value (computed now,
+/// or the one already cached, so the log and the header agree) fills the
+/// client's empty header or is added as a new one. Runs in the preaccess
+/// phase, after the rewrites and before `auth_request` and the proxy; an
+/// internal redirect runs it again and finds the header there.
+pub fn ensure_header(req: &mut Request) {
+    if !Module::location_conf(req).is_some_and(|l| l.request_id_header == Some(true)) {
+        return;
+    }
+    let r = req.as_ref();
+    // Subrequests share the main request's headers.
+    if !std::ptr::eq(r.main, r) {
+        return;
+    }
+    let first = request::first_header_elt(req, request_id::HEADER);
+    // SAFETY: the header is the live request's, in its pool.
+    if first.is_some_and(|h| unsafe { h.as_ref() }.value.len > 0) {
+        return;
+    }
+    let Some(id) = read_variable(req, Read::RequestId) else {
+        return;
+    };
+    // The variable's cached value, in the request's pool.
+    let value = ngx_str_t {
+        len: id.len(),
+        data: id.as_ptr().cast_mut(),
+    };
+    match first {
+        // SAFETY: the client's empty header, in the live request's pool,
+        // which nothing else references during this call.
+        Some(mut h) => unsafe { h.as_mut().value = value },
+        None => {
+            // Without pool memory for the header, the request goes on
+            // without it, as with a failed `proxy_set_header` script.
+            // SAFETY: `value` is in the request's pool.
+            let _ = unsafe {
+                request::push_header_in(
+                    req,
+                    request_id::HEADER_NAME,
+                    request_id::HEADER,
+                    request_id::HEADER_HASH as ngx_uint_t,
+                    value,
+                )
+            };
+        }
+    }
+}
 
 thread_local! {
     /// This process's generator. Requests run on the event-loop thread only.
