@@ -31,7 +31,7 @@ use crate::Module;
 /// phase, after the rewrites and before `auth_request` and the proxy; an
 /// internal redirect runs it again and finds the header there.
 pub fn ensure_header(req: &mut Request) {
-    if !Module::location_conf(req).is_some_and(|l| l.request_id_header == Some(true)) {
+    if Module::location_conf(req).is_none_or(|l| l.request_id_header != Some(true)) {
         return;
     }
     let r = req.as_ref();
