@@ -274,10 +274,16 @@ pub unsafe fn push_header_in(
     // SAFETY: the request's own headers list, initialised by nginx for
     // every request; pushing allocates from its pool.
     let h = unsafe { ngx_list_push(&mut req.as_mut().headers_in.headers) }.cast::<ngx_table_elt_t>();
-    // SAFETY: a non-null `h` is a fresh, element-sized, aligned slot of the
-    // list, which nothing else references yet.
-    let Some(h) = (unsafe { h.as_mut() }) else {
+    if h.is_null() {
         return false;
+    }
+    // SAFETY: `h` is a fresh, element-sized, aligned slot of the list, which
+    // nothing else references yet. Zeroed first: the fields not set below
+    // (`next`, which nginx 1.23 added, for one) are null, whichever nginx
+    // the module was built for.
+    let h = unsafe {
+        ptr::write_bytes(h, 0, 1);
+        &mut *h
     };
     h.hash = hash;
     h.key = ngx_str_t {
@@ -286,7 +292,6 @@ pub unsafe fn push_header_in(
     };
     h.lowcase_key = lowercase_key.as_ptr().cast_mut();
     h.value = value;
-    h.next = ptr::null_mut();
     true
 }
 

@@ -15,9 +15,15 @@ const TWO_WORKERS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace
 /// GET `/` on `web.test` with extra `headers`: the status and the
 /// `X-Echo-*` headers the upstream saw.
 fn get(port: u16, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>) {
+    get_at(port, "web.test", "/", headers)
+}
+
+/// GET `path` on `host` with extra `headers` (repeated names are sent
+/// repeated): the status and the `X-Echo-*` headers the upstream saw.
+fn get_at(port: u16, host: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>) {
     let mut req = agent()
-        .get(&format!("http://127.0.0.1:{port}/"))
-        .header("Host", "web.test");
+        .get(&format!("http://127.0.0.1:{port}{path}"))
+        .header("Host", host);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -105,19 +111,9 @@ fn logged_id(c: &Controller, path: &str) -> String {
 }
 
 fn get_path(port: u16, host: &str, path: &str, headers: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut req = agent()
-        .get(&format!("http://127.0.0.1:{port}{path}"))
-        .header("Host", host);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = req.call().expect("nginx answers");
-    assert_eq!(resp.status().as_u16(), 200);
-    resp.headers()
-        .iter()
-        .filter(|(k, _)| k.as_str().starts_with("x-echo-"))
-        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
-        .collect()
+    let (status, echoed) = get_at(port, host, path, headers);
+    assert_eq!(status, 200);
+    echoed
 }
 
 fn all<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
