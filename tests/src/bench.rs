@@ -311,7 +311,11 @@ pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &st
     vg.wait().unwrap();
     // BENCH_KEEP_CALLGRIND=DIR keeps each profile for callgrind_annotate.
     if let Some(keep) = std::env::var_os("BENCH_KEEP_CALLGRIND") {
-        let name = format!("callgrind.{port}.{}.{count}.out", headers.len());
+        // Numbered in the order measured: two runs of one location (metrics
+        // on and off) have the same port and headers.
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("callgrind.{run:02}.{port}.{}.{count}.out", headers.len());
         std::fs::copy(&out, std::path::Path::new(&keep).join(name)).unwrap();
     }
     let text = std::fs::read_to_string(&out).unwrap();
