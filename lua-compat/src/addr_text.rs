@@ -9,9 +9,24 @@ pub fn port_digits(text: &[u8]) -> Option<&[u8]> {
     (!digits.is_empty() && digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit)).then_some(digits)
 }
 
+/// `port` in decimal, into `buf`; the digits used. For a port no listener
+/// text holds (a PROXY protocol header's destination port).
+pub fn port_decimal(port: u16, buf: &mut [u8; 5]) -> &[u8] {
+    let mut n = port;
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::port_digits;
+    use super::{port_decimal, port_digits};
     use proptest::prelude::*;
 
     #[test]
@@ -22,6 +37,14 @@ mod tests {
         assert_eq!(port_digits(b"unix:/run/x:1.sock"), None);
         assert_eq!(port_digits(b"127.0.0.1:"), None);
         assert_eq!(port_digits(b"127.0.0.1:123456"), None);
+    }
+
+    #[test]
+    fn ports_in_decimal() {
+        let mut buf = [0u8; 5];
+        for port in [0u16, 7, 80, 443, 8080, 10246, 65535] {
+            assert_eq!(port_decimal(port, &mut buf), port.to_string().as_bytes());
+        }
     }
 
     proptest! {

@@ -15,7 +15,7 @@
 //! both for the request. Repeated headers are joined by `, `, as
 //! `$http_x_forwarded_proto` joins them.
 
-use lua_compat::addr_text::port_digits;
+use lua_compat::addr_text::{port_decimal, port_digits};
 use ngx::ffi::{
     ngx_http_request_t, ngx_http_variable_value_t, ngx_int_t, sockaddr_in, sockaddr_in6, NGX_ERROR, NGX_OK,
 };
@@ -120,20 +120,6 @@ fn proxy_protocol_port(req: &Request) -> Option<u16> {
     (pp.dst_port != 0).then_some(pp.dst_port)
 }
 
-/// `port` in decimal, into `buf`; the digits used.
-fn decimal(port: u16, buf: &mut [u8; 5]) -> &[u8] {
-    let mut n = port;
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[at..];
-        }
-    }
-}
-
 /// The get handler of `$dynamic_pass_server_port`: nginx calls it with a
 /// live request and the variable's value slot, once per request.
 pub unsafe extern "C" fn port_variable(
@@ -162,7 +148,7 @@ pub unsafe extern "C" fn port_variable(
             }
             Some(ListeningPort::Number(port)) => {
                 let mut buf = [0u8; 5];
-                return variables::fill(req, v, decimal(port, &mut buf));
+                return variables::fill(req, v, port_decimal(port, &mut buf));
             }
             None => {}
         }
@@ -175,17 +161,4 @@ pub unsafe extern "C" fn port_variable(
         }
         NGX_OK as ngx_int_t
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decimal;
-
-    #[test]
-    fn ports_in_decimal() {
-        let mut buf = [0u8; 5];
-        for port in [0u16, 7, 80, 443, 8080, 10246, 65535] {
-            assert_eq!(decimal(port, &mut buf), port.to_string().as_bytes());
-        }
-    }
 }
