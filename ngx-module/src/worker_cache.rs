@@ -112,6 +112,21 @@ fn bump_epoch() {
     CACHE_EPOCH.fetch_add(1, Ordering::Relaxed);
 }
 
+impl WorkerCache {
+    /// Inserts or replaces `name`'s entry. Every change of an entry goes
+    /// through here or [`WorkerCache::remove`], so none can miss the epoch.
+    fn put(&mut self, name: Box<[u8]>, backend: Rc<WorkerBackend>, checked: u64) {
+        bump_epoch();
+        self.backends.insert(name, Entry { backend, checked });
+    }
+
+    fn remove(&mut self, name: &[u8]) {
+        if self.backends.remove(name).is_some() {
+            bump_epoch();
+        }
+    }
+}
+
 struct Entry {
     backend: Rc<WorkerBackend>,
     /// The zone generation at which `backend` was last found current.
@@ -206,9 +221,7 @@ fn finish(
     match found {
         Found::Current(backend) => Some(backend),
         Found::Gone => {
-            if cache.backends.remove(name).is_some() {
-                bump_epoch();
-            }
+            cache.remove(name);
             None
         }
         Found::Changed { version, runtime } => {
@@ -227,14 +240,7 @@ fn finish(
             let rt = decode_runtime(name, &runtime)?;
             let selector = Selector::build(&rt, worker);
             let backend = Rc::new(assemble(name, version, rt, selector, zone.header().table()));
-            bump_epoch();
-            cache.backends.insert(
-                name.into(),
-                Entry {
-                    backend: Rc::clone(&backend),
-                    checked: generation,
-                },
-            );
+            cache.put(name.into(), Rc::clone(&backend), generation);
             Some(backend)
         }
     }
@@ -259,14 +265,7 @@ fn absorb(cache: &mut WorkerCache, zone: &Zone) {
             built.selector,
             zone.header().table(),
         );
-        bump_epoch();
-        cache.backends.insert(
-            built.name,
-            Entry {
-                backend: Rc::new(backend),
-                checked: 0,
-            },
-        );
+        cache.put(built.name, Rc::new(backend), 0);
     }
 }
 
