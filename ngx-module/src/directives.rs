@@ -366,70 +366,43 @@ pub unsafe extern "C" fn set_state_file(
     })
 }
 
-/// `dynamic_balancer_forwarded_headers on | off;`: whether
-/// `$dynamic_pass_access_scheme`, `$dynamic_pass_server_port` and the HTTPS
-/// redirect believe `X-Forwarded-*` headers. nginx calls it while parsing,
-/// with the live configuration and our `LocConf` as `conf`.
-pub unsafe extern "C" fn set_forwarded_headers(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
-    ffi_guard("dynamic_balancer_forwarded_headers", NGX_CONF_ERROR, || {
-        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
-        // configuration runs on one thread.
-        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
-        // SAFETY: `cf` is the live configuration being parsed.
-        set_flag(
-            unsafe { &*cf },
-            "dynamic_balancer_forwarded_headers",
-            &mut lcf.forwarded_headers,
-        )
-    })
-}
-
-/// `dynamic_balancer_request_id on | off;`: whether the request carries
-/// `X-Request-ID` before it is proxied (see
-/// [`crate::request_id::ensure_header`]). nginx calls it while parsing,
-/// with the live configuration and our `LocConf` as `conf`.
-pub unsafe extern "C" fn set_request_id(
-    cf: *mut ngx_conf_t,
-    _cmd: *mut ngx_command_t,
-    conf: *mut c_void,
-) -> *mut c_char {
-    ffi_guard("dynamic_balancer_request_id", NGX_CONF_ERROR, || {
-        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
-        // configuration runs on one thread.
-        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
-        // SAFETY: `cf` is the live configuration being parsed.
-        set_flag(
-            unsafe { &*cf },
-            "dynamic_balancer_request_id",
-            &mut lcf.request_id_header,
-        )
-    })
-}
-
-/// An `on | off` directive's argument into `slot`, once per block.
-fn set_flag(cf: &ngx_conf_t, directive: &str, slot: &mut Option<bool>) -> *mut c_char {
-    if slot.is_some() {
-        return c"is duplicate".as_ptr().cast_mut();
-    }
-    let value = args(cf)[1];
-    *slot = Some(match value.as_bytes() {
-        b"on" => true,
-        b"off" => false,
-        _ => {
-            let cf = ptr::from_ref(cf).cast_mut();
-            ngx_conf_log_error!(
-                NGX_LOG_EMERG,
-                cf,
-                "invalid value \"{value}\" in {directive}: \"on\" or \"off\" is expected"
-            );
-            return NGX_CONF_ERROR;
+/// An `on | off` directive of a `LocConf` `Option<bool>` field, as nginx's
+/// `ngx_conf_set_flag_slot` does it for `ngx_flag_t`: the command's `offset`
+/// (`offset_of!(LocConf, field)`) says which field. Used by
+/// `dynamic_balancer_forwarded_headers` (`X-Forwarded-*` believed by
+/// `$dynamic_pass_*` and the HTTPS redirect) and
+/// `dynamic_balancer_request_id` (see [`crate::request_id::ensure_header`]).
+/// nginx calls it while parsing, with the live configuration, the command
+/// and our `LocConf` as `conf`.
+pub unsafe extern "C" fn set_loc_flag(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("an on/off directive", NGX_CONF_ERROR, || {
+        // SAFETY: `cmd` is one of our commands, `cf` the live configuration
+        // being parsed; nginx calls `set` with both.
+        let (cmd, cf) = unsafe { (&*cmd, &*cf) };
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf, and the
+        // commands that name this setter put the offset of one of its
+        // `Option<bool>` fields in `offset`; configuration runs on one thread.
+        let slot = unsafe { &mut *conf.cast::<u8>().add(cmd.offset).cast::<Option<bool>>() };
+        if slot.is_some() {
+            return c"is duplicate".as_ptr().cast_mut();
         }
-    });
-    NGX_CONF_OK
+        let value = args(cf)[1];
+        *slot = Some(match value.as_bytes() {
+            b"on" => true,
+            b"off" => false,
+            _ => {
+                let name = cmd.name;
+                let cf = ptr::from_ref(cf).cast_mut();
+                ngx_conf_log_error!(
+                    NGX_LOG_EMERG,
+                    cf,
+                    "invalid value \"{value}\" in {name}: \"on\" or \"off\" is expected"
+                );
+                return NGX_CONF_ERROR;
+            }
+        });
+        NGX_CONF_OK
+    })
 }
 
 /// `dynamic_balancer_https_redirect off | code [preserve_trailing_slash]

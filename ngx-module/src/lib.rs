@@ -294,17 +294,17 @@ static mut COMMANDS: [ngx_command_t; 14] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_forwarded_headers"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(directives::set_forwarded_headers),
+        set: Some(directives::set_loc_flag),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
-        offset: 0,
+        offset: std::mem::offset_of!(conf::LocConf, forwarded_headers),
         post: std::ptr::null_mut(),
     },
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_request_id"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(directives::set_request_id),
+        set: Some(directives::set_loc_flag),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
-        offset: 0,
+        offset: std::mem::offset_of!(conf::LocConf, request_id_header),
         post: std::ptr::null_mut(),
     },
     ngx_command_t {
