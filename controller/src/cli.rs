@@ -81,11 +81,22 @@ pub struct Args {
     #[arg(long, value_name = "NAMESPACE/NAME", global = true)]
     pub default_ssl_certificate: Option<String>,
 
-    /// Accept *-snippet annotations. They are rendered verbatim into
-    /// nginx.conf, which is what CVE-2025-1974 exploited: leave this off
+    /// Accept `configuration-snippet` and `server-snippet`: raw nginx
+    /// directives from Ingress authors. Each is parsed as nginx parses it
+    /// and must keep to its own block; directives that load code, read
+    /// configuration, change the process or name files outside
+    /// `--snippet-allowed-path` are refused. Still, a snippet can do
+    /// anything nginx can do inside a server or location: leave this off
     /// unless every Ingress author is trusted.
     #[arg(long, global = true)]
     pub allow_snippet_annotations: bool,
+
+    /// A directory whose files snippets may name (`root`, `alias`,
+    /// certificates, password files, logs); repeat for more. Absolute, not
+    /// `/`, never under /proc, /sys, /dev or the Pod's credentials. Without
+    /// it, a snippet that names a file is refused.
+    #[arg(long = "snippet-allowed-path", value_name = "DIR", global = true)]
+    pub snippet_allowed_paths: Vec<PathBuf>,
 
     /// Accept EndpointSlice addresses on loopback and link-local networks
     /// (for a manifest directory whose upstreams run on the same host). By
@@ -226,7 +237,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE", default_value = "/usr/local/certificates/key")]
     pub validating_webhook_key: PathBuf,
 
-    /// How long the webhook may spend on one review (model and `nginx -t`)
+    /// How long the webhook may spend on one review (waiting for its turn
+    /// and building the model)
     /// before it answers with a denial that says so.
     #[arg(long, default_value = "8s", value_parser = parse_duration)]
     pub validating_webhook_timeout: Duration,
@@ -374,6 +386,8 @@ impl Args {
                 without_class: self.watch_ingress_without_class,
             },
             allow_snippets: self.allow_snippet_annotations,
+            snippet_policy: controller::model::snippet::Policy::new(self.snippet_allowed_paths.clone())
+                .map_err(anyhow::Error::msg)?,
             default_backend_service: self
                 .default_backend_service
                 .as_deref()

@@ -179,7 +179,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     if args.allow_snippet_annotations {
-        tracing::warn!("--allow-snippet-annotations: snippet annotations are rendered verbatim into nginx.conf");
+        tracing::warn!(
+            allowed_paths = ?args.snippet_allowed_paths,
+            "--allow-snippet-annotations: Ingress authors may add nginx directives to their servers and locations (judged by the snippet policy)"
+        );
     }
 
     let listener = tokio::net::TcpListener::bind(args.metrics_address)
@@ -217,11 +220,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(addr) = &args.validating_webhook {
         let validator = admission::Validator::new(
             settings.build.clone(),
-            settings.render.clone(),
-            Renderer::new(args.template.as_deref())?,
-            args.nginx_binary.clone(),
             rx.clone(),
             args.validating_webhook_timeout,
+            admission::AdmissionMetrics {
+                reviews: shared.metrics.admission_reviews.clone(),
+                duration: Some(shared.metrics.admission_duration.clone()),
+            },
         );
         let tls = admission::server::tls_config(&args.validating_webhook_certificate, &args.validating_webhook_key)?;
         let addr = if addr.starts_with(':') {

@@ -19,6 +19,13 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// `allowed`, `denied`, `invalid` (not an AdmissionReview), `busy`
+    /// (refused with 429: too many waiting) or `timeout`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PushLabels {
     /// `post` (full), `put` or `delete`.
     pub kind: &'static str,
@@ -49,6 +56,8 @@ pub struct Metrics {
     pub refused_backends: Gauge,
     pub quarantined_ingresses: Gauge,
     pub module_scrape_errors: Counter,
+    pub admission_reviews: Family<AdmissionLabels, Counter>,
+    pub admission_duration: Histogram,
 }
 
 impl Metrics {
@@ -69,6 +78,8 @@ impl Metrics {
             refused_backends: Gauge::default(),
             quarantined_ingresses: Gauge::default(),
             module_scrape_errors: Counter::default(),
+            admission_reviews: Family::default(),
+            admission_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             registry: Registry::default(),
         };
         let p = "nginx_ingress_controller_";
@@ -137,6 +148,16 @@ impl Metrics {
             format!("{p}module_metrics_scrape_errors"),
             "Scrapes of /metrics that could not include the module's request metrics (nginx down or slow)",
             m.module_scrape_errors.clone(),
+        );
+        registry.register(
+            format!("{p}admission_reviews"),
+            "Admission reviews answered by the validating webhook, by result",
+            m.admission_reviews.clone(),
+        );
+        registry.register(
+            format!("{p}admission_review_duration_seconds"),
+            "Time the validating webhook spent on one review, waiting for its turn included",
+            m.admission_duration.clone(),
         );
         Metrics { registry, ..m }
     }

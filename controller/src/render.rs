@@ -7,8 +7,10 @@
 //! `\` and `"` escaped; control characters (newlines included) and `$` abort
 //! the render. The only way to emit a `$` is the `regex` filter, which the
 //! template applies to values the model has already validated as regexes or
-//! rewrite targets. Snippets, allowed only by an explicit flag, are the one
-//! verbatim path (`|safe`).
+//! rewrite targets. Snippets, allowed only by an explicit flag, go through
+//! the `snippet` filter, which writes nginx directives only as a complete,
+//! balanced list (it parses them again and writes them in canonical form),
+//! so not even a replaced template can let one out of its block.
 
 use std::path::Path;
 
@@ -171,6 +173,22 @@ fn log_format_filter(value: String) -> Result<Value, Error> {
     regex_filter(value, None)
 }
 
+/// `{{ value|snippet(12) }}`: a judged snippet ([`crate::model::snippet`])
+/// as directives, lines after the first indented by `indent` spaces. The
+/// text is parsed again and written from the parse: anything that is not a
+/// complete list of directives with balanced blocks aborts the render.
+fn snippet_filter(value: String, indent: usize) -> Result<Value, Error> {
+    use crate::conf_syntax::{emit, parse};
+    let tree = parse::parse(&value, parse::Limits::default()).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("refusing to render a snippet that is not a complete list of directives: {e}"),
+        )
+    })?;
+    let text = emit::directives(&tree, indent);
+    Ok(Value::from_safe_string(text.trim_start_matches(' ').to_string()))
+}
+
 /// `{{ value|comment }}`: text safe inside a `#` comment (one line).
 fn comment_filter(value: String) -> Value {
     let line: String = value.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
@@ -201,6 +219,7 @@ impl Renderer {
         // rule: text, and variables nginx knows.
         env.add_filter("header_value", log_format_filter);
         env.add_filter("label", label_filter);
+        env.add_filter("snippet", snippet_filter);
         env.add_template_owned(TEMPLATE_NAME, source)
             .context("compiling the nginx.conf template")?;
         Ok(Renderer { env })

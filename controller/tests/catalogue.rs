@@ -38,7 +38,7 @@ fn annotations_match_the_parser() {
             .chain([&(e.name, e.sample)])
             .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
             .collect();
-        let (_, problems) = Annotations::parse(&raw, true);
+        let (_, problems) = Annotations::parse(&raw, Some(&Default::default()));
         let mine: Vec<_> = problems
             .iter()
             .filter(|p| p.annotation == format!("{PREFIX}{}", e.name))

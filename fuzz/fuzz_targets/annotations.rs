@@ -44,7 +44,7 @@ fuzz_target!(|pairs: Vec<(u8, String)>| {
         .iter()
         .map(|(k, v)| (format!("{PREFIX}{}", names[*k as usize % names.len()].name), v.clone()))
         .collect();
-    let (a, _) = Annotations::parse(&raw, false);
+    let (a, _) = Annotations::parse(&raw, None);
     assert!(a.configuration_snippet.is_none() && a.server_snippet.is_none());
     if let Some(b) = &a.proxy_body_size {
         assert!(inert(b.as_str()) && !b.as_str().contains(' '));

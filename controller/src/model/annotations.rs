@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::basic_auth::{self, SecretType};
 use super::catalogue;
 use super::proxy_settings::{self as proxy, HttpVersion, ProxyOverrides, ProxyRedirect, Rewrite};
+use super::snippet::{self, Snippet};
 use super::values::{
     error_status, number_in, parse_cidrs, HeaderName, Host, Invalid, Origin, RedirectUrl, RewriteTarget, Seconds, Size,
     UrlPath,
@@ -177,8 +178,8 @@ pub struct Annotations {
     pub server_alias: Vec<Host>,
     pub default_backend: Option<String>,
     pub custom_http_errors: Vec<u16>,
-    pub configuration_snippet: Option<String>,
-    pub server_snippet: Option<String>,
+    pub configuration_snippet: Option<Snippet>,
+    pub server_snippet: Option<Snippet>,
     /// Access-control annotations this controller does not implement. An
     /// Ingress that has any fails closed: its paths answer 503, never the
     /// unprotected backend.
@@ -297,15 +298,15 @@ const NEXT_UPSTREAM: &[&str] = &[
 
 impl Annotations {
     /// Parses every annotation under [`PREFIX`]. Snippets are refused unless
-    /// `allow_snippets`; when allowed they are kept verbatim (that is what a
-    /// snippet is) and reported as risky by the caller.
-    pub fn parse(raw: &BTreeMap<String, String>, allow_snippets: bool) -> (Annotations, Vec<Problem>) {
+    /// `snippets` gives the policy they are judged by (snippets allowed);
+    /// then they are kept in canonical form ([`Snippet`]).
+    pub fn parse(raw: &BTreeMap<String, String>, snippets: Option<&snippet::Policy>) -> (Annotations, Vec<Problem>) {
         let mut a = Annotations::default();
         let mut problems = Vec::new();
         let get = |key: &str| raw.get(&format!("{PREFIX}{key}")).map(String::as_str);
         for (key, value) in raw {
             let Some(name) = key.strip_prefix(PREFIX) else { continue };
-            if let Err(e) = a.apply(name, value, allow_snippets, &get) {
+            if let Err(e) = a.apply(name, value, snippets, &get) {
                 // Access control that is not honoured as written (refused,
                 // invalid, or missing what it needs) fails closed: one rule
                 // for every such annotation, never the unprotected backend.
@@ -334,7 +335,7 @@ impl Annotations {
         &mut self,
         name: &str,
         v: &str,
-        allow_snippets: bool,
+        snippets: Option<&snippet::Policy>,
         get: &dyn Fn(&str) -> Option<&'r str>,
     ) -> Result<(), Invalid> {
         match name {
@@ -482,13 +483,13 @@ impl Annotations {
             }
             "custom-http-errors" => self.custom_http_errors = parse_list(v, error_status)?,
             "configuration-snippet" | "server-snippet" => {
-                if !allow_snippets {
+                let Some(policy) = snippets else {
                     return Err(Invalid(
                         "snippet annotations are disabled; start with --allow-snippet-annotations to accept them"
                             .into(),
                     ));
-                }
-                let text = Some(v.to_string());
+                };
+                let text = Snippet::parse(v, policy)?;
                 if name == "server-snippet" {
                     self.server_snippet = text;
                 } else {
@@ -707,7 +708,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
             .collect();
-        Annotations::parse(&raw, snippets)
+        Annotations::parse(&raw, snippets.then_some(&snippet::Policy::default()))
     }
 
     #[test]
@@ -753,6 +754,13 @@ mod tests {
         assert!(a.configuration_snippet.is_none() && p[0].reason.contains("disabled"));
         let (a, p) = parse(&[("configuration-snippet", "more_set_headers x;")], true);
         assert!(a.configuration_snippet.is_some() && p.is_empty());
+        // Allowed, a snippet is still judged: one that leaves its block is
+        // refused like any invalid value.
+        let (a, p) = parse(&[("server-snippet", "} ssl_engine /tmp/x.so; server {")], true);
+        assert!(
+            a.server_snippet.is_none() && p[0].reason.contains("not a complete list"),
+            "{p:?}"
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod mirror;
 pub mod names;
 pub mod proxy_settings;
 pub mod real_ip;
+pub mod snippet;
 pub mod ssl_settings;
 pub mod stream_settings;
 pub mod tls;
@@ -174,8 +175,9 @@ pub struct Server {
     /// ([`Model::tls_hosts`]), so a renewal or another Secret never reloads.
     pub tls: bool,
     pub locations: Vec<Location>,
-    /// Only present when snippets are allowed; rendered verbatim.
-    pub snippet: Option<String>,
+    /// `server-snippet`, only when snippets are allowed; judged and in
+    /// canonical form.
+    pub snippet: Option<snippet::Snippet>,
     /// `app-root` of the first location that has one (its Ingress, the
     /// path): `/` on this host redirects there, whatever paths the Ingress
     /// serves.
@@ -302,7 +304,8 @@ pub struct Location {
     pub block_cidrs: Vec<String>,
     /// custom-http-errors: codes sent to a named error location.
     pub error_pages: Vec<ErrorPage>,
-    pub snippet: Option<String>,
+    /// `configuration-snippet`, as [`Server::snippet`].
+    pub snippet: Option<snippet::Snippet>,
 }
 
 /// What one build produced.

@@ -32,6 +32,8 @@ pub struct BuildOptions {
     pub class: ClassFilter,
     /// `--allow-snippet-annotations` (the ConfigMap key can also allow them).
     pub allow_snippets: bool,
+    /// What allowed snippets may do (`--snippet-allowed-path`).
+    pub snippet_policy: super::snippet::Policy,
     /// `--default-backend-service namespace/name`.
     pub default_backend_service: Option<(String, String)>,
     /// `--default-ssl-certificate namespace/name`: the TLS Secret served to
@@ -65,6 +67,7 @@ impl Default for BuildOptions {
                 without_class: false,
             },
             allow_snippets: false,
+            snippet_policy: super::snippet::Policy::default(),
             default_backend_service: None,
             default_ssl_certificate: None,
             namespace: None,
@@ -95,7 +98,7 @@ struct ServerAcc {
     /// the aliases and the snippet (the first one to define the host).
     owner: Option<(usize, String)>,
     tls: Option<String>,
-    snippet: Option<String>,
+    snippet: Option<super::snippet::Snippet>,
     /// The owner's `auth-tls-secret`, read (or why it cannot be).
     client_auth: Option<Result<super::client_auth::ClientAuth, String>>,
     /// Locations by their conflict key `(path, pathType)`.
@@ -110,7 +113,8 @@ struct Builder<'s> {
     snap: &'s Snapshot,
     opts: &'s BuildOptions,
     global: GlobalConfig,
-    allow_snippets: bool,
+    /// The policy snippets are judged by, when they are allowed at all.
+    snippets: Option<&'s super::snippet::Policy>,
     servers: BTreeMap<String, ServerAcc>,
     backends: BTreeMap<String, BackendRef>,
     names: Names,
@@ -146,7 +150,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
     let mut b = Builder {
         snap,
         opts,
-        allow_snippets: opts.allow_snippets || global.allow_snippet_annotations,
+        snippets: (opts.allow_snippets || global.allow_snippet_annotations).then_some(&opts.snippet_policy),
         global,
         servers: BTreeMap::new(),
         backends: BTreeMap::new(),
@@ -184,11 +188,8 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
             continue;
         }
         let raw = ing.metadata.annotations.clone().unwrap_or_default();
-        let (a, problems) = Annotations::parse(&raw, b.allow_snippets);
+        let (a, problems) = Annotations::parse(&raw, b.snippets);
         b.report_all(&format!("Ingress {ing_key}"), problems);
-        if a.configuration_snippet.is_some() || a.server_snippet.is_some() {
-            tracing::warn!(ingress = %ing_key, "snippet annotation accepted: it is rendered verbatim into nginx.conf (risky)");
-        }
         parsed.push((ing, a));
     }
 
