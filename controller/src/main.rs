@@ -145,20 +145,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(reaper::run_if_init());
 
     let display = |p: &std::path::Path| p.display().to_string();
+    let build = args.build_options()?;
+    let error_log = args
+        .nginx_error_log
+        .clone()
+        .unwrap_or_else(|| display(&conf_dir.join("logs/error.log")));
+    let access_log = args
+        .nginx_access_log
+        .clone()
+        .unwrap_or_else(|| display(&conf_dir.join("logs/access.log")));
+    // Paths the operator gave on the command line are nginx's to write,
+    // certificates and snippet directories its to read.
+    let operator_writes: Vec<std::path::PathBuf> = [&error_log, &access_log]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .chain([pid_file.clone()])
+        .chain(build.snippet_policy.allowed_paths.iter().cloned())
+        .collect();
+    let operator_reads: Vec<std::path::PathBuf> = [default_certificate.clone(), api_token_file.clone()]
+        .into_iter()
+        .chain(build.snippet_policy.allowed_paths.iter().cloned())
+        .collect();
     let settings = Settings {
-        build: args.build_options()?,
+        file_roots: controller::file_check::FileRoots::new(&conf_dir, &module, &operator_reads, &operator_writes),
+        staging_dir: controller::staging::prepare(&conf_dir)?,
+        build,
         render: RenderContext {
             module_path: display(&module),
             pid_file: display(&pid_file),
-            error_log: args
-                .nginx_error_log
-                .clone()
-                .unwrap_or_else(|| display(&conf_dir.join("logs/error.log"))),
+            error_log,
             error_log_level: args.error_log_level.clone(),
-            access_log: args
-                .nginx_access_log
-                .clone()
-                .unwrap_or_else(|| display(&conf_dir.join("logs/access.log"))),
+            access_log,
             zone_size: args.zone_size.clone(),
             metrics: args.enable_metrics,
             metrics_per_host: args.metrics_per_host,

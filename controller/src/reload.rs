@@ -33,9 +33,10 @@ use crate::state::{Running, Settings, Shared};
 /// Most `nginx -t` runs one quarantine search may take.
 const MAX_TESTS: usize = 48;
 
-/// Renders `structure` into a candidate file and runs `nginx -t` on it.
-/// Returns the rendered text, or nginx's message. Certificates are not in
-/// it: they are pushed to the module.
+/// Renders `structure` into a candidate file, checks the files it names
+/// ([`crate::file_check`]) and runs `nginx -t` on it. Returns the rendered
+/// text, or the refusal (nginx's message, or the file check's in the same
+/// form). Certificates are not in it: they are pushed to the module.
 pub async fn test_candidate(
     settings: &Settings,
     renderer: &Renderer,
@@ -43,17 +44,24 @@ pub async fn test_candidate(
     structure: &Structure,
 ) -> anyhow::Result<String> {
     let text = renderer.render(structure, &settings.render)?;
+    let candidate = candidate_path(settings);
+    crate::file_check::check(&text, &candidate, &settings.file_roots).map_err(|r| {
+        tracing::error!(refusal = %r.message, "a rendered configuration names a file it may not; nginx is not given it");
+        anyhow::anyhow!("the configuration names a file it may not: {}", r.message)
+    })?;
     // The basic-auth user files the candidate names (new names only: a
     // running configuration's files are never rewritten).
     crate::auth_files::write_all(&settings.conf_dir, &structure.auth_files)?;
-    let candidate = candidate_path(settings);
+    crate::staging::verify(&settings.staging_dir)?;
     std::fs::write(&candidate, &text).with_context(|| format!("writing {}", candidate.display()))?;
     shared.nginx.test(&candidate).await?;
     Ok(text)
 }
 
+/// The candidate's name ends with `.candidate`: [`blamed_ingress`] finds
+/// nginx's line numbers by it.
 fn candidate_path(settings: &Settings) -> std::path::PathBuf {
-    settings.conf_dir.join(".nginx.conf.candidate")
+    settings.staging_dir.join("nginx.conf.candidate")
 }
 
 /// Applies a model whose candidate passed `nginx -t` (its text is `text`):

@@ -20,6 +20,10 @@ pub struct Settings {
     pub render: RenderContext,
     pub conf_dir: PathBuf,
     pub ssl_dir: PathBuf,
+    /// Where candidates wait for `nginx -t` ([`crate::staging`]).
+    pub staging_dir: PathBuf,
+    /// Where the files a configuration names may be ([`crate::file_check`]).
+    pub file_roots: crate::file_check::FileRoots,
     /// How long a structural change waits for more changes before rendering.
     pub settle: Duration,
     /// How long new workers may take to report after a reload.

@@ -66,8 +66,20 @@ fn run_case(dir: &Path) -> Vec<String> {
     problems.sort();
     let problems = problems.join("\n") + "\n";
 
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let mut mismatches = Vec::new();
+    // Every file the rendered configuration names passes the check run
+    // before each `nginx -t` (nothing of the template's own is refused).
+    let ctx = context();
+    let roots = controller::file_check::FileRoots::new(
+        Path::new("/etc/nginx"),
+        Path::new(&ctx.module_path),
+        &[PathBuf::from(&ctx.default_certificate)],
+        &[PathBuf::from(&ctx.error_log), PathBuf::from(&ctx.access_log), PathBuf::from(&ctx.pid_file)],
+    );
+    if let Err(r) = controller::file_check::check(&conf, Path::new("nginx.conf"), &roots) {
+        mismatches.push(format!("{case}: the file check refuses the rendered configuration: {}", r.message));
+    }
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     for (file, actual) in [
         ("nginx.conf", &conf),
         ("backends.json", &backends),

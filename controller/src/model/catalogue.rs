@@ -79,7 +79,8 @@ const fn no(name: &'static str, why: &'static str) -> Entry {
     }
 }
 
-const SNIPPET: &str = "refused unless `--allow-snippet-annotations` (or the ConfigMap key): snippets are rendered verbatim, which CVE-2025-1974 exploited";
+const SNIPPET: &str = "refused unless `--allow-snippet-annotations` (or the ConfigMap key); allowed, each is parsed as nginx would and refused if it leaves its block, loads code or names a file outside `--snippet-allowed-path` (see the Security model)";
+const LOG_PATH: &str = "only `/dev/stdout`, `/dev/stderr`, `/dev/null` or a file under `/var/log`: nginx writes no other file a ConfigMap names";
 const MODSECURITY: &str = "no ModSecurity in this nginx";
 const TRACING: &str = "no OpenTelemetry module in this nginx; request ids and metrics come from the module";
 const PROXY_SSL: &str = "backend TLS settings are not implemented yet; nginx's defaults apply";
@@ -254,7 +255,7 @@ pub static ANNOTATIONS: &[Entry] = &[
 /// ingress-nginx's ConfigMap keys, in name order.
 pub static CONFIG_MAP: &[Entry] = &[
     no("access-log-params", "not implemented yet"),
-    ok("access-log-path", "/dev/stdout"),
+    differs("access-log-path", "/dev/stdout", LOG_PATH),
     differs("add-headers", "ingress-nginx/custom-headers", "a ConfigMap of the controller's own namespace; values may name only variables nginx knows; added with add_header always (repeated where a location adds headers of its own) rather than headers-more"),
     ok("allow-backend-server-header", "true"),
     no(
@@ -302,7 +303,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("enable-syslog", "not implemented yet"),
     ok("enable-underscores-in-headers", "true"),
     ok("error-log-level", "warn"),
-    ok("error-log-path", "/dev/stderr"),
+    differs("error-log-path", "/dev/stderr", LOG_PATH),
     no("force-ssl-redirect", "not implemented yet"),
     ok("forwarded-for-header", "X-Real-Client"),
     no("forwarded-for-proxy-protocol-header", "not implemented yet"),
@@ -328,7 +329,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     ok("hsts-include-subdomains", "false"),
     ok("hsts-max-age", "600"),
     ok("hsts-preload", "true"),
-    ok("http-access-log-path", "/var/log/nginx/access.log"),
+    differs("http-access-log-path", "/var/log/nginx/access.log", LOG_PATH),
     ok("http-redirect-code", "301"),
     no("http-snippet", SNIPPET),
     ok("http2-max-concurrent-streams", "64"),

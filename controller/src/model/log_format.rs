@@ -156,6 +156,15 @@ pub fn path(v: &str, key: &str) -> Result<String, Invalid> {
             "{key} must be an absolute path of plain characters: {v:?}"
         )));
     }
+    // What the check of every rendered configuration lets nginx write
+    // ([`crate::file_check`]): a ConfigMap naming anything else would
+    // block every reload.
+    let stream = matches!(t, "/dev/stdout" | "/dev/stderr" | "/dev/null");
+    if !stream && !t.starts_with("/var/log/") {
+        return Err(Invalid(format!(
+            "{key} must be /dev/stdout, /dev/stderr or a file under /var/log: {v:?}"
+        )));
+    }
     Ok(t.to_string())
 }
 
@@ -240,7 +249,15 @@ mod tests {
     fn paths_are_plain_and_absolute() {
         assert!(path("/dev/stdout", "access-log-path").is_ok());
         assert!(path("/var/log/nginx/access.log", "access-log-path").is_ok());
-        for bad in ["logs/a.log", "/var/log/../../etc/passwd", "/tmp/a b", "syslog:server=x"] {
+        for bad in [
+            "logs/a.log",
+            "/var/log/../../etc/passwd",
+            "/tmp/a b",
+            "syslog:server=x",
+            "/proc/self/fd/1",
+            "/etc/ingress-controller/nginx.conf",
+            "/var/log",
+        ] {
             assert!(path(bad, "access-log-path").is_err(), "{bad}");
         }
     }
