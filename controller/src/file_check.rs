@@ -147,7 +147,11 @@ mod tests {
             ("load_module /tmp/evil.so;", 1, "outside"),
             ("ssl_engine /tmp/evil.so;", 1, "never rendered"),
             ("events {}\ninclude /etc/passwd;", 2, "outside"),
-            ("http {\n  server {\n    ssl_certificate /proc/self/fd/7;\n  }\n}", 3, "/proc"),
+            (
+                "http {\n  server {\n    ssl_certificate /proc/self/fd/7;\n  }\n}",
+                3,
+                "/proc",
+            ),
             ("http { root /var/run/secrets/kubernetes.io; }", 1, "/var/run/secrets"),
             ("error_log /etc/cron.d/x;", 1, "outside"),
             ("http { access_log /var/log/$host.log; }", 1, "variable"),

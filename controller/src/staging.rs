@@ -33,7 +33,10 @@ pub fn prepare(conf_dir: &Path) -> anyhow::Result<PathBuf> {
 pub fn verify(dir: &Path) -> anyhow::Result<()> {
     let meta = std::fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
     if !meta.file_type().is_dir() {
-        anyhow::bail!("{} is not a directory (a link?): refusing to stage configurations there", dir.display());
+        anyhow::bail!(
+            "{} is not a directory (a link?): refusing to stage configurations there",
+            dir.display()
+        );
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
@@ -68,6 +71,9 @@ mod tests {
         std::fs::remove_dir(&dir).unwrap();
         let elsewhere = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), &dir).unwrap();
-        assert!(prepare(conf.path()).unwrap_err().to_string().contains("not a directory"));
+        assert!(prepare(conf.path())
+            .unwrap_err()
+            .to_string()
+            .contains("not a directory"));
     }
 }

@@ -74,10 +74,17 @@ fn run_case(dir: &Path) -> Vec<String> {
         Path::new("/etc/nginx"),
         Path::new(&ctx.module_path),
         &[PathBuf::from(&ctx.default_certificate)],
-        &[PathBuf::from(&ctx.error_log), PathBuf::from(&ctx.access_log), PathBuf::from(&ctx.pid_file)],
+        &[
+            PathBuf::from(&ctx.error_log),
+            PathBuf::from(&ctx.access_log),
+            PathBuf::from(&ctx.pid_file),
+        ],
     );
     if let Err(r) = controller::file_check::check(&conf, Path::new("nginx.conf"), &roots) {
-        mismatches.push(format!("{case}: the file check refuses the rendered configuration: {}", r.message));
+        mismatches.push(format!(
+            "{case}: the file check refuses the rendered configuration: {}",
+            r.message
+        ));
     }
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     for (file, actual) in [

@@ -5,6 +5,7 @@
 //! hands out, so tests run in parallel without colliding, and every process is
 //! stopped (by PID) when its handle drops.
 
+pub mod admission;
 pub mod apiserver;
 pub mod bench;
 pub mod controller;

@@ -527,7 +527,7 @@ fn ingresses_nginx_refuses_are_quarantined_and_the_rest_applied() {
 }
 
 #[test]
-fn unimplemented_access_control_fails_closed() {
+fn fails_closed_fails_closed() {
     let a = Upstream::start();
     let c = Controller::start(
         &[

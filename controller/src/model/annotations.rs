@@ -180,10 +180,13 @@ pub struct Annotations {
     pub custom_http_errors: Vec<u16>,
     pub configuration_snippet: Option<Snippet>,
     pub server_snippet: Option<Snippet>,
-    /// Access-control annotations this controller does not implement. An
-    /// Ingress that has any fails closed: its paths answer 503, never the
-    /// unprotected backend.
-    pub unimplemented_access_control: Vec<String>,
+    /// Annotations that may restrict access and are not honoured as
+    /// written: access control this controller does not implement (or
+    /// that is invalid), and allowed snippets the snippet policy refuses
+    /// (a snippet may hold `deny` or `auth_*` rules). An Ingress that has
+    /// any fails closed: its paths answer 503, never the unprotected
+    /// backend.
+    pub fails_closed: Vec<String>,
 }
 
 pub use super::catalogue::is_access_control;
@@ -311,8 +314,8 @@ impl Annotations {
                 // invalid, or missing what it needs) fails closed: one rule
                 // for every such annotation, never the unprotected backend.
                 let reason = if is_access_control(name) {
-                    if !a.unimplemented_access_control.iter().any(|n| n == name) {
-                        a.unimplemented_access_control.push(name.to_string());
+                    if !a.fails_closed.iter().any(|n| n == name) {
+                        a.fails_closed.push(name.to_string());
                     }
                     if e.0.contains("fails closed") {
                         e.0
@@ -489,7 +492,12 @@ impl Annotations {
                             .into(),
                     ));
                 };
-                let text = Snippet::parse(v, policy)?;
+                let text = Snippet::parse(v, policy).map_err(|e| {
+                    self.fails_closed.push(name.to_string());
+                    Invalid(format!(
+                        "{e}; the Ingress fails closed (503) until the snippet is fixed, as it may hold access rules"
+                    ))
+                })?;
                 if name == "server-snippet" {
                     self.server_snippet = text;
                 } else {
@@ -499,17 +507,17 @@ impl Annotations {
             "auth-type" => match v.trim() {
                 "basic" => {
                     let Some(secret) = get("auth-secret") else {
-                        self.unimplemented_access_control.push(name.to_string());
+                        self.fails_closed.push(name.to_string());
                         return Err(Invalid(
                             "auth-type basic needs auth-secret; the Ingress fails closed (503) until it has one".into(),
                         ));
                     };
                     self.basic_auth = Some(Self::basic_auth(secret, get).inspect_err(|_| {
-                        self.unimplemented_access_control.push("auth-secret".into());
+                        self.fails_closed.push("auth-secret".into());
                     })?);
                 }
                 _ => {
-                    self.unimplemented_access_control.push(name.to_string());
+                    self.fails_closed.push(name.to_string());
                     return Err(Invalid(format!(
                         "auth-type must be basic (nginx has no digest authentication): {v:?}; the Ingress fails closed (503)"
                     )));
@@ -525,7 +533,7 @@ impl Annotations {
                 match super::external_auth::AuthSpec::parse(&get_auth, true) {
                     Ok(spec) => self.external_auth = spec,
                     Err(e) => {
-                        self.unimplemented_access_control.push(name.to_string());
+                        self.fails_closed.push(name.to_string());
                         return Err(Invalid(format!("{e}; the Ingress fails closed (503)")));
                     }
                 }
@@ -563,7 +571,7 @@ impl Annotations {
                 match super::client_auth::AuthTlsRef::parse(v, &get_tls) {
                     Ok(r) => self.auth_tls = Some(r),
                     Err(e) => {
-                        self.unimplemented_access_control.push(name.to_string());
+                        self.fails_closed.push(name.to_string());
                         return Err(Invalid(format!("{e}; the Ingress fails closed (503)")));
                     }
                 }
@@ -578,7 +586,7 @@ impl Annotations {
                     // A subject check is meant to restrict: without the CA it
                     // cannot, so the Ingress closes rather than opens.
                     if companion == "match-cn" {
-                        self.unimplemented_access_control.push(n.to_string());
+                        self.fails_closed.push(n.to_string());
                         return Err(Invalid(
                             "auth-tls-match-cn needs auth-tls-secret; the Ingress fails closed (503)".into(),
                         ));
@@ -588,7 +596,7 @@ impl Annotations {
                 super::client_auth::check_companion(companion, v).unwrap_or(Ok(()))?;
             }
             n if is_access_control(n) => {
-                self.unimplemented_access_control.push(n.to_string());
+                self.fails_closed.push(n.to_string());
                 let why = catalogue::annotation(n).map_or("not implemented", |e| e.status.note());
                 return Err(Invalid(format!(
                     "not supported ({why}); the Ingress fails closed: its paths answer 503 until the annotation is removed"
@@ -771,7 +779,7 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_access_control_fails_closed() {
+    fn fails_closed_fails_closed() {
         let (a, p) = parse(
             &[
                 ("auth-type", "digest"),
@@ -786,7 +794,7 @@ mod tests {
             false,
         );
         assert_eq!(
-            a.unimplemented_access_control,
+            a.fails_closed,
             ["auth-type", "auth-url", "enable-modsecurity", "satisfy"]
         );
         assert!(
@@ -813,17 +821,14 @@ mod tests {
         let b = a.basic_auth.unwrap();
         assert_eq!((b.secret.as_str(), b.realm.as_str()), ("team/users", "Team"));
         let (a, p) = parse(&[("auth-type", "basic")], false);
-        assert!(
-            a.basic_auth.is_none() && a.unimplemented_access_control == ["auth-type"],
-            "{p:?}"
-        );
+        assert!(a.basic_auth.is_none() && a.fails_closed == ["auth-type"], "{p:?}");
         let (a, _) = parse(&[("auth-type", "basic"), ("auth-secret", "a/b/c")], false);
-        assert!(a.basic_auth.is_none() && !a.unimplemented_access_control.is_empty());
+        assert!(a.basic_auth.is_none() && !a.fails_closed.is_empty());
         let (a, _) = parse(
             &[("auth-type", "basic"), ("auth-secret", "users"), ("auth-realm", "\"$x")],
             false,
         );
-        assert!(a.basic_auth.is_none() && !a.unimplemented_access_control.is_empty());
+        assert!(a.basic_auth.is_none() && !a.fails_closed.is_empty());
         let (_, p) = parse(&[("auth-secret", "users")], false);
         assert!(p[0].reason.contains("needs auth-type"), "{p:?}");
     }

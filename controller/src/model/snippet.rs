@@ -370,6 +370,12 @@ mod tests {
         assert_eq!(s.as_str(), "add_header X \"} } } ssl_engine /x.so; http {\";");
         let s = location("return 200 a}b;").unwrap().unwrap();
         assert_eq!(s.as_str(), "return 200 \"a}b\";");
+        // An escaped quote keeps the string open: what looks like a
+        // breakout is one header value, and is written as one.
+        let s = location(r#"add_header X "a\"; } } } load_module /x.so; http {";"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.as_str(), r#"add_header X "a\"; } } } load_module /x.so; http {";"#);
     }
 
     #[test]

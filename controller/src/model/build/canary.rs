@@ -14,7 +14,7 @@ impl Builder<'_> {
     pub(super) fn add_canary(&mut self, ing: &Ingress, a: &Annotations) {
         let Some(spec) = &ing.spec else { return };
         let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
-        if !a.unimplemented_access_control.is_empty() {
+        if !a.fails_closed.is_empty() {
             self.report(
                 ing,
                 "canary",

@@ -788,8 +788,8 @@ impl<'s> Builder<'s> {
             ingress: ing.to_string(),
             metrics,
             id,
-            closed: (!a.unimplemented_access_control.is_empty())
-                .then(|| a.unimplemented_access_control.join(", "))
+            closed: (!a.fails_closed.is_empty())
+                .then(|| a.fails_closed.join(", "))
                 .or(auth_refused),
             location_path: a.affinity.as_ref().map(|_| ingress_path.to_string()),
             rewrite_target: a.rewrite_target.clone(),
