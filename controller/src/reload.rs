@@ -45,10 +45,16 @@ pub async fn test_candidate(
 ) -> anyhow::Result<String> {
     let text = renderer.render(structure, &settings.render)?;
     let candidate = candidate_path(settings);
+    let checking = Instant::now();
     crate::file_check::check(&text, &candidate, &settings.file_roots).map_err(|r| {
         tracing::error!(refusal = %r.message, "a rendered configuration names a file it may not; nginx is not given it");
         anyhow::anyhow!("the configuration names a file it may not: {}", r.message)
     })?;
+    tracing::debug!(
+        elapsed_us = checking.elapsed().as_micros() as u64,
+        bytes = text.len(),
+        "file check of the candidate"
+    );
     // The basic-auth user files the candidate names (new names only: a
     // running configuration's files are never rewritten).
     crate::auth_files::write_all(&settings.conf_dir, &structure.auth_files)?;

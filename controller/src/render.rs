@@ -51,6 +51,11 @@ pub struct RenderContext {
     /// With `--enable-ssl-passthrough`: the Unix socket the HTTP servers'
     /// TLS listener moves to, behind `stream {}` on the HTTPS port.
     pub https_socket: String,
+    /// `<conf-dir>/auth`, absolute: the basic-auth user files and client
+    /// CA bundles. Absolute because nginx resolves such names against the
+    /// directory of the file it reads, and a candidate is tested from the
+    /// staging directory.
+    pub auth_dir: String,
 }
 
 pub struct Renderer {

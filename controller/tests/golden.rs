@@ -39,6 +39,7 @@ fn context() -> RenderContext {
         metrics_per_host: true,
         cpus: 2,
         https_socket: "/etc/nginx/https.sock".into(),
+        auth_dir: "/etc/nginx/auth".into(),
     }
 }
 

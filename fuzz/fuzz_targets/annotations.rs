@@ -1,10 +1,16 @@
 //! Annotation, ConfigMap and value parsers: any input is typed or refused
 //! with a reason, and nothing that reaches nginx.conf can carry syntax.
+//! Snippets, the one place where an input is nginx syntax, are parsed with
+//! nginx's tokenizer rules: an accepted snippet, written back, reads as the
+//! same directives, stays inside the block it is put in, and holds none of
+//! the directives the policy refuses.
 #![no_main]
 
 use std::collections::BTreeMap;
 
+use controller::conf_syntax::{emit, parse, Directive};
 use controller::model::annotations::{Annotations, PREFIX};
+use controller::model::snippet::{self, Snippet};
 use controller::model::catalogue;
 use controller::model::config_map::GlobalConfig;
 use controller::model::{external_auth, log_format};
@@ -36,6 +42,27 @@ fn with_variables(s: &str, allowed: impl Fn(&str) -> bool) -> bool {
 /// What nginx.conf syntax needs; no typed value may contain it.
 fn inert(s: &str) -> bool {
     !s.contains([';', '{', '}', '"', '\'', '\n', '\r', '#']) && !s.contains("$host")
+}
+
+/// What an accepted snippet must be: the same directives when read back,
+/// one block when wrapped in one, and nothing the policy refuses.
+fn snippet_holds(text: &str) {
+    let _ = parse::parse(text, parse::Limits::default());
+    let Ok(Some(s)) = Snippet::parse(text, &snippet::Policy::default()) else {
+        return;
+    };
+    let tree = parse::parse(s.as_str(), parse::Limits::default()).expect("the canonical form parses");
+    assert_eq!(emit::directives(&tree, 0), s.as_str(), "the canonical form is stable");
+    let original = parse::parse(text, parse::Limits::default()).expect("an accepted snippet parses");
+    assert_eq!(emit::directives(&original, 0), s.as_str());
+    let wrapped = format!("location / {{\n{}\n}}\n", s.as_str());
+    let outer = parse::parse(&wrapped, parse::Limits::default()).expect("wrapped, it parses");
+    assert_eq!(outer.len(), 1, "the snippet stays inside its block: {wrapped:?}");
+    Directive::walk(&tree, &mut |d, _| {
+        let name = d.name().to_ascii_lowercase();
+        assert!(snippet::refusal(&name).is_none(), "{name} was accepted");
+        assert!(!d.args.iter().any(|a| a.contains('\0')));
+    });
 }
 
 fuzz_target!(|pairs: Vec<(u8, String)>| {
@@ -84,7 +111,12 @@ fuzz_target!(|pairs: Vec<(u8, String)>| {
     for s in &rendered {
         assert!(inert(s) && !s.contains('$'), "{s:?}");
     }
+    let (with_snippets, _) = Annotations::parse(&raw, Some(&snippet::Policy::default()));
+    for s in with_snippets.configuration_snippet.iter().chain(&with_snippets.server_snippet) {
+        snippet_holds(s.as_str());
+    }
     for (_, v) in &pairs {
+        snippet_holds(v);
         if let Ok(h) = Host::parse(v) {
             assert!(inert(h.as_str()));
         }

@@ -80,6 +80,7 @@ const fn no(name: &'static str, why: &'static str) -> Entry {
 }
 
 const SNIPPET: &str = "refused unless `--allow-snippet-annotations` (or the ConfigMap key); allowed, each is parsed as nginx would and refused if it leaves its block, loads code or names a file outside `--snippet-allowed-path` (see the Security model)";
+const OPERATOR_SNIPPET: &str = "operator snippets of the ConfigMap are not implemented yet";
 const LOG_PATH: &str = "only `/dev/stdout`, `/dev/stderr`, `/dev/null` or a file under `/var/log`: nginx writes no other file a ConfigMap names";
 const MODSECURITY: &str = "no ModSecurity in this nginx";
 const TRACING: &str = "no OpenTelemetry module in this nginx; request ids and metrics come from the module";
@@ -317,7 +318,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     ok("global-auth-response-headers", "X-Auth-Request-User"),
     ok("global-auth-signin", "https://login.example.com/oauth2/start"),
     ok("global-auth-signin-redirect-param", "rd"),
-    no("global-auth-snippet", SNIPPET),
+    no("global-auth-snippet", "snippets are not rendered in the global auth subrequest"),
     differs("global-auth-url", "http://oauth2-proxy.auth.svc.cluster.local/oauth2/auth", "an invalid URL makes the locations it would protect fail closed (503) instead of unprotected; `$host` is each server's name"),
     no("grpc-buffer-size-kb", "not implemented yet"),
     ok("gzip-disable", "msie6"),
@@ -331,7 +332,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     ok("hsts-preload", "true"),
     differs("http-access-log-path", "/var/log/nginx/access.log", LOG_PATH),
     ok("http-redirect-code", "301"),
-    no("http-snippet", SNIPPET),
+    no("http-snippet", OPERATOR_SNIPPET),
     ok("http2-max-concurrent-streams", "64"),
     no(
         "http2-max-field-size",
@@ -368,13 +369,13 @@ pub static CONFIG_MAP: &[Entry] = &[
     ok("limit-rate-after", "1024"),
     ok("limit-req-status-code", "429"),
     ok("load-balance", "ewma"),
-    no("location-snippet", SNIPPET),
+    no("location-snippet", OPERATOR_SNIPPET),
     ok("log-format-escape-json", "true"),
     ok("log-format-escape-none", "true"),
     no("log-format-stream", STREAM),
     differs("log-format-upstream", "$remote_addr [$time_local] \"$request\" $status $req_id", "known variables only; $proxy_upstream_name, $proxy_alternative_upstream_name and $req_id are provided, ingress-nginx's $namespace, $ingress_name, $service_name and $service_port are not"),
     no("lua-shared-dicts", LUA),
-    no("main-snippet", SNIPPET),
+    no("main-snippet", OPERATOR_SNIPPET),
     ok("map-hash-bucket-size", "128"),
     ok("max-worker-connections", "4096"),
     no("max-worker-open-files", "not implemented yet"),
@@ -445,7 +446,7 @@ pub static CONFIG_MAP: &[Entry] = &[
         "2048",
         "a lower bound: the controller sizes the hash from the host names",
     ),
-    no("server-snippet", SNIPPET),
+    no("server-snippet", OPERATOR_SNIPPET),
     ok("server-tokens", "true"),
     no("service-upstream", "not implemented yet; the annotation works"),
     ok("skip-access-log-urls", "/health,/ready"),

@@ -18,6 +18,10 @@
 //!   with N generated Ingresses (a manifest directory).
 //! - `scale-cluster N`: the same on the Kubernetes 1.36 apiserver, with the
 //!   chart's RBAC (reflector stores, as the chart runs it).
+//! - `webhook N [SECONDS] [CLIENTS]`: the admission webhook with N
+//!   Ingresses: reviews per second that CLIENTS callers get (each review on
+//!   a new TLS connection, as a flood would), their latency, and the
+//!   controller's CPU per review.
 //!
 //! `cargo run --release -p tests --bin bench-controller -- MODE [ARGS]`
 
@@ -37,8 +41,9 @@ fn main() {
         Some("scale") => scale(num(1, 1000) as usize),
         Some("scale-cluster") => scale_cluster(num(1, 1000) as usize),
         Some("instructions") => instructions(num(1, 200) as usize),
+        Some("webhook") => webhook(num(1, 1000) as usize, num(2, 20), num(3, 4) as usize),
         _ => eprintln!(
-            "usage: bench-controller ingress-path [ROUNDS SECONDS] | instructions [N] | latency [CHANGES] | scale N"
+            "usage: bench-controller ingress-path [ROUNDS SECONDS] | instructions [N] | latency [CHANGES] | scale N | webhook N [SECONDS] [CLIENTS]"
         ),
     }
 }
@@ -283,6 +288,24 @@ fn latency(changes: usize) {
 }
 
 fn scale(n: usize) {
+    let text = many_ingresses(n);
+    let started = Instant::now();
+    let c = Controller::spawn(&[("all.yaml", text)], &["--reload-timeout-s", "300"]);
+    let (elapsed, rss) = first_configuration(&c, started);
+    let workers = c.worker_pids();
+    let worker_rss: Vec<u64> = workers.iter().map(|p| rss_kb(*p as u32, "VmRSS:")).collect();
+    let master_rss = c.nginx_master_pid().map_or(0, |p| rss_kb(p as u32, "VmRSS:"));
+    println!(
+        "{n} Ingresses: first configuration applied in {:.2} s; {rss}; nginx.conf {} kB; nginx master RSS {} kB, workers {:?} kB",
+        elapsed.as_secs_f64(),
+        c.conf().len() / 1024,
+        master_rss,
+        worker_rss
+    );
+}
+
+/// N Ingresses (each with its Service) in one manifest file.
+fn many_ingresses(n: usize) -> String {
     let mut text = String::from(INGRESS_CLASS);
     for i in 0..n {
         text.push_str(&format!("---\n{}", service(&format!("svc{i}"), &[18081])));
@@ -297,18 +320,69 @@ fn scale(n: usize) {
             )
         ));
     }
+    text
+}
+
+fn webhook(n: usize, seconds: u32, clients: usize) {
+    use tests::admission::{ingress_json, post, review_of, webhook_certificate};
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = webhook_certificate(certs.path());
+    let port = free_port();
+    let args = [
+        format!("--validating-webhook=127.0.0.1:{port}"),
+        format!("--validating-webhook-certificate={cert}"),
+        format!("--validating-webhook-key={key}"),
+        "--reload-timeout-s=300".to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let started = Instant::now();
-    let c = Controller::spawn(&[("all.yaml", text)], &["--reload-timeout-s", "300"]);
-    let (elapsed, rss) = first_configuration(&c, started);
-    let workers = c.worker_pids();
-    let worker_rss: Vec<u64> = workers.iter().map(|p| rss_kb(*p as u32, "VmRSS:")).collect();
-    let master_rss = c.nginx_master_pid().map_or(0, |p| rss_kb(p as u32, "VmRSS:"));
+    let c = Controller::spawn(&[("all.yaml", many_ingresses(n))], &args);
+    first_configuration(&c, started);
+    let deadline = Instant::now() + Duration::from_secs(seconds as u64);
+    let cpu_before = cpu_seconds(c.pid());
+    let t0 = Instant::now();
+    let results: Vec<(Vec<Duration>, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|t| {
+                s.spawn(move || {
+                    let (mut latencies, mut busy) = (Vec::new(), 0usize);
+                    let mut i = 0;
+                    while Instant::now() < deadline && latencies.len() + busy < 1_000_000 {
+                        let ing = ingress_json(&format!("new-{t}-{i}"), &format!("new-{t}-{i}.example.com"), &[]);
+                        let body = review_of(&ing).to_string();
+                        let sent = Instant::now();
+                        match post(port, body.as_bytes()) {
+                            Ok((200, v)) => {
+                                assert_eq!(v["response"]["allowed"], true, "{v}");
+                                latencies.push(sent.elapsed());
+                            }
+                            Ok((429, _)) => busy += 1,
+                            other => panic!("webhook answered {other:?}"),
+                        }
+                        i += 1;
+                    }
+                    (latencies, busy)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(c.pid()) - cpu_before;
+    let busy: usize = results.iter().map(|r| r.1).sum();
+    let all: Vec<f64> = results
+        .iter()
+        .flat_map(|r| r.0.iter().map(|d| d.as_secs_f64() * 1e3))
+        .collect();
+    let answered = all.len();
+    assert!(answered > 0, "no review answered");
     println!(
-        "{n} Ingresses: first configuration applied in {:.2} s; {rss}; nginx.conf {} kB; nginx master RSS {} kB, workers {:?} kB",
-        elapsed.as_secs_f64(),
-        c.conf().len() / 1024,
-        master_rss,
-        worker_rss
+        "{n} Ingresses, {clients} clients for {elapsed:.1} s: {:.1} reviews/s answered ({busy} refused with 429), latency p50 {:.1} ms p99 {:.1} ms, controller CPU {:.2} ms per review ({:.0}% of one core)",
+        answered as f64 / elapsed,
+        percentile(all.clone(), 0.5),
+        percentile(all, 0.99),
+        cpu * 1e3 / (answered + busy).max(1) as f64,
+        cpu / elapsed * 100.0
     );
 }
 
