@@ -5,24 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use controller::model::{build, BuildOptions};
-use controller::render::{RenderContext, Renderer};
-use controller::snapshot::ConfigMapRefs;
-use controller::source::manifests::ManifestDir;
+mod common;
 
-fn options(case: &str) -> BuildOptions {
-    BuildOptions {
-        allow_snippets: case == "snippets-allowed",
-        ssl_passthrough: case == "ssl-passthrough",
-        default_backend_service: (case == "default-backend").then(|| ("infra".into(), "fallback".into())),
-        resolvers: if case == "external-auth" {
-            vec!["10.96.0.10".parse().unwrap(), "fd00::10".parse().unwrap()]
-        } else {
-            Vec::new()
-        },
-        ..BuildOptions::default()
-    }
-}
+use common::options;
+use controller::model::build;
+use controller::render::{RenderContext, Renderer};
 
 fn context() -> RenderContext {
     RenderContext {
@@ -46,17 +33,7 @@ fn context() -> RenderContext {
 /// Runs one case; returns a description of every mismatch.
 fn run_case(dir: &Path) -> Vec<String> {
     let case = dir.file_name().unwrap().to_string_lossy().to_string();
-    let cm = |name: &str| ("ingress-nginx".to_string(), name.to_string());
-    let mut manifests = ManifestDir::new(
-        dir.to_path_buf(),
-        ConfigMapRefs {
-            config_map: cm("ingress-nginx-controller"),
-            tcp_services: Some(cm("tcp-services")),
-            udp_services: Some(cm("udp-services")),
-        },
-    );
-    let (snap, read_problems) = manifests.read();
-    assert!(read_problems.is_empty(), "{case}: {read_problems:?}");
+    let snap = common::snapshot(dir);
     let model = build(&snap, &options(&case));
     let conf = Renderer::new(None)
         .unwrap()
@@ -119,14 +96,8 @@ fn run_case(dir: &Path) -> Vec<String> {
 
 #[test]
 fn golden_cases() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    cases.sort();
-    assert!(cases.len() >= 6, "golden cases missing under {}", root.display());
+    let cases = common::cases();
+    assert!(cases.len() >= 6, "golden cases missing");
     let mismatches: Vec<String> = cases.iter().flat_map(|c| run_case(c)).collect();
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }

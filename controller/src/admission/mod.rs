@@ -30,13 +30,15 @@
 //! answering 503, so it is refused with that reason rather than admitted
 //! into an outage.
 //!
-//! **Budget.** One model is built at a time (a review costs one core for
-//! as long as the model takes), at most [`MAX_WAITING`] more reviews wait
+//! **Budget.** The model is built from the part of the cluster that can
+//! change the verdict ([`scope`]), not all of it, one at a time (a review
+//! costs one core for as long as the model takes), at most [`MAX_WAITING`] more reviews wait
 //! for their turn and later ones are answered 429 at once, and each review
 //! ends within `--validating-webhook-timeout`. With the body limit of the
 //! server ([`server`]), that bounds the CPU and the memory callers can make
 //! the webhook spend. Ingresses of other classes are admitted untouched.
 
+pub mod scope;
 pub mod server;
 
 use std::sync::Arc;
@@ -183,9 +185,6 @@ impl Validator {
             return Ok(());
         }
         let me = key(&ingress.metadata);
-        let mut snap = (*current).clone();
-        snap.ingresses.retain(|i| key(&i.metadata) != me);
-        snap.ingresses.push(Arc::new(ingress));
 
         // The permit moves into the build: a review that times out stops
         // waiting, but the next build starts only when this one is done.
@@ -196,8 +195,13 @@ impl Validator {
             .await
             .map_err(|_| "the webhook is stopping".to_string())?;
         let opts = self.build.clone();
+        let candidate = me.clone();
         let model = tokio::task::spawn_blocking(move || {
             let _one_at_a_time = permit;
+            // Only what can change this Ingress's verdict ([`scope`]).
+            let mut snap = scope::related(&current, &ingress, &opts);
+            snap.ingresses.retain(|i| key(&i.metadata) != candidate);
+            snap.ingresses.push(Arc::new(ingress));
             model::build(&snap, &opts)
         })
         .await

@@ -94,6 +94,9 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: rustls::ServerConfig,
             drop(tcp);
             continue;
         };
+        // Small request/answer exchanges: Nagle would hold the answer
+        // behind the handshake's last record until the delayed ACK.
+        let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(router.clone());
         tokio::spawn(async move {

@@ -295,6 +295,11 @@ fn scale(n: usize) {
     let workers = c.worker_pids();
     let worker_rss: Vec<u64> = workers.iter().map(|p| rss_kb(*p as u32, "VmRSS:")).collect();
     let master_rss = c.nginx_master_pid().map_or(0, |p| rss_kb(p as u32, "VmRSS:"));
+    // With CONTROLLER_LOG=info,controller::reload=debug the controller
+    // logs what checking the candidate's file references cost.
+    for line in c.log().lines().filter(|l| l.contains("file check of the candidate")) {
+        println!("{}", line.trim());
+    }
     println!(
         "{n} Ingresses: first configuration applied in {:.2} s; {rss}; nginx.conf {} kB; nginx master RSS {} kB, workers {:?} kB",
         elapsed.as_secs_f64(),
