@@ -379,7 +379,16 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
 /// the attempt in its shared slot. Shared by the HTTP and stream hooks.
 /// The endpoint's address and name live as long as `backend`, which the
 /// caller's state holds past the connection.
+///
+/// The attempt is a new connection until `keepalive` (which wraps this
+/// hook) hands it a cached one: `cached` is cleared here, as every nginx
+/// balancer clears it. Left set from an earlier attempt's cached
+/// connection, nginx would take each new connection for a cached one:
+/// every failure would grant another try (a request looping on new
+/// connections), and the gRPC module would look for HTTP/2 state a new
+/// connection does not have.
 pub(crate) fn begin_attempt(pc: &mut ngx_peer_connection_t, backend: &WorkerBackend, i: usize, now_ms: u64) {
+    pc.set_cached(0);
     let peer = &backend.endpoints[i];
     if let Some(slot) = peer.state.and_then(|s| s.get()) {
         slot.conns.fetch_add(1, Ordering::Relaxed);

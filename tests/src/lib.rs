@@ -12,6 +12,7 @@ pub mod controller;
 pub mod echo;
 pub mod h2_h3;
 pub mod kube_apiserver;
+pub mod mixed_upstream;
 pub mod nginx;
 pub mod pod_network;
 pub mod process;

@@ -34,7 +34,7 @@ pub struct Problem {
 }
 
 /// The protocol nginx speaks to the backend.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendProtocol {
     #[default]
@@ -160,6 +160,11 @@ pub struct Annotations {
     pub proxy_next_upstream_tries: Option<u32>,
     pub proxy_buffering: Option<bool>,
     pub backend_protocol: BackendProtocol,
+    /// `proxy-ssl-server-name`: send a TLS server name to HTTPS and GRPCS
+    /// backends.
+    pub proxy_ssl_server_name: bool,
+    /// `proxy-ssl-name`: the server name sent (a literal host name).
+    pub proxy_ssl_name: Option<Host>,
     pub upstream_vhost: Option<Host>,
     pub cors: Option<Cors>,
     pub allow_source_range: Vec<String>,
@@ -298,6 +303,11 @@ const NEXT_UPSTREAM: &[&str] = &[
     "non_idempotent",
     "off",
 ];
+
+/// Whether `backend-protocol` asks for TLS to the backend.
+fn tls_backend<'r>(get: &dyn Fn(&str) -> Option<&'r str>) -> bool {
+    get("backend-protocol").is_some_and(|p| matches!(p.trim().to_ascii_uppercase().as_str(), "HTTPS" | "GRPCS"))
+}
 
 impl Annotations {
     /// Parses every annotation under [`PREFIX`]. Snippets are refused unless
@@ -451,6 +461,33 @@ impl Annotations {
                         )))
                     }
                 }
+            }
+            "proxy-ssl-server-name" | "proxy-ssl-name" if !tls_backend(get) => {
+                return Err(Invalid("ignored: it needs backend-protocol: HTTPS or GRPCS".into()))
+            }
+            "proxy-ssl-server-name" => {
+                let on = one_of(v, &["on", "off"], "proxy-ssl-server-name")? == "on";
+                if on && get("proxy-ssl-name").is_none() {
+                    return Err(Invalid(
+                        "ignored: it needs proxy-ssl-name (ingress-nginx would send its upstream's name, \
+                         upstream_balancer, which no certificate matches); no server name is sent"
+                            .into(),
+                    ));
+                }
+                self.proxy_ssl_server_name = on;
+            }
+            "proxy-ssl-name" if get("proxy-ssl-server-name").map(str::trim) != Some("on") => {
+                return Err(Invalid("ignored: it needs proxy-ssl-server-name: on".into()))
+            }
+            "proxy-ssl-name" => {
+                let t = v.trim();
+                if t.contains('$') {
+                    return Err(Invalid(format!(
+                        "proxy-ssl-name must be a literal host name: upstream connections are kept alive per \
+                         server name, so a name chosen per request could reuse another name's connection: {v:?}"
+                    )));
+                }
+                self.proxy_ssl_name = Some(Host::parse(t)?)
             }
             "upstream-vhost" => self.upstream_vhost = Some(Host::parse(v.trim())?),
             "enable-cors" => {

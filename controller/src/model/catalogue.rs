@@ -80,6 +80,7 @@ const fn no(name: &'static str, why: &'static str) -> Entry {
 }
 
 const SNIPPET: &str = "refused unless `--allow-snippet-annotations` (or the ConfigMap key); allowed, each is parsed as nginx would and refused if it leaves its block, loads code or names a file outside `--snippet-allowed-path` (see the Security model)";
+const SSL_NAME: &str = "with `backend-protocol: HTTPS` or `GRPCS` (for gRPC too), and without `proxy-ssl-secret`; the name must be a literal host name, as upstream connections are kept alive per server name; `proxy-ssl-server-name: on` without a name sends none (ingress-nginx sends `upstream_balancer`)";
 const OPERATOR_SNIPPET: &str = "operator snippets of the ConfigMap are not implemented yet";
 const LOG_PATH: &str = "only `/dev/stdout`, `/dev/stderr`, `/dev/null` or a file under `/var/log`: nginx writes no other file a ConfigMap names";
 const MODSECURITY: &str = "no ModSecurity in this nginx";
@@ -212,10 +213,10 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("proxy-request-buffering", "off"),
     ok("proxy-send-timeout", "120"),
     no("proxy-ssl-ciphers", PROXY_SSL),
-    no("proxy-ssl-name", PROXY_SSL),
+    differs("proxy-ssl-name", "app.internal.example", SSL_NAME),
     no("proxy-ssl-protocols", PROXY_SSL),
     no("proxy-ssl-secret", PROXY_SSL),
-    no("proxy-ssl-server-name", PROXY_SSL),
+    differs("proxy-ssl-server-name", "on", SSL_NAME),
     no("proxy-ssl-verify", PROXY_SSL),
     no("proxy-ssl-verify-depth", PROXY_SSL),
     ok("relative-redirects", "true"),

@@ -28,6 +28,7 @@ pub mod snippet;
 pub mod ssl_settings;
 pub mod stream_settings;
 pub mod tls;
+pub mod upstream_kind;
 pub mod values;
 
 use std::collections::BTreeMap;
@@ -38,7 +39,7 @@ use serde::Serialize;
 pub use build::{build, build_with, fingerprint, BuildOptions};
 pub use endpoints::AddressPolicy;
 
-use annotations::{BackendProtocol, Cors};
+use annotations::Cors;
 use config_map::GlobalConfig;
 use values::{Host, RedirectUrl, RewriteTarget, Seconds, Size, UrlPath};
 
@@ -75,6 +76,10 @@ pub struct Structure {
     /// every other name, terminated); `None` when passthrough is off (the HTTP servers then listen on
     /// the HTTPS port themselves).
     pub passthrough: Option<Passthrough>,
+    /// The balancer upstreams the locations use (`upstream_balancer`
+    /// always: the default backend and error pages use it), one per kind
+    /// of connection ([`upstream_kind`]).
+    pub balancers: std::collections::BTreeSet<String>,
     /// Basic-auth user files and client CA bundles, by name (under
     /// `<conf-dir>/auth/`). Only
     /// their names reach nginx.conf.
@@ -282,7 +287,9 @@ pub struct Location {
     /// Whether `proxy_intercept_errors` is on (custom-http-errors, unless
     /// `disable-proxy-intercept-errors`).
     pub intercept_errors: bool,
-    pub backend_protocol: BackendProtocol,
+    /// The protocol and TLS identity of its upstream connections, which
+    /// choose its balancer upstream ([`upstream_kind`]).
+    pub upstream: upstream_kind::UpstreamKind,
     pub upstream_vhost: Option<Host>,
     pub cors: Option<Cors>,
     pub allow: Vec<String>,

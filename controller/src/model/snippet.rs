@@ -298,7 +298,7 @@ fn pass_target(args: &[String]) -> Result<(), String> {
         Some(v6) => v6.split(']').next().unwrap_or(""),
         None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
     };
-    if matches!(host, "upstream_balancer" | "tcp_udp_balancer") {
+    if host.starts_with("upstream_balancer") || host == "tcp_udp_balancer" {
         return Err("the balancer upstream serves every tenant's backends; use an Ingress path".into());
     }
     if let Some(why) = lua_compat::address::forbidden_external_name(host) {
@@ -444,6 +444,7 @@ mod tests {
             "location /x { proxy_pass http://0x7f000001/; }",
             "location /x { proxy_pass http://$arg_to; }",
             "location /x { proxy_pass http://upstream_balancer; }",
+            "location /x { grpc_pass grpcs://upstream_balancer_grpcs_sni_a.test; }",
             "location /x { grpc_pass grpc://127.0.0.1:9000; }",
             "location /x { fastcgi_pass unix:/run/php.sock; }",
             "set $proxy_upstream_name other-ns-svc-80;",

@@ -825,7 +825,10 @@ impl<'s> Builder<'s> {
             access_log: a.enable_access_log.unwrap_or(true),
             rewrite_log: a.enable_rewrite_log,
             intercept_errors: !error_pages.is_empty() && !a.disable_proxy_intercept_errors,
-            backend_protocol: a.backend_protocol,
+            upstream: super::upstream_kind::UpstreamKind {
+                protocol: a.backend_protocol,
+                server_name: a.proxy_ssl_server_name.then(|| a.proxy_ssl_name.clone()).flatten(),
+            },
             upstream_vhost: a.upstream_vhost.clone(),
             cors: a.cors.clone(),
             allow: a.allow_source_range.clone(),
@@ -1174,6 +1177,13 @@ impl<'s> Builder<'s> {
         let proxy_set_headers = self.header_set(self.global.proxy_set_headers.clone(), "proxy-set-headers");
         Model {
             structure: Some(Structure {
+                balancers: std::iter::once(super::upstream_kind::PLAIN.to_string())
+                    .chain(
+                        servers
+                            .iter()
+                            .flat_map(|s| s.locations.iter().map(|l| l.upstream.upstream())),
+                    )
+                    .collect(),
                 resolvers,
                 auth_cache,
                 add_headers,
