@@ -18,7 +18,10 @@ fn prerequisites(name: &str) -> &'static [(&'static str, &'static str)] {
         "temporal-redirect-code" => &[("temporal-redirect", "https://example.com/")],
         "proxy-redirect-to" => &[("proxy-redirect-from", "http://backend:8080/")],
         "proxy-ssl-name" => &[("backend-protocol", "HTTPS"), ("proxy-ssl-server-name", "on")],
-        "proxy-ssl-server-name" => &[("backend-protocol", "HTTPS"), ("proxy-ssl-name", "app.internal.example")],
+        "proxy-ssl-server-name" => &[
+            ("backend-protocol", "HTTPS"),
+            ("proxy-ssl-name", "app.internal.example"),
+        ],
         "auth-type" => &[("auth-secret", "basic-auth")],
         "auth-secret" | "auth-secret-type" | "auth-realm" => &[("auth-type", "basic")],
         "mirror-host" | "mirror-request-body" => &[("mirror-target", "https://test.example.com$request_uri")],

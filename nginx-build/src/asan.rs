@@ -17,6 +17,7 @@ const DEFAULT_TESTS: &[&str] = &[
     "hostile",
     "lifecycle",
     "upstreams",
+    "keepalive_kinds",
     "sticky",
     "canary",
     "algorithms",

@@ -69,7 +69,9 @@ impl MixedUpstream {
             // The reporter must live as long as the server.
             let _reporter = reporter;
             loop {
-                let Ok((tcp, _)) = listener.accept().await else { continue };
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
                 let _ = tcp.set_nodelay(true);
                 let (tls, counts, health) = (tls.clone(), counts.clone(), health.clone());
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
@@ -145,12 +147,8 @@ fn tls_config() -> rustls::ServerConfig {
 
 /// The gRPC service a connection dispatches `application/grpc` to.
 trait Grpc:
-    tower::Service<
-        Request<Incoming>,
-        Response = Response<tonic::body::Body>,
-        Error = Infallible,
-        Future: Send,
-    > + Clone
+    tower::Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible, Future: Send>
+    + Clone
     + Send
     + Sync
     + 'static
@@ -158,12 +156,8 @@ trait Grpc:
 }
 
 impl<T> Grpc for T where
-    T: tower::Service<
-            Request<Incoming>,
-            Response = Response<tonic::body::Body>,
-            Error = Infallible,
-            Future: Send,
-        > + Clone
+    T: tower::Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible, Future: Send>
+        + Clone
         + Send
         + Sync
         + 'static
@@ -209,10 +203,7 @@ async fn answer(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("application/grpc"));
     if grpc {
-        return health
-            .oneshot(req)
-            .await
-            .unwrap_or_else(|e: Infallible| match e {});
+        return health.oneshot(req).await.unwrap_or_else(|e: Infallible| match e {});
     }
     let upgrade = req
         .headers()
