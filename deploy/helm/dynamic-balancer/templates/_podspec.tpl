@@ -52,6 +52,9 @@ spec:
         {{- end }}
         {{- if $c.allowSnippetAnnotations }}
         - --allow-snippet-annotations
+        {{- range $c.snippetAllowedPaths }}
+        - --snippet-allowed-path={{ . }}
+        {{- end }}
         {{- end }}
         {{- if $c.scope.enabled }}
         - --watch-namespace={{ include "db.watchNamespace" . }}
