@@ -381,6 +381,7 @@ fn the_webhook_judges_payloads_without_nginx() {
     for (label, annotation, text) in payloads(&bait) {
         let ing = ingress_json("attack", "attack.test", &[(annotation, &text)]);
         let denial = verdict(port, &ing).expect_err(&label);
+        eprintln!("{label}: {}", denial.chars().take(300).collect::<String>());
         assert!(
             denial.contains(annotation)
                 && (denial.contains("refused in a snippet")
