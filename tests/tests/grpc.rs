@@ -121,7 +121,7 @@ fn grpc_calls_are_balanced_streamed_canaried_and_retried() {
         &[],
     );
     let conf = ctl.conf();
-    assert!(conf.contains("grpc_pass grpc://upstream_balancer;"), "{conf}");
+    assert!(conf.contains("grpc_pass grpc://upstream_balancer_grpc;"), "{conf}");
     assert!(conf.contains("grpc_next_upstream error timeout;"), "{conf}");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
