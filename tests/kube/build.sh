@@ -123,9 +123,11 @@ fetch_node_runtime() {
         install -m 0755 "$x/usr/bin/$f" "$BIN/$f"
     done
     install -m 0755 "$x/usr/sbin/runc" "$BIN/runc"
-    install -m 0755 "$(find "$x" -type f -name catatonit | head -1)" "$BIN/catatonit"
-    mkdir -p "$OUT/cni"
-    cp -a "$x"/usr/lib/cni/. "$OUT/cni/"
+    install -m 0755 "$x/usr/bin/catatonit" "$BIN/catatonit"
+    rm -rf "$OUT/cni.tmp"
+    cp -a "$x/usr/lib/cni" "$OUT/cni.tmp"
+    rm -rf "$OUT/cni"
+    mv "$OUT/cni.tmp" "$OUT/cni"
     rm -rf "$x"
 }
 
@@ -151,7 +153,7 @@ zipfile.ZipFile("layer.zip").extractall("layer")')
 need kube-apiserver && need kube-controller-manager || (build_kube)
 if $NODE; then
     { need kubelet && need kube-proxy && need kube-scheduler; } || (build_kube)
-    { need containerd && need runc && need catatonit && [ -x "$OUT/cni/bridge" ]; } || fetch_node_runtime
+    { need containerd && need runc && need catatonit && [ "$(head -c4 "$BIN/catatonit" | tail -c3)" = ELF ] && [ -x "$OUT/cni/bridge" ]; } || fetch_node_runtime
     need crictl || (fetch_crictl)
 fi
 need etcd || fetch_etcd

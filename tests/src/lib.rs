@@ -8,10 +8,12 @@
 pub mod admission;
 pub mod apiserver;
 pub mod bench;
+pub mod cluster;
 pub mod controller;
 pub mod echo;
 pub mod h2_h3;
 pub mod kube_apiserver;
+pub mod load;
 pub mod mixed_upstream;
 pub mod nginx;
 pub mod pod_network;
