@@ -186,7 +186,8 @@ impl Cluster {
         let layout = Layout::new(bin);
         let _lock = Lock::take()?;
         if layout.run.exists() {
-            let report = down_locked(&layout);
+            let left = recorded_layout().unwrap_or_else(|| layout.clone());
+            let report = down_locked(&left);
             if !report.errors.is_empty() {
                 return Err(format!("a node left behind did not come down: {:?}", report.errors));
             }
@@ -207,7 +208,7 @@ impl Cluster {
     /// The node a previous `up` left running (the `cluster install` and
     /// `cluster status` commands); dropping it leaves the node up.
     pub fn attach() -> Result<Cluster, String> {
-        let layout = Layout::new(node_tier()?);
+        let layout = recorded_layout().ok_or("no node here; bring one up with `cluster up`")?;
         let down: Vec<&str> = daemons::ORDER
             .iter()
             .copied()
@@ -237,6 +238,7 @@ impl Cluster {
         let l = self.layout.clone();
         let mut t = Instant::now();
         std::fs::create_dir_all(&l.run).map_err(|e| e.to_string())?;
+        std::fs::write(l.run.join("tier-bin"), l.bin.display().to_string()).map_err(|e| e.to_string())?;
         host::prepare(&l.run)?;
         pki::generate(&l.pki())?;
         config::write_all(&l)?;
@@ -516,6 +518,9 @@ pub struct DownReport {
 
 impl std::fmt::Display for DownReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.stopped.is_empty() && self.killed_containers == 0 && self.errors.is_empty() {
+            return write!(f, "no node was running");
+        }
         write!(
             f,
             "down in {:.1}s: stopped {}, {} container processes killed",
@@ -530,13 +535,25 @@ impl std::fmt::Display for DownReport {
     }
 }
 
+/// The layout of the node a previous `up` left here, from the tier
+/// directory it recorded (so `down` and `attach` never build anything).
+fn recorded_layout() -> Option<Layout> {
+    let bin = std::fs::read_to_string(Path::new(RUN_DIR).join("tier-bin")).ok()?;
+    Some(Layout::new(PathBuf::from(bin.trim())))
+}
+
 /// Takes the node down (see the module's documentation); safe to call when
 /// nothing runs.
 pub fn down() -> Result<DownReport, String> {
-    let bin = node_tier()?;
-    let layout = Layout::new(bin);
     let _lock = Lock::take()?;
-    Ok(down_locked(&layout))
+    match recorded_layout() {
+        Some(layout) => Ok(down_locked(&layout)),
+        None if Path::new(RUN_DIR).exists() => {
+            // Brought up by a version that did not record its tier.
+            Ok(down_locked(&Layout::new(node_tier()?)))
+        }
+        None => Ok(DownReport::default()),
+    }
 }
 
 fn down_locked(l: &Layout) -> DownReport {
@@ -588,13 +605,15 @@ fn down_locked(l: &Layout) -> DownReport {
 
 /// Kills every container process and containerd's shims.
 fn kill_containers(l: &Layout, report: &mut DownReport) {
+    let mut seen = std::collections::BTreeSet::new();
     for _ in 0..20 {
         let pods = host::pod_processes();
         let shims = daemons::processes_of(&l.bin.join("containerd-shim-runc-v2"));
         if pods.is_empty() && shims.is_empty() {
+            report.killed_containers += seen.len();
             return;
         }
-        report.killed_containers += pods.len();
+        seen.extend(pods.iter().copied());
         for p in pods {
             daemons::kill_hard(p);
         }
