@@ -490,6 +490,11 @@ fn proc_status(pid: i32, field: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The chart's `electionTTL` (30 s) plus `extra` seconds.
+fn ttl_plus(extra: u64) -> Duration {
+    Duration::from_secs(30 + extra)
+}
+
 fn lease_holder(c: &Cluster) -> String {
     json(c, &["get", "lease", "-n", NS, &format!("{FULLNAME}-leader")])["spec"]["holderIdentity"]
         .as_str()
@@ -803,8 +808,22 @@ fn real_cluster() {
     );
 
     // --- leader loss: the other replica takes the Lease and keeps status
-    // current.
-    let holder = lease_holder(&c);
+    // current. After the upgrade the old leader released the Lease as it
+    // stopped; one of the new Pods takes it on its next look.
+    let running: Vec<String> = controller_pods(&c)
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let mut holder = String::new();
+    let leaderless = wait_for("a leader among the new Pods", ttl_plus(10), || {
+        holder = lease_holder(&c);
+        running.contains(&holder)
+    })
+    .unwrap();
+    eprintln!(
+        "after the upgrade, {holder} led within {:.1}s",
+        leaderless.as_secs_f64()
+    );
     let ttl = Duration::from_secs(30);
     let t = Instant::now();
     c.kubectl(&["delete", "pod", "-n", NS, &holder, "--wait=false"])
