@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tests::cluster::watch::PodWatch;
+use tests::cluster::watch::{self, PodWatch};
 use tests::cluster::{self, images, wait_for, Cluster, Images, NODE_IP};
 use tests::load::{self, Load, Method, Options, Report};
 
@@ -58,14 +58,6 @@ fn controller_pods(c: &Cluster) -> Vec<Value> {
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .cloned()
         .collect()
-}
-
-fn is_ready(p: &Value) -> bool {
-    p["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
 /// Reloads so far, summed over the running controller Pods (each Pod's
@@ -219,7 +211,7 @@ fn wait_served(c: &Cluster, app: &str, addr: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| is_ready(p) && p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| watch::ready(p) && p["metadata"]["deletionTimestamp"].is_null())
         .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
         .collect();
     let mut seen = std::collections::BTreeSet::new();
@@ -559,7 +551,7 @@ fn real_cluster() {
     let pods = controller_pods(&c);
     assert_eq!(pods.len(), 2);
     for p in &pods {
-        assert!(is_ready(p), "{p}");
+        assert!(watch::ready(p), "{p}");
         let ctr = &p["spec"]["containers"][0]["securityContext"];
         assert_eq!(ctr["readOnlyRootFilesystem"], true);
         // What the kubelet really ran: the controller's process.
@@ -861,7 +853,7 @@ fn real_cluster() {
     );
     wait_for("two controller Pods Ready", Duration::from_secs(120), || {
         let p = controller_pods(&c);
-        p.len() == 2 && p.iter().all(is_ready)
+        p.len() == 2 && p.iter().all(watch::ready)
     })
     .unwrap();
 

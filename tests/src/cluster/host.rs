@@ -62,22 +62,8 @@ const STRAY_PATHS: [&str; 10] = [
 /// Values that change by themselves, never restored.
 const VOLATILE: [&str; 3] = ["kernel/ns_last_pid", "kernel/random", "kernel/hostname"];
 
-fn sh(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{:?} {:?}: {}",
-            cmd.get_program(),
-            cmd.get_args().collect::<Vec<_>>(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 fn cmd(program: &str, args: &[&str]) -> Result<String, String> {
-    sh(Command::new(program).args(args))
+    super::run(Command::new(program).args(args))
 }
 
 /// Every writable sysctl of [`SYSCTL_TREES`] and its value.

@@ -19,18 +19,9 @@ use super::{Layout, PAUSE_IMAGE};
 pub const BACKEND_IMAGE: &str = "localhost/dynbal/pod-backend:1";
 pub const CONTROLLER_IMAGE: &str = "localhost/dynamic-balancer/ingress-controller:0.1.0";
 
+/// [`super::run`], its output trimmed (buildah prints ids and names).
 fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(format!(
-            "{:?} {:?}: {}",
-            cmd.get_program(),
-            cmd.get_args().collect::<Vec<_>>(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    super::run(cmd).map(|s| s.trim().to_string())
 }
 
 fn buildah(args: &[&str]) -> Result<String, String> {

@@ -126,6 +126,21 @@ impl Lock {
     }
 }
 
+/// Runs `cmd`; its stdout, or an error naming the command and its stderr.
+pub(crate) fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{:?} {:?}: {}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// Polls `check` every 200 ms until it returns true or `timeout` passes.
 pub fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Result<Duration, String> {
     let start = Instant::now();

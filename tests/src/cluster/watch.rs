@@ -22,7 +22,8 @@ pub struct PodWatch {
     pods: Arc<Mutex<BTreeMap<String, PodTimes>>>,
 }
 
-fn ready(pod: &Value) -> bool {
+/// Whether the Pod's Ready condition is True.
+pub fn ready(pod: &Value) -> bool {
     pod["status"]["conditions"]
         .as_array()
         .into_iter()
