@@ -2,80 +2,44 @@
 //! through a JSON `/configuration` API compatible with ingress-nginx, and an
 //! upstream peer hook that routes by them without any reload.
 //!
-//! Layout, floor by floor (a module imports only from floors below it; see
-//! `ARCHITECTURE.md` and `tests/tests/architecture.rs`):
+//! The crate is a stack of folders; a file imports only from its own folder
+//! or from a folder below it, and nothing imports this file (the order is
+//! enforced by `tests/tests/architecture.rs`; see the book's `docs/src/architecture.md`):
 //!
-//! 0. [`guard`] (no panic crosses into nginx), [`index`] (the zone's blobs
-//!    and index as readers see them), [`variables`] (request variables),
-//!    [`worker`] (is the worker leaving; its timers);
-//! 1. [`metrics_zone`] (request counters in their own shared zone),
-//!    [`request`] (the nginx request API, wrapped once), [`offload`] (the
-//!    per-worker write thread), [`ring_builder`] (large hash rings built
-//!    off the event loop), [`zone`] (the shared zone);
-//! 2. [`conf`] (conf structs and request-time readers), [`request_id`]
-//!    (`$dynamic_request_id`), [`store`] (writes to the zone),
-//!    [`worker_cache`] (each worker's decoded backends);
-//! 3. [`canary`], [`cert_store`] (certificate writes), [`external_names`]
-//!    (`ExternalName` re-resolution), [`forwarded`] (the client's scheme
-//!    and port, trusting a load balancer or not), [`metrics`] (the
-//!    log-phase counter and the metrics text), [`request_ctx`] (the typed
-//!    per-request state), [`state_file`] (the backends kept on disk and
-//!    restored into a new zone);
-//! 4. [`api_certificates`], [`body_limit`] (the API's body filter),
-//!    [`cert_cache`] (each worker's parsed certificates),
-//!    [`https_redirect`] (the rewrite-phase HTTPS redirect), [`peer`] (the balancer),
-//!    [`timer`] (worker start, stop, sync timer);
-//! 5. the entry points [`api_handler`] (`/configuration`), [`preaccess`]
-//!    (503 for a backend without endpoints) and [`ssl_handshake`];
-//! 6. [`directives`] (setters, checks and merges);
+//! 0. [`nginx`]: nginx wrapped once (the module's handles, panics kept
+//!    out, the worker process, requests, variables);
+//! 1. [`shm`]: the shared zones, their blobs and writes, the state file;
+//! 2. [`conf`]: the configuration structs and their request-time readers;
+//! 3. [`backends`]: each worker's decoded backends, canaries,
+//!    `ExternalName` re-resolution;
+//! 4. [`http`]: the request-time hooks (peer, preaccess, redirects,
+//!    variables, metrics counting);
+//! 5. [`tls`]: certificates from the zone, chosen per handshake;
+//! 6. [`api`]: the `/configuration` API;
+//! 7. [`stream`]: the stream half (TCP and UDP upstreams);
+//! 8. [`process`]: `init_module`, worker start and stop, the sync timer;
+//! 9. [`directives`]: setters, checks and merges, run at configuration
+//!    time only;
 //!
-//! and this file: the command table and the module's hooks. Parsing,
-//! validation and selection are in the pure `lua-compat` crate. `unsafe`
-//! operations each carry a `// SAFETY:` line, also inside `unsafe fn`s.
+//! and this file, the composition root: the module objects nginx loads,
+//! the command table and the configuration hooks. Parsing, validation and
+//! selection are in the pure `lua-compat` crate. `unsafe` operations each
+//! carry a `// SAFETY:` line, also inside `unsafe fn`s.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
-mod api_certificates;
-mod api_handler;
-mod body_limit;
-mod canary;
-mod cert_cache;
-mod cert_store;
-mod certificates;
+mod api;
+mod backends;
 mod conf;
-mod connection_upgrade;
 mod directives;
-mod escaped_uri;
-mod external_names;
-mod forwarded;
-mod guard;
-mod https_redirect;
-mod index;
-mod log_variables;
-mod metrics;
-mod metrics_zone;
-mod offload;
-mod peer;
-mod preaccess;
-mod request;
-mod request_ctx;
-mod request_id;
-mod ring_builder;
-mod ssl_handshake;
-mod state_file;
-mod store;
+mod http;
+mod nginx;
+mod process;
+mod shm;
 #[cfg(feature = "stream")]
 mod stream;
-#[cfg(feature = "stream")]
-mod stream_conf;
-#[cfg(feature = "stream")]
-mod stream_peer;
-mod timer;
-mod variables;
-mod worker;
-mod worker_cache;
-mod zone;
+mod tls;
 
 use std::ffi::c_void;
 use std::ptr::addr_of_mut;
@@ -90,118 +54,97 @@ use ngx::ffi::{
 use ngx::http::{HttpModule, HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_string;
 
-use crate::guard::ffi_guard;
+use crate::nginx::guard::ffi_guard;
+use crate::nginx::module::Module;
 
-/// The module's handle for ngx's configuration traits.
-pub struct Module;
-
-impl Module {
-    fn module_ref() -> &'static ngx_module_t {
-        <Module as HttpModule>::module()
-    }
+/// nginx calls it once per configuration, before the `http{}` block is
+/// parsed, with that block's live `ngx_conf_t`.
+unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    ffi_guard("preconfiguration", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `cf` is the configuration nginx is parsing, live for
+        // this call.
+        unsafe { directives::declare_variables(cf) }
+    })
 }
 
-impl HttpModule for Module {
-    /// nginx calls it once per configuration, before the `http{}` block is
-    /// parsed, with that block's live `ngx_conf_t`.
-    unsafe extern "C" fn preconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        ffi_guard("preconfiguration", NGX_ERROR as ngx_int_t, || {
-            // SAFETY: `cf` is the configuration nginx is parsing, live for
-            // this call.
-            unsafe { directives::declare_variables(cf) }
-        })
-    }
-
-    fn module() -> &'static ngx_module_t {
-        // SAFETY: nginx writes the module's indexes before any request or
-        // configuration callback reads them, and never concurrently.
-        unsafe { &*std::ptr::addr_of!(ngx_http_dynamic_balancer_module) }
-    }
-
-    /// nginx calls it once per configuration, after the `http{}` block was
-    /// parsed and every upstream initialised, with that block's live
-    /// `ngx_conf_t`, on its only thread.
-    unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
-        ffi_guard("postconfiguration", NGX_ERROR as ngx_int_t, || {
-            // SAFETY: `cf` is the parsed configuration, live for this call;
-            // postconfiguration runs after the upstreams initialised and the
-            // listen addresses were collected, as both checks require.
-            if unsafe {
-                directives::check_upstreams(cf) != NGX_OK as ngx_int_t
-                    || directives::check_api_listeners(cf) != NGX_OK as ngx_int_t
-            } {
-                return NGX_ERROR as ngx_int_t;
-            }
-            // SAFETY: `cf` is live for this call; the main conf is in its pool
-            // and nothing else borrows it during postconfiguration.
-            let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
-                return NGX_ERROR as ngx_int_t;
-            };
-            // SAFETY: `cf->cycle` is the cycle being configured; its modules
-            // array was set before any configuration was parsed.
-            unsafe { preaccess::discover_upstream_users((*cf).cycle, mcf) };
-            let mcf_metrics_zone = mcf.metrics_zone;
-            let https_redirect_used = mcf.https_redirect_used;
-            // SAFETY: postconfiguration runs once per configuration, before
-            // any request, on nginx's only thread at that point.
-            unsafe { body_limit::install() };
-            // SAFETY: `cf` is the parsed configuration, live for this call;
-            // the ssl module (static) merged its server confs already.
-            if unsafe { ssl_handshake::install(cf) } != NGX_OK as ngx_int_t {
-                return NGX_ERROR as ngx_int_t;
-            }
-            // SAFETY: `cf` is the parsed configuration, live for this call.
-            if unsafe { directives::index_variables(cf) } != NGX_OK as ngx_int_t {
-                return NGX_ERROR as ngx_int_t;
-            }
-            // SAFETY: `cf` is live for this call; the borrow ends with the
-            // lookup, which returns the core module's main conf (pool memory).
-            let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
-                return NGX_ERROR as ngx_int_t;
-            };
-            let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_PREACCESS_PHASE as usize].handlers;
-            // SAFETY: `handlers` is the core module's initialised array of
-            // `ngx_http_handler_pt`, allocated from the configuration pool.
+/// nginx calls it once per configuration, after the `http{}` block was
+/// parsed and every upstream initialised, with that block's live
+/// `ngx_conf_t`, on its only thread.
+unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
+    ffi_guard("postconfiguration", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `cf` is the parsed configuration, live for this call;
+        // postconfiguration runs after the upstreams initialised and the
+        // listen addresses were collected, as both checks require.
+        if unsafe {
+            directives::check_upstreams(cf) != NGX_OK as ngx_int_t
+                || directives::check_api_listeners(cf) != NGX_OK as ngx_int_t
+        } {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: `cf` is live for this call; the main conf is in its pool
+        // and nothing else borrows it during postconfiguration.
+        let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        // SAFETY: `cf->cycle` is the cycle being configured; its modules
+        // array was set before any configuration was parsed.
+        unsafe { http::preaccess::discover_upstream_users((*cf).cycle, mcf) };
+        let mcf_metrics_zone = mcf.metrics_zone;
+        let https_redirect_used = mcf.https_redirect_used;
+        // SAFETY: postconfiguration runs once per configuration, before
+        // any request, on nginx's only thread at that point.
+        unsafe { api::body_limit::install() };
+        // SAFETY: `cf` is the parsed configuration, live for this call;
+        // the ssl module (static) merged its server confs already.
+        if unsafe { tls::handshake::install(cf) } != NGX_OK as ngx_int_t {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: `cf` is the parsed configuration, live for this call.
+        if unsafe { directives::index_variables(cf) } != NGX_OK as ngx_int_t {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: `cf` is live for this call; the borrow ends with the
+        // lookup, which returns the core module's main conf (pool memory).
+        let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(unsafe { &*cf }) else {
+            return NGX_ERROR as ngx_int_t;
+        };
+        let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_PREACCESS_PHASE as usize].handlers;
+        // SAFETY: `handlers` is the core module's initialised array of
+        // `ngx_http_handler_pt`, allocated from the configuration pool.
+        let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
+        if h.is_null() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: `h` is the non-null, aligned, element-sized slot that
+        // ngx_array_push just reserved for us.
+        unsafe { *h = Some(http::preaccess::preaccess_handler) };
+        if https_redirect_used {
+            let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_REWRITE_PHASE as usize].handlers;
+            // SAFETY: as above, for the rewrite phase's handler array.
             let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
             if h.is_null() {
                 return NGX_ERROR as ngx_int_t;
             }
-            // SAFETY: `h` is the non-null, aligned, element-sized slot that
-            // ngx_array_push just reserved for us.
-            unsafe { *h = Some(preaccess::preaccess_handler) };
-            if https_redirect_used {
-                let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_REWRITE_PHASE as usize].handlers;
-                // SAFETY: as above, for the rewrite phase's handler array.
-                let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
-                if h.is_null() {
-                    return NGX_ERROR as ngx_int_t;
-                }
-                // SAFETY: as above.
-                unsafe { *h = Some(https_redirect::rewrite_handler) };
+            // SAFETY: as above.
+            unsafe { *h = Some(http::https_redirect::rewrite_handler) };
+        }
+        if !mcf_metrics_zone.is_null() {
+            let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_LOG_PHASE as usize].handlers;
+            // SAFETY: as above, for the log phase's handler array.
+            let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
+            if h.is_null() {
+                return NGX_ERROR as ngx_int_t;
             }
-            if !mcf_metrics_zone.is_null() {
-                let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_LOG_PHASE as usize].handlers;
-                // SAFETY: as above, for the log phase's handler array.
-                let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
-                if h.is_null() {
-                    return NGX_ERROR as ngx_int_t;
-                }
-                // SAFETY: as above.
-                unsafe { *h = Some(metrics::log_handler) };
-            }
-            NGX_OK as ngx_int_t
-        })
-    }
-}
-
-/// This module's `ctx_index` (its slot in configuration and context arrays).
-pub(crate) fn module_ctx_index() -> usize {
-    Module::module_ref().ctx_index
+            // SAFETY: as above.
+            unsafe { *h = Some(http::metrics::log_handler) };
+        }
+        NGX_OK as ngx_int_t
+    })
 }
 
 static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
-    preconfiguration: Some(Module::preconfiguration),
-    postconfiguration: Some(Module::postconfiguration),
+    preconfiguration: Some(preconfiguration),
+    postconfiguration: Some(postconfiguration),
     create_main_conf: Some(Module::create_main_conf),
     init_main_conf: Some(directives::init_main_conf),
     create_srv_conf: Some(Module::create_srv_conf),
@@ -346,15 +289,16 @@ pub static mut ngx_module_names: [*const std::ffi::c_char; 4] = [
 pub static mut ngx_module_order: [*const std::ffi::c_char; 1] = [std::ptr::null()];
 
 #[used]
+#[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static mut ngx_http_dynamic_balancer_module: ngx_module_t = ngx_module_t {
     ctx: std::ptr::addr_of!(MODULE_CTX) as *mut c_void,
     // SAFETY: nginx reads the command table; nothing in Rust mutates it.
     commands: unsafe { addr_of_mut!(COMMANDS[0]) },
     type_: NGX_HTTP_MODULE as ngx_uint_t,
-    init_module: Some(state_file::init_module),
-    init_process: Some(timer::init_process),
-    exit_process: Some(timer::exit_process),
+    init_module: Some(process::init_module::init_module),
+    init_process: Some(process::timer::init_process),
+    exit_process: Some(process::timer::exit_process),
     ..ngx_module_t::default()
 };
 
@@ -365,11 +309,12 @@ pub static mut ngx_http_dynamic_balancer_module: ngx_module_t = ngx_module_t {
 /// not at all.
 #[cfg(feature = "stream")]
 #[used]
+#[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static mut ngx_stream_dynamic_balancer_module: ngx_module_t = ngx_module_t {
-    ctx: std::ptr::addr_of!(stream::MODULE_CTX) as *mut c_void,
+    ctx: std::ptr::addr_of!(stream::directives::MODULE_CTX) as *mut c_void,
     // SAFETY: nginx reads the command table; nothing in Rust mutates it.
-    commands: unsafe { addr_of_mut!(stream::COMMANDS[0]) },
+    commands: unsafe { addr_of_mut!(stream::directives::COMMANDS[0]) },
     type_: ngx::ffi::NGX_STREAM_MODULE as ngx_uint_t,
     ..ngx_module_t::default()
 };
@@ -382,7 +327,7 @@ pub static mut ngx_stream_dynamic_balancer_module: ngx_module_t = ngx_module_t {
 #[used]
 #[allow(non_upper_case_globals)]
 pub static mut ngx_dynamic_balancer_check_module: ngx_module_t = ngx_module_t {
-    ctx: std::ptr::addr_of_mut!(stream::CORE_CTX).cast(),
+    ctx: std::ptr::addr_of_mut!(stream::directives::CORE_CTX).cast(),
     commands: std::ptr::null_mut(),
     type_: ngx::ffi::NGX_CORE_MODULE as ngx_uint_t,
     ..ngx_module_t::default()

@@ -10,6 +10,13 @@ use std::path::{Path, PathBuf};
 
 /// Module name → the modules it names, for one crate's `src/`.
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    imports(src).0
+}
+
+/// The module graph, and each module's `crate::` paths that name no module
+/// (items of the crate root, `lib.rs` or `main.rs`).
+#[allow(clippy::type_complexity)]
+fn imports(src: &Path) -> (BTreeMap<String, BTreeSet<String>>, BTreeMap<String, BTreeSet<String>>) {
     let mut files = Vec::new();
     collect(src, &mut files);
     let mut modules: BTreeMap<String, String> = BTreeMap::new();
@@ -28,6 +35,7 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     }
     let names: BTreeSet<String> = modules.keys().cloned().collect();
     let mut edges = BTreeMap::new();
+    let mut root = BTreeMap::new();
     for (name, text) in &modules {
         let parent = name.rsplit_once("::").map(|(p, _)| p.to_string());
         let code: String = text
@@ -36,6 +44,7 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             .collect::<Vec<_>>()
             .join("\n");
         let mut to = BTreeSet::new();
+        let mut to_root = BTreeSet::new();
         for (prefix, base) in [("crate::", None), ("super::", parent.as_deref())] {
             for (at, _) in code.match_indices(prefix) {
                 let mut rest = &code[at + prefix.len()..];
@@ -65,13 +74,18 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                         if target != *name && !name.starts_with(&format!("{target}::")) {
                             to.insert(target);
                         }
+                    } else if prefix == "crate::" && !full.is_empty() {
+                        to_root.insert(full);
                     }
                 }
             }
         }
         edges.insert(name.clone(), to);
+        if !to_root.is_empty() {
+            root.insert(name.clone(), to_root);
+        }
     }
-    edges
+    (edges, root)
 }
 
 /// The paths a `crate::`/`super::` prefix leads to: one (`a::b`), or each
@@ -274,6 +288,102 @@ fn floors(g: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, usize> {
         floor(g, m, &mut memo);
     }
     memo
+}
+
+/// `ngx-module/src`'s folders, bottom first. A file may import from its own
+/// folder or from a folder below it, never from one above: the request
+/// path cannot reach the API, nothing but the crate root reaches the
+/// directives (they run at configuration time only), and a new folder has
+/// to be given its place here.
+const MODULE_FOLDERS: [&str; 10] = [
+    "nginx",
+    "shm",
+    "conf",
+    "backends",
+    "http",
+    "tls",
+    "api",
+    "stream",
+    "process",
+    "directives",
+];
+
+/// The floor of a module of `ngx-module`: its folder's place in
+/// [`MODULE_FOLDERS`].
+fn folder_floor(module: &str) -> Option<usize> {
+    let top = module.split("::").next()?;
+    MODULE_FOLDERS.iter().position(|f| *f == top)
+}
+
+/// The module's folders: every file is in one, every import points down
+/// (or within its folder), and no file imports the crate root, whose
+/// statics would otherwise be the thing every file climbs up to.
+#[test]
+fn module_folders_point_down() {
+    let src = crate_src("ngx-module");
+    let (g, root) = imports(&src);
+    let mut wrong = Vec::new();
+    for (m, paths) in &root {
+        wrong.push(format!(
+            "{m} imports the crate root: {}",
+            paths.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let mut by_folder: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
+    for (m, to) in &g {
+        let Some(from) = folder_floor(m) else {
+            wrong.push(format!("{m} is in no folder of MODULE_FOLDERS"));
+            continue;
+        };
+        by_folder.entry(from).or_default().insert(m);
+        for t in to {
+            match folder_floor(t) {
+                Some(floor) if floor <= from => {}
+                _ => wrong.push(format!("{m} ({}) imports {t}, a floor above", MODULE_FOLDERS[from])),
+            }
+        }
+    }
+    // Every folder exists and has its `mod.rs` (the note of what lives there).
+    for f in MODULE_FOLDERS {
+        if !src.join(f).join("mod.rs").is_file() {
+            wrong.push(format!("folder {f} has no mod.rs"));
+        }
+    }
+    assert!(wrong.is_empty(), "ngx-module's layering:\n{}", wrong.join("\n"));
+    let (edges, within): (usize, usize) = g.iter().fold((0, 0), |(e, w), (m, to)| {
+        let same = to.iter().filter(|t| folder_floor(t) == folder_floor(m)).count();
+        (e + to.len(), w + same)
+    });
+    println!(
+        "ngx-module: {} files in {} folders, {edges} imports ({within} within a folder), none upward",
+        g.len(),
+        MODULE_FOLDERS.len()
+    );
+    for (floor, ms) in by_folder {
+        let files: Vec<&str> = ms
+            .iter()
+            .map(|m| m.split_once("::").map_or("mod", |(_, f)| f))
+            .collect();
+        println!("  {floor}: {}/ {}", MODULE_FOLDERS[floor], files.join(" "));
+    }
+}
+
+#[test]
+fn a_root_import_is_found() {
+    let dir = std::env::temp_dir().join(format!("architecture-root-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "pub struct Module;\n").unwrap();
+    std::fs::write(dir.join("a/mod.rs"), "pub mod b;\n").unwrap();
+    std::fs::write(
+        dir.join("a/b.rs"),
+        "use crate::Module;\nuse crate::a::c;\n// crate::Ignored\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("a/c.rs"), "").unwrap();
+    let (g, root) = imports(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(root["a::b"], BTreeSet::from(["Module".to_string()]));
+    assert_eq!(g["a::b"], BTreeSet::from(["a::c".to_string()]));
 }
 
 /// Prints each crate's floors (`cargo test --test architecture -- --nocapture`)

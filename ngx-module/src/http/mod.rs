@@ -1,0 +1,19 @@
+//! The request-time hooks of proxied traffic: the per-request state, the
+//! peer hook that replaces `balancer_by_lua`, the preaccess 503, the HTTPS
+//! redirect, the module's variables (forwarded scheme and port, request
+//! id, WebSocket headers, escaped URI, ingress-nginx's log variables) and
+//! the log-phase metrics counter.
+//!
+//! May use [`crate::nginx`], [`crate::shm`], [`crate::conf`] and
+//! [`crate::backends`].
+
+pub mod connection_upgrade;
+pub mod escaped_uri;
+pub mod forwarded;
+pub mod https_redirect;
+pub mod log_variables;
+pub mod metrics;
+pub mod peer;
+pub mod preaccess;
+pub mod request_ctx;
+pub mod request_id;

@@ -1,0 +1,117 @@
+//! The stream module's configuration as sessions read it: one struct that
+//! nginx allocates per `stream{}` `server{}` and `upstream{}` block, and the
+//! session-time readers (`stream_upstream_conf`, `backend_name`, the zone).
+//! The directives that fill it are in [`crate::stream::directives`].
+//!
+//! Stream upstreams have no zone of their own: they route by the backends
+//! of the `http{}` block's `dynamic_balancer_zone`, so one API write
+//! serves HTTP and TCP/UDP alike.
+
+use ngx::ffi::{
+    ngx_cycle_t, ngx_str_t, ngx_stream_get_indexed_variable, ngx_stream_session_t, ngx_stream_upstream_srv_conf_t,
+};
+use ngx::http::HttpModuleConfExt;
+
+use crate::conf::{MainConf, UNKNOWN};
+use crate::nginx::module::stream_ctx_index;
+use crate::nginx::variables::found_bytes;
+use crate::shm::zone::Zone;
+
+/// `stream{}` `server{}` and `upstream{}` level.
+pub struct StreamSrvConf {
+    /// In an `upstream{}`: `dynamic_balancer` is on there.
+    pub enabled: bool,
+    /// Set by our `init_upstream`; still false after configuration means a
+    /// later `hash`, `least_conn` or `random` replaced the hook.
+    pub initialized: bool,
+    /// In an `upstream{}`: the index of `dynamic_balancer $variable`'s
+    /// variable, [`UNKNOWN`] without one.
+    pub variable: usize,
+    /// In an `upstream{}`: `proxy_protocol=off`, connections this upstream
+    /// makes never send the PROXY protocol, whatever the server's
+    /// `proxy_protocol` says (see [`crate::stream::directives`]).
+    pub no_proxy_protocol: bool,
+    /// In a `server{}` (or inherited from `stream{}`):
+    /// `dynamic_balancer_backend name;`.
+    pub backend: Option<ngx_str_t>,
+}
+
+impl Default for StreamSrvConf {
+    fn default() -> Self {
+        StreamSrvConf {
+            enabled: false,
+            initialized: false,
+            variable: UNKNOWN,
+            no_proxy_protocol: false,
+            backend: None,
+        }
+    }
+}
+
+/// Our conf in a `srv_conf` array of the stream block (a session's, a
+/// server's or an upstream's).
+///
+/// # Safety
+/// `srv_conf` is a live stream `srv_conf` array, which has an entry per
+/// stream module; ours is the `StreamSrvConf` that `create_srv_conf`
+/// allocated in the configuration pool.
+pub unsafe fn srv_conf_in(srv_conf: *mut *mut std::ffi::c_void) -> Option<&'static mut StreamSrvConf> {
+    if srv_conf.is_null() {
+        return None;
+    }
+    // SAFETY: this function's contract.
+    unsafe { (*srv_conf.add(stream_ctx_index())).cast::<StreamSrvConf>().as_mut() }
+}
+
+/// Our settings for stream upstream `us`, when `dynamic_balancer` is on.
+///
+/// # Safety
+/// `us` is a live stream upstream srv conf.
+pub unsafe fn stream_upstream_conf(us: *const ngx_stream_upstream_srv_conf_t) -> Option<&'static StreamSrvConf> {
+    // SAFETY: `us` is live; an explicit upstream's `srv_conf` is its block's
+    // array (null for an implicit `proxy_pass host:port`).
+    let conf = unsafe { srv_conf_in((*us).srv_conf) }?;
+    conf.enabled.then_some(&*conf)
+}
+
+/// The backend of session `s`: its server's `dynamic_balancer_backend`,
+/// else the upstream's variable.
+///
+/// # Safety
+/// `s` is a live session, on its worker's event loop.
+pub unsafe fn backend_name<'s>(s: *mut ngx_stream_session_t, upstream: &StreamSrvConf) -> Option<&'s [u8]> {
+    // SAFETY: a live session's `srv_conf` is its server's array.
+    if let Some(name) = unsafe { srv_conf_in((*s).srv_conf) }.and_then(|c| c.backend) {
+        // SAFETY: the directive's argument lives in the configuration pool,
+        // which outlives every session.
+        return Some(unsafe { std::slice::from_raw_parts(name.data, name.len) });
+    }
+    if upstream.variable == UNKNOWN {
+        return None;
+    }
+    // SAFETY: `s` is live; the index was obtained from this configuration.
+    let v = unsafe { ngx_stream_get_indexed_variable(s, upstream.variable) };
+    // SAFETY: a non-null result is the session's variable slot, filled by
+    // nginx, its bytes in the session's pool or the configuration.
+    unsafe { v.as_ref().and_then(|v| found_bytes(v)) }
+}
+
+/// The `http{}` block's main conf of `cycle`, if it has one.
+///
+/// # Safety
+/// `cycle` is a live, configured cycle.
+pub unsafe fn http_main_conf(cycle: *const ngx_cycle_t) -> Option<&'static MainConf> {
+    // SAFETY: `cycle` is live and configured; our slot in its http main
+    // confs holds the `MainConf` create_main_conf made, in the cycle's pool.
+    unsafe {
+        (*cycle)
+            .http_main_conf_unchecked::<MainConf>(crate::nginx::module::Module::module_ref())
+            .map(|p| p.as_ref())
+    }
+}
+
+/// The zone sessions route by: the running cycle's `http{}` zone.
+pub fn current_zone() -> Option<Zone> {
+    // SAFETY: `ngx_cycle` is the running, configured cycle on the event loop.
+    unsafe { http_main_conf(ngx::ffi::ngx_cycle) }?.zone()
+}

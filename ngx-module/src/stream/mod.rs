@@ -1,0 +1,10 @@
+//! `ngx_stream_dynamic_balancer_module`, the stream half: its directives
+//! and module context, its configuration, and the peer hook of TCP and UDP
+//! upstreams (the same backends and selectors as HTTP).
+//!
+//! May use every floor below it except [`crate::api`]; its peer hook shares
+//! [`crate::http::peer`]'s selection.
+
+pub mod conf;
+pub mod directives;
+pub mod peer;

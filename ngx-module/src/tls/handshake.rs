@@ -1,0 +1,160 @@
+//! `dynamic_balancer_ssl`: TLS certificates from the zone, chosen per
+//! handshake by SNI, in place of ingress-nginx's `ssl_certificate_by_lua`.
+//!
+//! At postconfiguration [`install`] sets OpenSSL's certificate callback on
+//! the `SSL_CTX` of every server where the directive is on. OpenSSL calls
+//! it once per handshake, after nginx's SNI callback picked the virtual
+//! server; it looks the SNI up in the worker's cache ([`crate::tls::cache`]:
+//! exact host, `*.parent`, the default `_`) and installs that certificate,
+//! chain and key on the connection. With no match, the server's own static
+//! `ssl_certificate` stays: the fallback that also makes the configuration
+//! valid for `nginx -t`.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use foreign_types::ForeignType;
+use ngx::ffi::{
+    ngx_conf_t, ngx_connection_t, ngx_http_core_srv_conf_t, ngx_http_ssl_module, ngx_http_ssl_srv_conf_t, ngx_int_t,
+    ngx_ssl_connection_index, SSL_CTX_set_cert_cb, SSL_certs_clear, SSL_get_ex_data, SSL_get_servername,
+    SSL_use_cert_and_key, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_ERR, NGX_OK, SSL,
+};
+use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
+use ngx::ngx_log_error;
+
+use lua_compat::certificates::sni_key;
+
+use crate::conf::{MainConf, UpstreamConf};
+use crate::nginx::guard::ffi_guard;
+use crate::nginx::module::Module;
+
+/// `TLSEXT_NAMETYPE_host_name`.
+const HOST_NAME: c_int = 0;
+
+/// Sets the certificate callback on every TLS server with
+/// `dynamic_balancer_ssl on`.
+///
+/// # Safety
+/// `cf` is the parsed configuration at postconfiguration, after the ssl
+/// module merged its server confs (it is a static module, merged before us).
+pub unsafe fn install(cf: *mut ngx_conf_t) -> ngx_int_t {
+    // SAFETY: `cf` is live for this call (this function's contract).
+    let cf_ref = unsafe { &*cf };
+    let Some(mcf) = Module::main_conf_mut(cf_ref) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    let mcf: *mut MainConf = mcf;
+    let Some(cmcf) = NgxHttpCoreModule::main_conf_mut(cf_ref) else {
+        return NGX_ERROR as ngx_int_t;
+    };
+    // SAFETY: `servers` is the core module's array of server conf pointers.
+    let servers = unsafe {
+        std::slice::from_raw_parts(
+            cmcf.servers.elts.cast::<*mut ngx_http_core_srv_conf_t>(),
+            cmcf.servers.nelts,
+        )
+    };
+    // SAFETY: the ssl module's index is set before configuration.
+    let ssl_index = unsafe { ngx_http_ssl_module.ctx_index };
+    for &cscf in servers {
+        // SAFETY: each entry is a live server conf whose ctx holds an
+        // entry per HTTP module: ours is an `UpstreamConf`, the ssl
+        // module's an `ngx_http_ssl_srv_conf_t`, both in the conf pool.
+        let (ours, sscf) = unsafe {
+            let srv_conf = (*(*cscf).ctx).srv_conf;
+            (
+                (*srv_conf.add(crate::nginx::module::http_ctx_index()))
+                    .cast::<UpstreamConf>()
+                    .as_ref(),
+                (*srv_conf.add(ssl_index)).cast::<ngx_http_ssl_srv_conf_t>().as_ref(),
+            )
+        };
+        if ours.and_then(|c| c.ssl) != Some(true) {
+            continue;
+        }
+        let Some(sscf) = sscf else { continue };
+        // SAFETY: `cscf` is live (above).
+        let name = unsafe { (*cscf).server_name };
+        let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
+        if !sscf.certificate_values.is_null() {
+            ngx_log_error!(
+                NGX_LOG_EMERG,
+                cf_ref.log,
+                "\"dynamic_balancer_ssl\" conflicts with variables in \"ssl_certificate\" in server \"{name}\""
+            );
+            return NGX_ERROR as ngx_int_t;
+        }
+        if sscf.ssl.ctx.is_null() {
+            // Not a TLS server (no ssl_certificate): nothing to serve.
+            continue;
+        }
+        // SAFETY: a live SSL_CTX of this configuration; the main conf
+        // pointer lives in the conf pool as long as the SSL_CTX (both are
+        // this cycle's).
+        unsafe { SSL_CTX_set_cert_cb(sscf.ssl.ctx, Some(certificate_callback), mcf.cast::<c_void>()) };
+    }
+    NGX_OK as ngx_int_t
+}
+
+/// OpenSSL's certificate callback: called during a handshake, on the event
+/// loop, with the connection's live `SSL` and the `MainConf` that
+/// [`install`] passed. Returns 1 to go on, 0 to fail the handshake.
+unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_int {
+    ffi_guard("TLS certificate callback", 0, || {
+        // SAFETY: `arg` is the configuration's main conf (see `install`),
+        // live as long as this cycle's SSL_CTX.
+        let Some(zone) = (unsafe { arg.cast::<MainConf>().as_ref() }).and_then(MainConf::zone) else {
+            return 1;
+        };
+        // SAFETY: `ssl` is live; the name, if any, is a NUL-terminated
+        // string owned by it for the handshake.
+        let name = unsafe { SSL_get_servername(ssl, HOST_NAME) };
+        let sni = (!name.is_null())
+            // SAFETY: non-null: the NUL-terminated SNI (above).
+            .then(|| unsafe { CStr::from_ptr(name.cast::<c_char>()) })
+            .and_then(|n| sni_key(n.to_bytes()));
+        // SAFETY: nginx stores its connection at this index of every SSL
+        // it creates; it outlives the handshake.
+        let c = unsafe { SSL_get_ex_data(ssl, ngx_ssl_connection_index) }.cast::<ngx_connection_t>();
+        // SAFETY: as above; a null connection has no log.
+        let log = unsafe { c.as_ref() }.map_or(std::ptr::null_mut(), |c| c.log);
+        let found = crate::tls::cache::find(&zone, sni.as_deref(), |id, e| {
+            if !log.is_null() {
+                ngx_log_error!(
+                    NGX_LOG_ERR,
+                    log,
+                    "dynamic_balancer: certificate {id:?} cannot be loaded: {e}"
+                );
+            }
+        });
+        let Some(cert) = found else { return 1 };
+        // OpenSSL keeps one certificate per key type: without clearing, an
+        // RSA certificate from the zone would sit beside the server's static
+        // ECDSA one, and the client could be shown either.
+        // SAFETY: `ssl` is live; this drops the connection's references to
+        // the static certificates, which the SSL_CTX still holds.
+        unsafe { SSL_certs_clear(ssl) };
+        // SAFETY: `ssl` is live; the leaf, key and chain are live OpenSSL
+        // objects the cache holds, and OpenSSL takes its own references.
+        let ok = unsafe {
+            SSL_use_cert_and_key(
+                ssl,
+                cert.leaf.as_ptr().cast(),
+                cert.key.as_ptr().cast(),
+                cert.chain.as_ptr().cast(),
+                1,
+            )
+        };
+        if ok != 1 {
+            if !log.is_null() {
+                ngx_log_error!(
+                    NGX_LOG_ERR,
+                    log,
+                    "dynamic_balancer: SSL_use_cert_and_key failed for SNI {:?}",
+                    sni.as_deref().unwrap_or("")
+                );
+            }
+            return 0;
+        }
+        1
+    })
+}
