@@ -60,7 +60,7 @@ pub struct Args {
 
     /// The ConfigMap (namespace/name) of TCP services: each key an external
     /// port, each value `<namespace>/<service>:<port>[:PROXY][:PROXY]`,
-    /// served by `stream {}` (see README, "TCP and UDP services").
+    /// served by `stream {}` (see the book, "TCP and UDP services").
     #[arg(long, global = true)]
     pub tcp_services_configmap: Option<String>,
 
@@ -159,9 +159,11 @@ pub struct Args {
     #[arg(long, default_value = "0.0.0.0")]
     pub listen_address: String,
 
+    /// Port nginx serves plain HTTP on.
     #[arg(long, default_value_t = 80)]
     pub http_port: u16,
 
+    /// Port nginx serves HTTPS on.
     #[arg(long, default_value_t = 443)]
     pub https_port: u16,
 
@@ -305,6 +307,12 @@ pub enum Command {
     /// ingress-nginx's kube-webhook-certgen image does).
     #[command(subcommand)]
     Certgen(Certgen),
+    /// Prints a reference page of the documentation book, generated from
+    /// this binary: `annotations`, `configmap`, `flags` or `metrics`.
+    Reference {
+        #[arg(value_parser = controller::reference::PAGES)]
+        page: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,6 +16,8 @@ pub async fn run(command: Command, args: &Args) -> anyhow::Result<()> {
         Command::Status => status(args).await,
         Command::Check => check(args).await,
         Command::Certgen(job) => certgen(args, job).await,
+        // Printed by `main` before any runtime starts.
+        Command::Reference { .. } => Ok(()),
     }
 }
 

@@ -28,6 +28,7 @@ pub mod nginx;
 pub mod push;
 pub mod push_certs;
 pub mod rebuild;
+pub mod reference;
 pub mod reload;
 pub mod render;
 pub mod resolv_conf;

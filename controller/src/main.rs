@@ -1,4 +1,4 @@
-//! `ingress-controller`: see the crate docs and README.md.
+//! `ingress-controller`: see the crate docs and the book (`docs/`).
 
 mod cli;
 mod inspect_cmd;
@@ -32,6 +32,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let mut args = Args::parse();
+    if let Some(cli::Command::Reference { page }) = &args.command {
+        print!("{}", reference_page(page));
+        return std::process::ExitCode::SUCCESS;
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -55,6 +59,17 @@ fn main() -> std::process::ExitCode {
             tracing::error!("{e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// A page of the book's reference, generated from this binary's code.
+fn reference_page(page: &str) -> String {
+    use controller::reference;
+    match page {
+        "annotations" => reference::annotations(),
+        "configmap" => reference::config_map(),
+        "flags" => reference::flags(&<Args as clap::CommandFactory>::command()),
+        _ => reference::metrics(),
     }
 }
 

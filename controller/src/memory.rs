@@ -9,7 +9,7 @@
 //! `M_ARENA_MAX` nor `malloc_trim` gave the pages back. mimalloc (its
 //! free-page segments and eager purge) keeps RSS near the live set; after
 //! each burst [`release_free_memory`] asks it to purge at once rather than
-//! after its delay. Figures: README, "Scale and resources".
+//! after its delay. Figures: docs/src/install/kubernetes.md, "Scale and resources".
 
 /// Returns freed memory to the kernel now (after a model build, a reload
 /// or a full push).

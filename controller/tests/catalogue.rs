@@ -1,11 +1,12 @@
 //! The catalogue (`controller::model::catalogue`), the parsers and the
-//! README agree: every honoured name's sample value is accepted, every
-//! unsupported one is reported, and the README's table is the generated one.
+//! book agree: every honoured name's sample value is accepted and every
+//! unsupported one is reported (the book's pages are checked by
+//! `reference_pages.rs`).
 
 use std::collections::BTreeMap;
 
 use controller::model::annotations::{Annotations, PREFIX};
-use controller::model::catalogue::{markdown, ANNOTATIONS, CONFIG_MAP, CONFIG_MAP_EXTRA};
+use controller::model::catalogue::{ANNOTATIONS, CONFIG_MAP, CONFIG_MAP_EXTRA};
 use controller::model::config_map::GlobalConfig;
 
 /// Annotations that only mean something next to another one.
@@ -73,24 +74,6 @@ fn config_map_keys_match_the_parser() {
             assert!(mine.is_empty(), "{}: listed as honoured, refused: {mine:?}", e.name);
         } else {
             assert!(!mine.is_empty(), "{}: listed as unsupported, accepted", e.name);
-        }
-    }
-}
-
-/// The README's table is this one (`UPDATE_GOLDEN=1` rewrites it).
-#[test]
-fn readme_table_is_generated() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    let readme = std::fs::read_to_string(path).unwrap();
-    let (begin, end) = ("<!-- compat-table:begin -->\n", "<!-- compat-table:end -->");
-    let start = readme.find(begin).expect("README has the compat-table markers") + begin.len();
-    let stop = readme[start..].find(end).expect("end marker") + start;
-    let table = markdown();
-    if readme[start..stop] != table {
-        if std::env::var_os("UPDATE_GOLDEN").is_some() {
-            std::fs::write(path, format!("{}{table}{}", &readme[..start], &readme[stop..])).unwrap();
-        } else {
-            panic!("README.md's compatibility table is stale: run UPDATE_GOLDEN=1 cargo test -p controller");
         }
     }
 }

@@ -5,12 +5,10 @@
 //!
 //! This table is the one place that says what is supported: the parsers'
 //! "not supported" answers quote it, `ingress-controller check` sorts a
-//! user's annotations by it, and the README's compatibility table is
-//! generated from it. A test parses every entry's sample value, so an entry
+//! user's annotations by it, and the book's annotation and ConfigMap pages
+//! are generated from it ([`crate::reference`]). A test parses every entry's sample value, so an entry
 //! that says "supported" for a name the parser ignores (or the reverse)
 //! fails the build.
-
-use std::fmt::Write as _;
 
 /// What this controller does with one ingress-nginx name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -544,41 +542,6 @@ pub fn unsupported_reason(entry: Option<&Entry>) -> String {
 /// `(honoured, total)`.
 pub fn counts(entries: &[Entry]) -> (usize, usize) {
     (entries.iter().filter(|e| e.status.honoured()).count(), entries.len())
-}
-
-/// The README's compatibility tables (between the `compat-table` markers).
-pub fn markdown() -> String {
-    let mut out = String::new();
-    let (a, at) = counts(ANNOTATIONS);
-    let (c, ct) = counts(CONFIG_MAP);
-    let _ = writeln!(
-        out,
-        "Generated from `controller/src/model/catalogue.rs` (a test fails if they differ). \
-         Annotations honoured: **{a} of {at}**; ConfigMap keys honoured: **{c} of {ct}**.\n"
-    );
-    for (title, prefix, entries) in [
-        ("Annotation (`nginx.ingress.kubernetes.io/`)", "", ANNOTATIONS),
-        ("ConfigMap key", "", CONFIG_MAP),
-        ("ConfigMap key (not in ingress-nginx)", "", CONFIG_MAP_EXTRA),
-    ] {
-        let _ = writeln!(out, "| {title} | status | notes |\n|---|---|---|");
-        for e in entries {
-            let closed = if !e.status.honoured() && std::ptr::eq(entries, ANNOTATIONS) && is_access_control(e.name) {
-                "; the Ingress fails closed (503)"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                out,
-                "| `{prefix}{}` | {} | {}{closed} |",
-                e.name,
-                e.status.label(),
-                e.status.note()
-            );
-        }
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]
