@@ -6,7 +6,7 @@
 
 use crate::transport::TransportError;
 
-/// The exit codes, as `--help` and the README list them.
+/// The exit codes, as `--help` and the book (`docs/src/reference/api.md`) list them.
 pub mod code {
     pub const OK: u8 = 0;
     /// The API answered 4xx (or any other non-2xx below 500).

@@ -19,11 +19,14 @@
 //!   `deb-install` also installs it with apt (with the distribution's nginx)
 //!   and links both into `build/nginx-debian`; `deb-test [TESTS...]` then
 //!   runs end-to-end suites on them.
+//! - `book` builds the documentation book (`docs/`, mdBook) into
+//!   `build/book` and checks every internal link and anchor (`book.rs`).
 //! - `asan` builds nginx and the module with AddressSanitizer into
 //!   `build/nginx-asan`; `asan-test [TESTS...]` also runs the end-to-end
 //!   suites against them and fails on any sanitizer report.
 
 mod asan;
+mod book;
 mod build;
 mod chroot;
 mod deb;
@@ -49,11 +52,12 @@ fn main() -> ExitCode {
         Some("deb") => deb::build(&args[1..]).map(|p| p.print()),
         Some("deb-install") => deb::install(&args[1..]).map(|p| p.print()),
         Some("deb-test") => deb::test(&args[1..]),
+        Some("book") => book::run(),
         Some("asan") => build::build_variant(build::Variant::Asan).map(|a| a.print()),
         Some("asan-test") => build::build_variant(build::Variant::Asan).and_then(|a| asan::test(&a, &args[1..])),
         Some("-h" | "--help") => {
             println!(
-                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | deb [--nginx-dev DIR | --suite SUITE] | deb-install [--suite SUITE] | deb-test [--suite SUITE] [TESTS...] | asan | asan-test [TESTS...]]"
+                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | deb [--nginx-dev DIR | --suite SUITE] | deb-install [--suite SUITE] | deb-test [--suite SUITE] [TESTS...] | book | asan | asan-test [TESTS...]]"
             );
             Ok(())
         }

@@ -427,7 +427,7 @@ fn rollout_scenario(c: &Cluster, app: &str, pre_stop: Option<u32>, addr: &str, r
         // (nginx never resends a non-idempotent request), and when 9 of 10
         // Pods go at once (scale 10 -> 1) a GET's tries can all land on
         // closing Pods. Measured and bounded, not zero: users need the
-        // preStop sleep (README, "Zero-downtime rollouts").
+        // preStop sleep (docs/src/install/rollouts.md).
         // Five runs here failed 0 to 4 of ~2,750 requests; the bound
         // (0.5%) catches an ingress that keeps dead Pods for seconds.
         let failed = rep.samples.iter().filter(|s| s.failed()).count();

@@ -346,7 +346,7 @@ fn a_module_for_another_nginx_is_refused() {
     }
 }
 
-/// The README's bare-metal setup, as a server's administrator does it: the
+/// The book's bare-metal setup (docs/src/install/bare-metal.md), as a server's administrator does it: the
 /// package's example configuration (ports and paths moved into a temporary
 /// directory), the token file, the state directory owned by the workers'
 /// user, backends put with `dynamic-balancer`; then nginx is killed with
