@@ -19,6 +19,7 @@ use lua_compat::metrics::labels::{label_hash, series_text};
 use lua_compat::metrics::LocationLabels;
 
 use crate::conf::{LocConf, LocMetrics, UpstreamConf};
+use crate::nginx::directive::set_literal_once;
 use crate::nginx::directive::{args, text_args};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
@@ -31,21 +32,8 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
         // SAFETY: `conf` is our `LocConf` from create_loc_conf;
         // configuration runs on one thread.
         let lcf = unsafe { &mut *conf.cast::<LocConf>() };
-        if lcf.backend.is_some() {
-            return c"is duplicate".as_ptr().cast_mut();
-        }
         // SAFETY: `cf` is the live configuration being parsed.
-        let name = args(unsafe { &*cf })[1];
-        if name.is_empty() || name.as_bytes().contains(&b'$') {
-            ngx_conf_log_error!(
-                NGX_LOG_EMERG,
-                cf,
-                "invalid backend name \"{name}\": a literal name is expected"
-            );
-            return NGX_CONF_ERROR;
-        }
-        lcf.backend = Some(name);
-        NGX_CONF_OK
+        unsafe { set_literal_once(cf, &mut lcf.backend, "backend name") }
     })
 }
 

@@ -1,6 +1,11 @@
-//! The directive nginx is parsing, as its setter sees it: its words.
+//! The directive nginx is parsing, as its setter sees it: its words, and
+//! the checks every setter of a literal name makes.
 
-use ngx::ffi::{ngx_conf_t, ngx_str_t};
+use std::ffi::c_char;
+
+use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
+use ngx::ffi::{ngx_conf_t, ngx_str_t, NGX_LOG_EMERG};
+use ngx::ngx_conf_log_error;
 
 /// The directive's words, its name first. Only valid while nginx calls a
 /// directive's `set` handler, when `cf->args` holds them.
@@ -16,4 +21,28 @@ pub fn text_args(cf: &ngx_conf_t) -> Result<Vec<&str>, ngx_str_t> {
         .iter()
         .map(|w| std::str::from_utf8(w.as_bytes()).map_err(|_| *w))
         .collect()
+}
+
+/// Stores the directive's one argument in `slot` as a literal name: it may
+/// be given once per block, and neither empty nor a variable (`$`), since
+/// it is looked up as written. `what` names it in the error.
+///
+/// # Safety
+/// `cf` is the live configuration, while nginx calls the directive's `set`.
+pub unsafe fn set_literal_once(cf: *mut ngx_conf_t, slot: &mut Option<ngx_str_t>, what: &str) -> *mut c_char {
+    if slot.is_some() {
+        return c"is duplicate".as_ptr().cast_mut();
+    }
+    // SAFETY: `cf` is live (this function's contract).
+    let name = args(unsafe { &*cf })[1];
+    if name.is_empty() || name.as_bytes().contains(&b'$') {
+        ngx_conf_log_error!(
+            NGX_LOG_EMERG,
+            cf,
+            "invalid {what} \"{name}\": a literal name is expected"
+        );
+        return NGX_CONF_ERROR;
+    }
+    *slot = Some(name);
+    NGX_CONF_OK
 }

@@ -41,6 +41,7 @@ use ngx::{ngx_conf_log_error, ngx_log_error, ngx_string};
 
 use crate::conf::UNKNOWN;
 use crate::nginx::directive::args;
+use crate::nginx::directive::set_literal_once;
 use crate::nginx::guard::ffi_guard;
 use crate::stream::conf::{http_main_conf, srv_conf_in, StreamSrvConf};
 
@@ -220,21 +221,8 @@ unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, 
     ffi_guard("stream dynamic_balancer_backend", NGX_CONF_ERROR, || {
         // SAFETY: `conf` is our `StreamSrvConf` of the enclosing block.
         let scf = unsafe { &mut *conf.cast::<StreamSrvConf>() };
-        if scf.backend.is_some() {
-            return c"is duplicate".as_ptr().cast_mut();
-        }
         // SAFETY: `cf` is the live configuration being parsed.
-        let name = args(unsafe { &*cf })[1];
-        if name.is_empty() || name.as_bytes().contains(&b'$') {
-            ngx_conf_log_error!(
-                NGX_LOG_EMERG,
-                cf,
-                "invalid backend name \"{name}\": a literal name is expected"
-            );
-            return NGX_CONF_ERROR;
-        }
-        scf.backend = Some(name);
-        NGX_CONF_OK
+        unsafe { set_literal_once(cf, &mut scf.backend, "backend name") }
     })
 }
 
