@@ -3,6 +3,9 @@
 //! plain accessors request-time code uses (`zone_of`, `backend_name`,
 //! `upstream_conf`). The directives that fill them are in
 //! [`crate::directives`]; nothing here runs at configuration time.
+//!
+//! May use [`crate::nginx`] and [`crate::shm`] (the zones the main conf
+//! points at).
 
 use std::cell::RefCell;
 use std::path::PathBuf;
