@@ -6,8 +6,8 @@ use std::ffi::{c_char, c_void};
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_full_name, ngx_conf_t, ngx_http_conf_addr_t, ngx_http_conf_port_t,
-    ngx_http_core_srv_conf_t, ngx_int_t, sockaddr, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+    ngx_command_t, ngx_conf_t, ngx_http_conf_addr_t, ngx_http_conf_port_t, ngx_http_core_srv_conf_t, ngx_int_t,
+    sockaddr, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
 };
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_conf_log_error;
@@ -15,6 +15,7 @@ use ngx::ngx_conf_log_error;
 use super::zones::mark_used;
 use crate::conf::{LocConf, UpstreamConf};
 use crate::nginx::directive::args;
+use crate::nginx::directive::path_arg;
 use crate::nginx::guard::ffi_guard;
 
 /// `dynamic_balancer_api;` in `location{}`. nginx calls it while parsing,
@@ -73,17 +74,18 @@ pub unsafe extern "C" fn set_token_file(
             return c"is duplicate".as_ptr().cast_mut();
         }
         // SAFETY: `cf` is the live configuration being parsed.
-        let mut name = args(unsafe { &*cf })[1];
-        // SAFETY: `cf->cycle` is the cycle being configured; `name` is a
-        // directive argument, replaced by a pool copy on success.
-        if unsafe { ngx_conf_full_name((*cf).cycle, &mut name, 1) } != NGX_OK as ngx_int_t {
+        let Some(path) = (unsafe { path_arg(cf, true) }) else {
             return NGX_CONF_ERROR;
-        }
-        let path = String::from_utf8_lossy(name.as_bytes()).into_owned();
+        };
         let text = match std::fs::read(&path) {
             Ok(text) => text,
             Err(e) => {
-                ngx_conf_log_error!(NGX_LOG_EMERG, cf, "cannot read the API token file \"{path}\": {e}");
+                ngx_conf_log_error!(
+                    NGX_LOG_EMERG,
+                    cf,
+                    "cannot read the API token file \"{}\": {e}",
+                    path.display()
+                );
                 return NGX_CONF_ERROR;
             }
         };

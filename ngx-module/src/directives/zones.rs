@@ -3,21 +3,19 @@
 //! its default size by `init_main_conf` when it is needed but not written)
 //! and `dynamic_balancer_state`.
 
-use std::ffi::{c_char, c_void, OsStr};
-use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::ffi::{c_char, c_void};
 use std::ptr;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
 use ngx::ffi::{
-    ngx_command_t, ngx_conf_full_name, ngx_conf_t, ngx_int_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t,
-    ngx_str_t, NGX_ERROR, NGX_LOG_EMERG, NGX_OK,
+    ngx_command_t, ngx_conf_t, ngx_parse_size, ngx_shared_memory_add, ngx_shm_zone_t, ngx_str_t, NGX_ERROR,
+    NGX_LOG_EMERG,
 };
 use ngx::http::HttpModuleMainConf;
 use ngx::ngx_conf_log_error;
 
 use crate::conf::MainConf;
-use crate::nginx::directive::args;
+use crate::nginx::directive::{args, path_arg};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
 use crate::shm::metrics_zone::init_zone as init_metrics_zone;
@@ -201,13 +199,9 @@ pub unsafe extern "C" fn set_state_file(
             return c"is duplicate".as_ptr().cast_mut();
         }
         // SAFETY: `cf` is the live configuration being parsed.
-        let mut name = args(unsafe { &*cf })[1];
-        // SAFETY: `cf->cycle` is the cycle being configured; `name` is a
-        // directive argument, replaced by a pool copy on success.
-        if unsafe { ngx_conf_full_name((*cf).cycle, &mut name, 0) } != NGX_OK as ngx_int_t {
+        let Some(path) = (unsafe { path_arg(cf, false) }) else {
             return NGX_CONF_ERROR;
-        }
-        let path = PathBuf::from(OsStr::from_bytes(name.as_bytes()));
+        };
         if let Err(e) = lua_compat::state_file::check_location(&path) {
             ngx_conf_log_error!(NGX_LOG_EMERG, cf, "dynamic_balancer_state: {e}");
             return NGX_CONF_ERROR;

@@ -1,10 +1,13 @@
-//! The directive nginx is parsing, as its setter sees it: its words, and
-//! the checks every setter of a literal name makes.
+//! The directive nginx is parsing, as its setter sees it: its words, a
+//! path argument made full, and the checks every setter of a literal name
+//! makes.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 
 use ngx::core::{NGX_CONF_ERROR, NGX_CONF_OK};
-use ngx::ffi::{ngx_conf_t, ngx_str_t, NGX_LOG_EMERG};
+use ngx::ffi::{ngx_conf_full_name, ngx_conf_t, ngx_int_t, ngx_str_t, ngx_uint_t, NGX_LOG_EMERG, NGX_OK};
 use ngx::ngx_conf_log_error;
 
 /// The directive's words, its name first. Only valid while nginx calls a
@@ -45,4 +48,23 @@ pub unsafe fn set_literal_once(cf: *mut ngx_conf_t, slot: &mut Option<ngx_str_t>
     }
     *slot = Some(name);
     NGX_CONF_OK
+}
+
+/// The directive's one argument as a file path: relative to the
+/// configuration's directory (`conf_prefix`) or to nginx's prefix, as
+/// nginx resolves `include` and log paths. The bytes are taken as they are
+/// (a path need not be UTF-8); `None` when nginx could not make the full
+/// name (it has logged why).
+///
+/// # Safety
+/// `cf` is the live configuration, while nginx calls the directive's `set`.
+pub unsafe fn path_arg(cf: *mut ngx_conf_t, conf_prefix: bool) -> Option<PathBuf> {
+    // SAFETY: `cf` is live (this function's contract).
+    let mut name = args(unsafe { &*cf })[1];
+    // SAFETY: `cf->cycle` is the cycle being configured; `name` is a
+    // directive argument, replaced by a pool copy on success.
+    if unsafe { ngx_conf_full_name((*cf).cycle, &mut name, ngx_uint_t::from(conf_prefix)) } != NGX_OK as ngx_int_t {
+        return None;
+    }
+    Some(PathBuf::from(OsStr::from_bytes(name.as_bytes())))
 }
