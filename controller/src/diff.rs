@@ -2,6 +2,7 @@
 //! wants: a pure function, so the dynamic path's decisions are unit-tested.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use lua_compat::wire::Backend;
 
@@ -17,21 +18,28 @@ pub struct Plan {
 
 /// The pure diff: changed or new backends are put; backends that are gone
 /// are deleted, except those the running nginx.conf still routes to (they
-/// go after the reload that drops them).
+/// go after the reload that drops them). Backends `excluded` (refused by
+/// the module) count as gone.
+///
+/// An unchanged backend is the same `Arc` in both maps: after an endpoint
+/// change only the backends of the Services it touched are compared in
+/// full, so a round costs a pointer comparison per backend, not a deep one.
 pub fn plan(
-    have: &BTreeMap<String, Backend>,
-    desired: &BTreeMap<String, Backend>,
+    have: &BTreeMap<String, Arc<Backend>>,
+    desired: &BTreeMap<String, Arc<Backend>>,
     still_routed: &BTreeSet<String>,
+    excluded: impl Fn(&str) -> bool,
 ) -> Plan {
+    let same = |a: &Arc<Backend>, b: &Arc<Backend>| Arc::ptr_eq(a, b) || a == b;
     Plan {
         puts: desired
             .iter()
-            .filter(|(k, b)| have.get(*k) != Some(b))
+            .filter(|(k, b)| !excluded(k) && !have.get(*k).is_some_and(|h| same(h, b)))
             .map(|(k, _)| k.clone())
             .collect(),
         deletes: have
             .keys()
-            .filter(|k| !desired.contains_key(*k) && !still_routed.contains(*k))
+            .filter(|k| (!desired.contains_key(*k) || excluded(k)) && !still_routed.contains(*k))
             .cloned()
             .collect(),
     }
@@ -41,9 +49,31 @@ pub fn plan(
 mod tests {
     use super::*;
 
-    fn b(name: &str, port: u16) -> (String, Backend) {
+    fn b(name: &str, port: u16) -> (String, Arc<Backend>) {
         let json = serde_json::json!({"name": name, "endpoints": [{"address": "10.0.0.1", "port": port}]});
-        (name.to_string(), serde_json::from_value(json).unwrap())
+        (name.to_string(), Arc::new(serde_json::from_value(json).unwrap()))
+    }
+
+    fn plan(
+        have: &BTreeMap<String, Arc<Backend>>,
+        desired: &BTreeMap<String, Arc<Backend>>,
+        still_routed: &BTreeSet<String>,
+    ) -> Plan {
+        super::plan(have, desired, still_routed, |_| false)
+    }
+
+    #[test]
+    fn excluded_backends_are_not_put_and_are_deleted() {
+        let have: BTreeMap<_, _> = [b("a", 80), b("b", 80)].into();
+        let desired: BTreeMap<_, _> = [b("a", 81), b("b", 80), b("c", 80)].into();
+        let p = super::plan(&have, &desired, &BTreeSet::new(), |n| n == "a" || n == "c");
+        assert_eq!(
+            p,
+            Plan {
+                puts: vec![],
+                deletes: vec!["a".into()],
+            }
+        );
     }
 
     #[test]

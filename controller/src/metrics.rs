@@ -40,6 +40,15 @@ pub struct QueueLabels {
     pub path: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// `full` (everything built from the snapshot) or `endpoints` (only
+    /// the backends of the Services whose endpoints changed).
+    pub kind: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
 pub struct Metrics {
     registry: Registry,
     pub last_reload_successful: Gauge,
@@ -58,6 +67,9 @@ pub struct Metrics {
     pub module_scrape_errors: Counter,
     pub admission_reviews: Family<AdmissionLabels, Counter>,
     pub admission_duration: Histogram,
+    pub renders: Counter,
+    pub model_builds: Family<BuildLabels, Counter>,
+    pub model_build_duration: HistogramFamily<BuildLabels>,
 }
 
 impl Metrics {
@@ -80,6 +92,9 @@ impl Metrics {
             module_scrape_errors: Counter::default(),
             admission_reviews: Family::default(),
             admission_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            renders: Counter::default(),
+            model_builds: Family::default(),
+            model_build_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 18))),
             registry: Registry::default(),
         };
         let p = "nginx_ingress_controller_";
@@ -159,6 +174,21 @@ impl Metrics {
             "Time the validating webhook spent on one review, waiting for its turn included",
             m.admission_duration.clone(),
         );
+        registry.register(
+            format!("{p}renders"),
+            "Times nginx.conf was rendered (a structural change, or a quarantine search); endpoint changes never render",
+            m.renders.clone(),
+        );
+        registry.register(
+            format!("{p}model_builds"),
+            "Models built: in full from every object, or only the backends of the Services whose endpoints changed",
+            m.model_builds.clone(),
+        );
+        registry.register(
+            format!("{p}model_build_duration_seconds"),
+            "Time to build one model, by kind",
+            m.model_build_duration.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -166,6 +196,13 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding to a String cannot fail");
         out
+    }
+
+    /// Counts a model build of `kind` that took `seconds`.
+    pub fn model_built(&self, kind: &'static str, seconds: f64) {
+        let labels = BuildLabels { kind };
+        self.model_builds.get_or_create(&labels).inc();
+        self.model_build_duration.get_or_create(&labels).observe(seconds);
     }
 
     pub fn push(&self, kind: &'static str, ok: bool) {

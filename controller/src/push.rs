@@ -34,9 +34,9 @@ use crate::state::{Running, Shared};
 pub struct Pusher {
     /// What the module holds; `None` when unknown (then the next round is a
     /// full `POST`).
-    pushed: Option<BTreeMap<String, Backend>>,
+    pushed: Option<BTreeMap<String, Arc<Backend>>>,
     /// Backends the module refused, as they were refused.
-    refused: BTreeMap<String, Backend>,
+    refused: BTreeMap<String, Arc<Backend>>,
 }
 
 impl Pusher {
@@ -54,19 +54,11 @@ impl Pusher {
         still_routed: &BTreeSet<String>,
     ) -> anyhow::Result<()> {
         // A refused backend is sent again only once it changes.
-        self.refused.retain(|name, b| model.backends.get(name) == Some(&*b));
-        let desired: BTreeMap<String, Backend> = model
-            .backends
-            .iter()
-            .filter(|(name, _)| !self.refused.contains_key(*name))
-            .map(|(k, b)| (k.clone(), b.clone()))
-            .collect();
-        let result = match &self.pushed {
-            None => self.full(shared, model, desired).await,
-            Some(have) => {
-                let have = have.clone();
-                self.delta(shared, model, have, desired, still_routed).await
-            }
+        self.refused
+            .retain(|name, b| model.backends.get(name).is_some_and(|m| Arc::ptr_eq(m, b) || m == b));
+        let result = match self.pushed.take() {
+            None => self.full(shared, model).await,
+            Some(have) => self.delta(shared, model, have, still_routed).await,
         };
         shared.metrics.refused_backends.set(self.refused.len() as i64);
         if result.is_err() {
@@ -75,9 +67,20 @@ impl Pusher {
         result
     }
 
-    async fn full(&mut self, shared: &Shared, model: &Model, desired: BTreeMap<String, Backend>) -> anyhow::Result<()> {
+    /// The model's backends but those the module refused.
+    fn desired(&self, model: &Model) -> BTreeMap<String, Arc<Backend>> {
+        model
+            .backends
+            .iter()
+            .filter(|(name, _)| !self.refused.contains_key(*name))
+            .map(|(k, b)| (k.clone(), b.clone()))
+            .collect()
+    }
+
+    async fn full(&mut self, shared: &Shared, model: &Model) -> anyhow::Result<()> {
+        let desired = self.desired(model);
         let started = Instant::now();
-        let all: Vec<&Backend> = desired.values().collect();
+        let all: Vec<&Backend> = desired.values().map(|b| &**b).collect();
         let r = shared.api.replace_all(&all).await;
         shared.metrics.push_duration.observe(started.elapsed().as_secs_f64());
         match r {
@@ -110,7 +113,7 @@ impl Pusher {
         &mut self,
         shared: &Shared,
         model: &Model,
-        mut desired: BTreeMap<String, Backend>,
+        mut desired: BTreeMap<String, Arc<Backend>>,
     ) -> anyhow::Result<()> {
         let names: Vec<String> = desired.keys().cloned().collect();
         for name in names {
@@ -127,7 +130,7 @@ impl Pusher {
                 }
             }
         }
-        let all: Vec<&Backend> = desired.values().collect();
+        let all: Vec<&Backend> = desired.values().map(|b| &**b).collect();
         match shared.api.replace_all(&all).await {
             Ok(()) => {
                 shared.metrics.push("post", true);
@@ -141,16 +144,18 @@ impl Pusher {
         }
     }
 
+    /// Sends what changed since `have` (what the module holds); leaves the
+    /// new state in `self.pushed`.
     async fn delta(
         &mut self,
         shared: &Shared,
         model: &Model,
-        have: BTreeMap<String, Backend>,
-        desired: BTreeMap<String, Backend>,
+        have: BTreeMap<String, Arc<Backend>>,
         still_routed: &BTreeSet<String>,
     ) -> anyhow::Result<()> {
-        let plan = plan(&have, &desired, still_routed);
+        let plan = plan(&have, &model.backends, still_routed, |n| self.refused.contains_key(n));
         if plan.puts.is_empty() && plan.deletes.is_empty() {
+            self.pushed = Some(have);
             return Ok(());
         }
         let depth = shared
@@ -163,7 +168,7 @@ impl Pusher {
         let mut now = have;
         let mut result = Ok(());
         for name in &plan.puts {
-            let b = &desired[name];
+            let b = &model.backends[name];
             match shared.api.put(b).await {
                 Ok(()) => {
                     shared.metrics.push("put", true);
@@ -218,12 +223,10 @@ impl Pusher {
     }
 
     /// Leaves a refused backend out until it changes, and says so.
-    fn refuse(&mut self, shared: &Shared, model: &Model, backend: Backend, why: &str) {
+    fn refuse(&mut self, shared: &Shared, model: &Model, backend: Arc<Backend>, why: &str) {
         shared.metrics.push_result("put", "refused");
         let object = model
-            .backend_objects
-            .get(&backend.name)
-            .cloned()
+            .backend_object(&backend.name)
             .unwrap_or_else(|| format!("backend {}", backend.name));
         let report = Report {
             object,

@@ -8,11 +8,15 @@
 //! certificates first, then the map, then deletions.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::model::tls::Pair;
 use crate::model::{Model, Report};
 use crate::nginx::PushError;
 use crate::state::Shared;
+
+/// A model's certificates and TLS host map.
+type Synced = (Arc<BTreeMap<String, Pair>>, Arc<BTreeMap<String, String>>);
 
 /// What the module holds, as far as this controller knows.
 #[derive(Default)]
@@ -24,20 +28,31 @@ pub struct CertPusher {
     /// Certificates the module refused, as they were refused: sent again
     /// only once they change.
     refused: BTreeMap<String, Pair>,
+    /// The model's certificates and host map as last brought to the
+    /// module: a model that shares both (an endpoint change) needs no
+    /// round at all.
+    synced: Option<Synced>,
 }
 
 impl CertPusher {
     pub fn forget(&mut self) {
         self.certs = None;
         self.hosts = None;
+        self.synced = None;
     }
 
     /// Brings the module to `model`'s certificates and host map. `Err`
     /// means "retry later" (and forget).
     pub async fn round(&mut self, shared: &Shared, model: &Model) -> anyhow::Result<()> {
+        if let Some((certs, hosts)) = &self.synced {
+            if Arc::ptr_eq(certs, &model.certificates) && Arc::ptr_eq(hosts, &model.tls_hosts) {
+                return Ok(());
+            }
+        }
         let result = self.try_round(shared, model).await;
-        if result.is_err() {
-            self.forget();
+        match &result {
+            Ok(()) => self.synced = Some((model.certificates.clone(), model.tls_hosts.clone())),
+            Err(_) => self.forget(),
         }
         result
     }

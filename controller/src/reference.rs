@@ -211,7 +211,17 @@ fn subcommands(out: &mut String, cmd: &clap::Command, path: &str) {
 /// module's request metrics, relayed.
 pub fn metrics() -> String {
     use lua_compat::metrics::exposition::{render, Connections, ZoneStats};
-    let own = Metrics::new().encode();
+    // A family is served once it has a series: give each one.
+    let m = Metrics::new();
+    m.push("post", true);
+    m.model_built("full", 0.0);
+    m.queue_depth
+        .get_or_create(&crate::metrics::QueueLabels { path: "dynamic" })
+        .set(0);
+    m.admission_reviews
+        .get_or_create(&crate::metrics::AdmissionLabels { result: "allowed" })
+        .inc();
+    let own = m.encode();
     let module = render(&[], Some(&Connections::default()), Some(&ZoneStats::default()));
     let labels = ConstLabels::new("k8s.io/ingress-nginx", "ingress-nginx", "ingress-nginx-controller-0");
     let merged = metrics_relay::merge(&own, &module, &labels);

@@ -2,11 +2,15 @@
 //! one consistent snapshot. Both sources (Kubernetes watchers and the
 //! manifest directory) produce exactly this type.
 
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::model::ServiceKey;
 
 /// Objects are shared (`Arc`), not owned: in cluster mode they are the
 /// reflector stores' own, so a snapshot costs a vector of pointers, not a
@@ -31,6 +35,99 @@ pub struct Snapshot {
     pub udp_services: Option<Arc<ConfigMap>>,
 }
 
+/// What changed from one snapshot to the next, as far as the model cares.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Only Services and EndpointSlices: these Services' (by name, and by
+    /// the slices' `kubernetes.io/service-name`). Only the backends
+    /// resolved from them need resolving again.
+    Endpoints(BTreeSet<ServiceKey>),
+    /// Anything else: build the model in full.
+    Other,
+}
+
+/// Compares two snapshots by object identity: both sources keep an
+/// unchanged object's `Arc` from one snapshot to the next (the reflector
+/// stores, the manifest reader's per-file cache), so a pointer comparison
+/// per object tells what changed, without comparing contents. An object
+/// replaced by an equal copy counts as changed, which costs only work.
+pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
+    let same_one = |a: &Option<Arc<ConfigMap>>, b: &Option<Arc<ConfigMap>>| match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    };
+    let others_same = same_objects(&old.ingresses, &new.ingresses)
+        && same_objects(&old.classes, &new.classes)
+        && same_objects(&old.secrets, &new.secrets)
+        && same_objects(&old.header_config_maps, &new.header_config_maps)
+        && same_one(&old.config_map, &new.config_map)
+        && same_one(&old.tcp_services, &new.tcp_services)
+        && same_one(&old.udp_services, &new.udp_services);
+    if !others_same {
+        return Change::Other;
+    }
+    let mut services = BTreeSet::new();
+    for svc in changed_objects(&old.services, &new.services) {
+        services.insert(service_key(&svc.metadata, svc.metadata.name.as_deref()));
+    }
+    for slice in changed_objects(&old.slices, &new.slices) {
+        let owner = slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::model::endpoints::SERVICE_NAME_LABEL));
+        if let Some(owner) = owner {
+            services.insert(service_key(&slice.metadata, Some(owner)));
+        }
+    }
+    Change::Endpoints(services)
+}
+
+fn service_key(meta: &ObjectMeta, name: Option<&str>) -> ServiceKey {
+    (
+        meta.namespace.as_deref().unwrap_or("default").to_string(),
+        name.unwrap_or_default().to_string(),
+    )
+}
+
+/// Whether both hold exactly the same objects (in any order).
+fn same_objects<K>(a: &[Arc<K>], b: &[Arc<K>]) -> bool {
+    a.len() == b.len() && changed_objects(a, b).is_empty()
+}
+
+/// The objects in one of `a` and `b` but not the other (by identity).
+/// Both sources keep their objects in a stable order (file order; a
+/// store's map, where an update keeps its place), so comparing position
+/// by position usually leaves only the few that changed to compare as
+/// sets, without hashing every object. When many positions differ
+/// (objects came or went), all are compared as sets.
+fn changed_objects<'a, K>(a: &'a [Arc<K>], b: &'a [Arc<K>]) -> Vec<&'a Arc<K>> {
+    const FEW: usize = 64;
+    let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+    if a.len() == b.len() {
+        for (x, y) in a.iter().zip(b) {
+            if !Arc::ptr_eq(x, y) {
+                from_a.push(x);
+                from_b.push(y);
+                if from_a.len() > FEW {
+                    break;
+                }
+            }
+        }
+    }
+    let (a, b): (Vec<&Arc<K>>, Vec<&Arc<K>>) = if a.len() == b.len() && from_a.len() <= FEW {
+        (from_a, from_b)
+    } else {
+        (a.iter().collect(), b.iter().collect())
+    };
+    let in_a: HashSet<*const K> = a.iter().map(|x| Arc::as_ptr(x)).collect();
+    let in_b: HashSet<*const K> = b.iter().map(|x| Arc::as_ptr(x)).collect();
+    let gone = a.iter().filter(|x| !in_b.contains(&Arc::as_ptr(x)));
+    let came = b.iter().filter(|x| !in_a.contains(&Arc::as_ptr(x)));
+    gone.chain(came).copied().collect()
+}
+
 /// The ConfigMaps a source picks out by `namespace/name`: the controller's
 /// own (`--configmap`) and the layer-4 ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,10 +147,88 @@ impl From<(String, String)> for ConfigMapRefs {
 }
 
 /// `namespace/name` of any object, for logs and conflict reports.
-pub fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+pub fn key(meta: &ObjectMeta) -> String {
     format!(
         "{}/{}",
         meta.namespace.as_deref().unwrap_or("default"),
         meta.name.as_deref().unwrap_or("")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(ns: &str, name: &str) -> Arc<Service> {
+        Arc::new(serde_json::from_value(serde_json::json!({"metadata": {"namespace": ns, "name": name}})).unwrap())
+    }
+
+    fn slice(ns: &str, name: &str, owner: &str) -> Arc<EndpointSlice> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": ns, "name": name, "labels": {"kubernetes.io/service-name": owner}},
+                "addressType": "IPv4", "endpoints": []
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn keys(v: &[(&str, &str)]) -> Change {
+        Change::Endpoints(v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect())
+    }
+
+    #[test]
+    fn endpoint_changes_name_their_services() {
+        let (a, b) = (service("team-a", "web"), service("team-b", "api"));
+        let (sa, sb) = (slice("team-a", "web-1", "web"), slice("team-b", "api-1", "api"));
+        let old = Snapshot {
+            services: vec![a.clone(), b.clone()],
+            slices: vec![sa.clone(), sb.clone()],
+            ..Default::default()
+        };
+        // The same objects, in another order: nothing changed.
+        let same = Snapshot {
+            services: vec![b.clone(), a.clone()],
+            slices: vec![sb.clone(), sa.clone()],
+            ..Default::default()
+        };
+        assert_eq!(change(&old, &same), keys(&[]));
+        // A slice replaced: its Service's backends only.
+        let moved = Snapshot {
+            slices: vec![slice("team-a", "web-1", "web"), sb.clone()],
+            ..same.clone()
+        };
+        assert_eq!(change(&old, &moved), keys(&[("team-a", "web")]));
+        // A Service removed, a slice added.
+        let grown = Snapshot {
+            services: vec![a.clone()],
+            slices: vec![sa.clone(), sb.clone(), slice("team-c", "db-1", "db")],
+            ..Default::default()
+        };
+        assert_eq!(change(&old, &grown), keys(&[("team-b", "api"), ("team-c", "db")]));
+    }
+
+    #[test]
+    fn anything_else_is_a_full_change() {
+        let old = Snapshot::default();
+        let ing: Arc<Ingress> =
+            Arc::new(serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap());
+        let new = Snapshot {
+            ingresses: vec![ing.clone()],
+            ..Default::default()
+        };
+        assert_eq!(change(&old, &new), Change::Other);
+        // The same Ingress, a copy of it: a change (identity, not content).
+        let copy = Snapshot {
+            ingresses: vec![Arc::new((*ing).clone())],
+            ..Default::default()
+        };
+        assert_eq!(change(&new, &copy), Change::Other);
+        let cm: Arc<ConfigMap> = Arc::new(Default::default());
+        let with_cm = Snapshot {
+            config_map: Some(cm),
+            ..Default::default()
+        };
+        assert_eq!(change(&old, &with_cm), Change::Other);
+    }
 }

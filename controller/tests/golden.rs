@@ -39,7 +39,8 @@ fn run_case(dir: &Path) -> Vec<String> {
         .unwrap()
         .render(model.structure.as_ref().unwrap(), &context())
         .unwrap_or_else(|e| panic!("{case}: {e:#}"));
-    let backends = serde_json::to_string_pretty(&model.backends.values().collect::<Vec<_>>()).unwrap() + "\n";
+    let backends =
+        serde_json::to_string_pretty(&model.backends.values().map(|b| &**b).collect::<Vec<_>>()).unwrap() + "\n";
     let mut problems: Vec<String> = model.problems.iter().map(ToString::to_string).collect();
     problems.sort();
     let problems = problems.join("\n") + "\n";

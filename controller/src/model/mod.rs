@@ -33,10 +33,12 @@ pub mod values;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use build::{build, build_with, fingerprint, BuildOptions};
+pub use backends::{BackendInputs, ServiceKey};
+pub use build::{build, build_with, fingerprint, update_endpoints, BuildOptions};
 pub use endpoints::AddressPolicy;
 
 use annotations::Cors;
@@ -316,25 +318,47 @@ pub struct Location {
 }
 
 /// What one build produced.
+///
+/// The parts that do not change with endpoints are shared (`Arc`): an
+/// endpoint change ([`update_endpoints`]) makes a new model that points at
+/// the previous one's structure, certificates and fingerprints, and
+/// replaces only the backends of the Services that changed. The tasks
+/// downstream tell "unchanged" by pointer before they compare.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
-    pub structure: Option<Structure>,
-    pub backends: BTreeMap<String, lua_compat::wire::Backend>,
+    pub structure: Option<Arc<Structure>>,
+    pub backends: BTreeMap<String, Arc<lua_compat::wire::Backend>>,
     /// Certificates for the module, by id (`<ns>_<secret>`).
-    pub certificates: BTreeMap<String, tls::Pair>,
+    pub certificates: Arc<BTreeMap<String, tls::Pair>>,
     /// Host → certificate id, for the module's servers map (`_`: the
     /// default certificate, `--default-ssl-certificate`).
-    pub tls_hosts: BTreeMap<String, String>,
-    /// Everything refused or ignored, for logs, events and metrics.
+    pub tls_hosts: Arc<BTreeMap<String, String>>,
+    /// Everything refused or ignored, for logs, events and metrics: the
+    /// structure's problems, then each backend's.
     pub problems: Vec<Report>,
     /// Each Ingress's [`fingerprint`], by `namespace/name`.
-    pub fingerprints: BTreeMap<String, String>,
-    /// The object each backend comes from (`Service ns/name`), to report a
-    /// backend the module refuses.
-    pub backend_objects: BTreeMap<String, String>,
+    pub fingerprints: Arc<BTreeMap<String, String>>,
+    /// What the backends were resolved from, to resolve some again.
+    pub inputs: Arc<BackendInputs>,
+    /// The problems of each backend (a Service not found, an endpoint
+    /// refused), replaced with it.
+    pub backend_problems: BTreeMap<String, Vec<Report>>,
+    /// The problems of everything but the backends.
+    pub structure_problems: Arc<Vec<Report>>,
     /// The snapshot it was built from (set by the sync loop), so that the
     /// structural path can build it again without a quarantined Ingress.
-    pub snapshot: Option<std::sync::Arc<crate::snapshot::Snapshot>>,
+    pub snapshot: Option<Arc<crate::snapshot::Snapshot>>,
+}
+
+impl Model {
+    /// The object a backend comes from (`Service ns/name`), to report a
+    /// backend the module refuses.
+    pub fn backend_object(&self, name: &str) -> Option<String> {
+        self.inputs
+            .refs
+            .get(name)
+            .map(|r| format!("Service {}/{}", r.namespace, r.service))
+    }
 }
 
 /// Ingresses left out of nginx.conf because nginx refused what they render

@@ -11,7 +11,7 @@ impl Builder<'_> {
     /// primary of the canary's own namespace can be attached: otherwise any
     /// tenant could divert another tenant's traffic (ingress-nginx merges
     /// across namespaces).
-    pub(super) fn add_canary(&mut self, ing: &Ingress, a: &Annotations) {
+    pub(super) fn add_canary(&mut self, ing: &Ingress, a: &std::sync::Arc<Annotations>) {
         let Some(spec) = &ing.spec else { return };
         let ns = ing.metadata.namespace.as_deref().unwrap_or("default");
         if !a.fails_closed.is_empty() {

@@ -5,6 +5,7 @@
 //! a newer Ingress, perhaps another tenant's, can never take it over.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressRule};
 use sha2::{Digest, Sha256};
@@ -132,6 +133,8 @@ struct Builder<'s> {
     auth_seq: usize,
     /// `ssl-passthrough` hosts → the backend of their `/` path.
     passthrough: BTreeMap<String, String>,
+    /// Services the layer-4 ports were checked against.
+    structural_services: BTreeSet<backends::ServiceKey>,
 }
 
 /// Builds with nothing quarantined.
@@ -163,6 +166,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
         www_requests: Vec::new(),
         auth_seq: 0,
         passthrough: BTreeMap::new(),
+        structural_services: BTreeSet::new(),
     };
     if let Some(cm) = &snap.config_map {
         b.report_all(&format!("ConfigMap {}", key(&cm.metadata)), config_problems);
@@ -171,7 +175,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
     let stream_servers = b.add_stream_services();
 
     let mut fingerprints = BTreeMap::new();
-    let mut parsed: Vec<(&Ingress, Annotations)> = Vec::new();
+    let mut parsed: Vec<(&Ingress, Arc<Annotations>)> = Vec::new();
     for ing in b.ours() {
         let ing_key = key(&ing.metadata);
         let print = fingerprint(snap, ing);
@@ -190,7 +194,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
         let raw = ing.metadata.annotations.clone().unwrap_or_default();
         let (a, problems) = Annotations::parse(&raw, b.snippets);
         b.report_all(&format!("Ingress {ing_key}"), problems);
-        parsed.push((ing, a));
+        parsed.push((ing, Arc::new(a)));
     }
 
     // use-regex (or rewrite-target) on any Ingress of a host turns every
@@ -215,9 +219,9 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
     }
     let mut model = b.finish();
     if let Some(structure) = &mut model.structure {
-        structure.stream_servers = stream_servers;
+        Arc::make_mut(structure).stream_servers = stream_servers;
     }
-    model.fingerprints = fingerprints;
+    model.fingerprints = Arc::new(fingerprints);
     model
 }
 
@@ -391,7 +395,7 @@ impl<'s> Builder<'s> {
         &mut self,
         ing: &Ingress,
         backend: &IngressBackend,
-        a: &Annotations,
+        a: &Arc<Annotations>,
         canary: bool,
     ) -> Option<String> {
         let ns = ing.metadata.namespace.clone().unwrap_or_else(|| "default".into());
@@ -430,7 +434,7 @@ impl<'s> Builder<'s> {
         Some(name)
     }
 
-    fn add_primary(&mut self, id: usize, ing: &Ingress, a: &Annotations) {
+    fn add_primary(&mut self, id: usize, ing: &Ingress, a: &Arc<Annotations>) {
         let Some(spec) = &ing.spec else { return };
         let ing_key = key(&ing.metadata);
         for t in spec.tls.iter().flatten() {
@@ -505,7 +509,7 @@ impl<'s> Builder<'s> {
     /// the backend of its `/` path. Only the Ingress that owns the host
     /// (the oldest to define it) decides; the catch-all host cannot pass
     /// through, as SNI names a host.
-    fn add_passthrough(&mut self, ing: &Ingress, a: &Annotations, host: &str, rule: &IngressRule) {
+    fn add_passthrough(&mut self, ing: &Ingress, a: &Arc<Annotations>, host: &str, rule: &IngressRule) {
         let ing_key = key(&ing.metadata);
         if !self.opts.ssl_passthrough {
             self.report(
@@ -723,7 +727,7 @@ impl<'s> Builder<'s> {
                     namespace: ns,
                     service: svc.clone(),
                     port: PortRef::Number(-1),
-                    annotations: Annotations::default(),
+                    annotations: Default::default(),
                     canary: false,
                 });
                 Some(name)
@@ -1086,7 +1090,7 @@ impl<'s> Builder<'s> {
                     namespace: ns.clone(),
                     service: svc.clone(),
                     port: PortRef::Number(-1),
-                    annotations: Annotations::default(),
+                    annotations: Default::default(),
                     canary: false,
                 },
             );
@@ -1122,15 +1126,6 @@ impl<'s> Builder<'s> {
             .into_iter()
             .map(|(hostname, acc)| server(hostname, acc))
             .collect();
-        let built = backends::build(
-            self.snap,
-            std::mem::take(&mut self.backends),
-            &self.alternatives,
-            &servers,
-            &self.global,
-            &self.opts.endpoints,
-        );
-        self.problems.extend(built.problems);
         let redirect_names: Vec<&str> = redirect_servers.iter().map(|r| r.from.as_str()).collect();
         let server_names_hash = ServerNamesHash::for_servers(&servers, &redirect_names, &self.global);
         if self.opts.ssl_passthrough && (self.global.use_forwarded_headers || self.global.real_ip.enable_real_ip) {
@@ -1175,8 +1170,24 @@ impl<'s> Builder<'s> {
         let auth_cache = auths().any(|a| a.cache_key.is_some());
         let add_headers = self.header_set(self.global.add_headers.clone(), "add-headers");
         let proxy_set_headers = self.header_set(self.global.proxy_set_headers.clone(), "proxy-set-headers");
-        Model {
-            structure: Some(Structure {
+        let inputs = backends::BackendInputs::new(
+            std::mem::take(&mut self.backends),
+            std::mem::take(&mut self.alternatives),
+            &servers,
+            &self.global,
+            std::mem::take(&mut self.structural_services),
+        );
+        let (mut resolved, mut backend_problems) = (BTreeMap::new(), BTreeMap::new());
+        backends::resolve(
+            self.snap,
+            &inputs,
+            &inputs.all(),
+            &self.opts.endpoints,
+            &mut resolved,
+            &mut backend_problems,
+        );
+        let mut model = Model {
+            structure: Some(Arc::new(Structure {
                 balancers: std::iter::once(super::upstream_kind::PLAIN.to_string())
                     .chain(
                         servers
@@ -1197,16 +1208,67 @@ impl<'s> Builder<'s> {
                 stream_servers: Vec::new(),
                 passthrough,
                 auth_files: self.auth_files,
-            }),
-            backends: built.backends,
-            certificates: self.certificates,
-            tls_hosts,
-            problems: self.problems,
-            fingerprints: BTreeMap::new(),
-            backend_objects: built.objects,
+            })),
+            backends: resolved,
+            certificates: Arc::new(self.certificates),
+            tls_hosts: Arc::new(tls_hosts),
+            problems: Vec::new(),
+            fingerprints: Arc::default(),
+            inputs: Arc::new(inputs),
+            backend_problems,
+            structure_problems: Arc::new(self.problems),
             snapshot: None,
-        }
+        };
+        model.problems = all_problems(&model.structure_problems, &model.backend_problems);
+        model
     }
+}
+
+/// The structure's problems, then each backend's, in name order.
+fn all_problems(structure: &[Report], backends: &BTreeMap<String, Vec<Report>>) -> Vec<Report> {
+    structure.iter().chain(backends.values().flatten()).cloned().collect()
+}
+
+/// The model after an endpoint change: `prev` with the backends resolved
+/// from `services` resolved again from `snap`, everything else shared with
+/// `prev`. The work is that of the backends touched, not of the cluster.
+/// `None` when the change is not an endpoint change after all (a Service
+/// a layer-4 port depends on), or `prev` has no structure: build in full.
+pub fn update_endpoints(
+    prev: &Model,
+    snap: &Snapshot,
+    services: &BTreeSet<backends::ServiceKey>,
+    opts: &BuildOptions,
+) -> Option<Model> {
+    prev.structure.as_ref()?;
+    if services.iter().any(|s| prev.inputs.structural_services.contains(s)) {
+        return None;
+    }
+    let names = prev.inputs.dependents(services);
+    let mut model = Model {
+        structure: prev.structure.clone(),
+        backends: prev.backends.clone(),
+        certificates: prev.certificates.clone(),
+        tls_hosts: prev.tls_hosts.clone(),
+        problems: Vec::new(),
+        fingerprints: prev.fingerprints.clone(),
+        inputs: prev.inputs.clone(),
+        backend_problems: prev.backend_problems.clone(),
+        structure_problems: prev.structure_problems.clone(),
+        snapshot: None,
+    };
+    if !names.is_empty() {
+        backends::resolve(
+            snap,
+            &model.inputs,
+            &names,
+            &opts.endpoints,
+            &mut model.backends,
+            &mut model.backend_problems,
+        );
+    }
+    model.problems = all_problems(&model.structure_problems, &model.backend_problems);
+    Some(model)
 }
 
 /// The passthrough server: its SNI map, each passthrough host to its

@@ -12,7 +12,6 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::Builder;
-use crate::model::annotations::Annotations;
 use crate::model::backends::BackendRef;
 use crate::model::endpoints::PortRef;
 use crate::model::l4_services::{self, L4Protocol, L4Service, ServicePortRef};
@@ -66,7 +65,9 @@ impl Builder<'_> {
 
     /// The entry's Service port, if the Service exists, is watched and has
     /// that port with the entry's protocol.
-    fn check(&self, entry: &L4Service) -> Result<PortRef, String> {
+    fn check(&mut self, entry: &L4Service) -> Result<PortRef, String> {
+        self.structural_services
+            .insert((entry.namespace.clone(), entry.service.clone()));
         if let Some(ns) = &self.opts.namespace {
             if *ns != entry.namespace {
                 return Err(format!(
@@ -125,7 +126,7 @@ impl Builder<'_> {
                 namespace: entry.namespace.clone(),
                 service: entry.service.clone(),
                 port,
-                annotations: Annotations::default(),
+                annotations: Default::default(),
                 canary: false,
             },
         );
