@@ -233,7 +233,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let source = match (&args.manifests, client) {
         (Some(dir), _) => {
             let dir = manifests::ManifestDir::new(dir.clone(), config_map);
-            tokio::spawn(manifests::run(dir, tx, Duration::from_millis(50)))
+            // A short settle: a changed file is parsed alone, and structural
+            // changes are coalesced again by --reload-settle-ms.
+            tokio::spawn(manifests::run(dir, tx, Duration::from_millis(2)))
         }
         (None, client) => {
             let opts = cluster::ClusterOptions {

@@ -4,29 +4,90 @@
 //! A file that fails to parse keeps its last good contents, so saving a
 //! half-edited file never takes routes down; the error is logged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use notify::{EventKind, RecursiveMode, Watcher};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
 use crate::model::values::{is_namespace, is_object_name};
 use crate::snapshot::{ConfigMapRefs, Snapshot};
 
-/// Reads a directory into snapshots, remembering each file's last good parse.
+/// Reads a directory into snapshots, remembering each file's objects.
+///
+/// A file is parsed again only when it changed: the objects of every other
+/// file are the same `Arc`s as in the previous snapshot, so the model task
+/// sees (by identity, [`crate::snapshot::change`]) that an edit of one
+/// application's EndpointSlices changed only those, and a directory of
+/// 10,000 Ingresses is not parsed again for it.
 pub struct ManifestDir {
     dir: PathBuf,
     /// `namespace/name` of the controller's ConfigMap, and of the
     /// layer-4 ones.
     config_map: ConfigMapRefs,
-    /// The text of each file's last successful parse. Text, not parsed
-    /// documents: a generic JSON tree of 10,000 Ingresses costs several
-    /// times their typed form, and it is needed only when a file breaks.
-    last_good: BTreeMap<PathBuf, String>,
+    /// Each file's objects as last read successfully.
+    files: BTreeMap<PathBuf, FileEntry>,
+}
+
+/// One file's objects, and what tells whether the file changed since.
+struct FileEntry {
+    stamp: Stamp,
+    /// SHA-256 of the text, for a change the stamp cannot show.
+    digest: [u8; 32],
+    /// When the text was read.
+    read_at: SystemTime,
+    /// The order of the document before this file's first (documents are
+    /// numbered across files, in file order).
+    base: i64,
+    /// Top-level documents in the file.
+    documents: i64,
+    /// The file's objects alone.
+    objects: Snapshot,
+    /// Ingresses without a creationTimestamp: their index in
+    /// `objects.ingresses` and document number in the file. They get
+    /// `base + number` as one, so that file order decides which is "oldest".
+    stamped: Vec<(usize, i64)>,
+}
+
+/// What `stat(2)` says about a file: a new inode (an editor's rename), a
+/// new size or a new modification time is a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Written so shortly before `read_at` that a second write in the same
+    /// clock tick (same size, same time) could hide behind it: the text
+    /// must be compared (what git calls a racy entry).
+    fn racy(&self, read_at: SystemTime) -> bool {
+        let modified = std::time::UNIX_EPOCH
+            + Duration::new(self.mtime.0.max(0) as u64, self.mtime.1.clamp(0, 999_999_999) as u32);
+        match read_at.duration_since(modified) {
+            Ok(age) => age < Duration::from_secs(2),
+            Err(_) => true,
+        }
+    }
 }
 
 fn is_manifest(p: &Path) -> bool {
@@ -51,15 +112,26 @@ impl ManifestDir {
         ManifestDir {
             dir,
             config_map: config_map.into(),
-            last_good: BTreeMap::new(),
+            files: BTreeMap::new(),
         }
     }
 
-    /// Re-reads every file and returns the snapshot, with one message per
-    /// problem (unparsable file, unknown kind, invalid object).
+    /// Reads what changed in the directory and returns the snapshot, with
+    /// one message per problem (unparsable file, unknown kind, invalid
+    /// object) of the files read this time.
     pub fn read(&mut self) -> (Snapshot, Vec<String>) {
+        self.read_changed(None)
+    }
+
+    /// As [`ManifestDir::read`]; when the watcher says which files changed
+    /// (`Some`), only those are looked at again: the others are known
+    /// unchanged, without a `stat(2)` each.
+    pub fn read_changed(&mut self, changed: Option<&BTreeSet<PathBuf>>) -> (Snapshot, Vec<String>) {
+        if let Some(changed) = changed {
+            return self.assemble(changed);
+        }
         let mut problems = Vec::new();
-        let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
+        let mut paths: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
             Ok(rd) => rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| is_manifest(p))
@@ -69,45 +141,169 @@ impl ManifestDir {
                 Vec::new()
             }
         };
-        files.sort();
-        self.last_good.retain(|p, _| files.contains(p));
+        paths.sort();
+        self.files.retain(|p, _| paths.binary_search(p).is_ok());
         let mut snap = Snapshot::default();
-        let mut order = 0i64;
-        for path in &files {
-            let text = match std::fs::read_to_string(path) {
-                Ok(t) => t,
-                Err(e) => {
-                    problems.push(format!("{}: {e}; keeping its last good contents", path.display()));
-                    match self.last_good.get(path) {
-                        Some(t) => t.clone(),
-                        None => continue,
-                    }
-                }
-            };
-            let docs = match parse_text(&text) {
-                Ok(docs) => {
-                    self.last_good.insert(path.clone(), text);
-                    docs
-                }
-                Err(e) => {
-                    problems.push(format!("{}: {e}; keeping its last good contents", path.display()));
-                    match self.last_good.get(path).map(|t| parse_text(t)) {
-                        Some(Ok(docs)) => docs,
-                        _ => continue,
-                    }
-                }
-            };
-            // Each document moves into its typed object; no generic tree
-            // outlives this loop.
-            for doc in docs {
-                order += 1;
-                if let Err(e) = add_document(&mut snap, doc, order, &self.config_map) {
-                    problems.push(format!("{}: {e}", path.display()));
-                }
+        let mut base = 0i64;
+        for path in &paths {
+            self.refresh(path, base, &mut problems);
+            if let Some(entry) = self.files.get_mut(path) {
+                entry.rebase(base);
+                base += entry.documents;
+                entry.objects.extend_into(&mut snap);
             }
         }
         (snap, problems)
     }
+
+    /// The snapshot after the files `changed` (created, written, renamed
+    /// or removed) are read again.
+    fn assemble(&mut self, changed: &BTreeSet<PathBuf>) -> (Snapshot, Vec<String>) {
+        let mut problems = Vec::new();
+        // The watcher names files under the directory as it was given;
+        // entries are keyed the same way.
+        let paths: BTreeSet<PathBuf> = changed
+            .iter()
+            .filter(|p| is_manifest(p))
+            .filter_map(|p| Some(self.dir.join(p.file_name()?)))
+            .collect();
+        for path in &paths {
+            if path.is_file() {
+                // A watched write is a change whatever the stamp says.
+                if let Some(entry) = self.files.get_mut(path) {
+                    entry.read_at = std::time::UNIX_EPOCH;
+                }
+                self.refresh(path, 0, &mut problems);
+            } else {
+                self.files.remove(path);
+            }
+        }
+        let mut snap = Snapshot::default();
+        let mut base = 0i64;
+        for entry in self.files.values_mut() {
+            entry.rebase(base);
+            base += entry.documents;
+            entry.objects.extend_into(&mut snap);
+        }
+        (snap, problems)
+    }
+
+    /// Parses `path` again if it changed since its entry was made (or has
+    /// none). A file that cannot be read or parsed keeps its last good
+    /// objects, and is reported once per change.
+    fn refresh(&mut self, path: &Path, base: i64, problems: &mut Vec<String>) {
+        let stamp = match std::fs::metadata(path) {
+            Ok(m) => Stamp::of(&m),
+            Err(e) => {
+                problems.push(format!("{}: {e}; keeping its last good contents", path.display()));
+                return;
+            }
+        };
+        let known = self.files.get(path);
+        if known.is_some_and(|k| k.stamp == stamp && !stamp.racy(k.read_at)) {
+            return;
+        }
+        let read_at = SystemTime::now();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(format!("{}: {e}; keeping its last good contents", path.display()));
+                return;
+            }
+        };
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        if let Some(entry) = self.files.get_mut(path).filter(|k| k.digest == digest) {
+            entry.stamp = stamp;
+            entry.read_at = read_at;
+            return;
+        }
+        let docs = match parse_text(&text) {
+            Ok(docs) => docs,
+            Err(e) => {
+                problems.push(format!("{}: {e}; keeping its last good contents", path.display()));
+                // Not parsed again (nor reported again) until it changes.
+                if let Some(entry) = self.files.get_mut(path) {
+                    entry.stamp = stamp;
+                    entry.digest = digest;
+                    entry.read_at = read_at;
+                }
+                return;
+            }
+        };
+        drop(text);
+        let mut objects = Snapshot::default();
+        let mut stamped = Vec::new();
+        let documents = docs.len() as i64;
+        // Each document moves into its typed object; no generic tree
+        // outlives this loop.
+        for (i, doc) in docs.into_iter().enumerate() {
+            let number = i as i64 + 1;
+            let before = objects.ingresses.len();
+            match add_document(&mut objects, doc, base + number, &self.config_map) {
+                Ok(added) => stamped.extend(
+                    (before..objects.ingresses.len())
+                        .filter(|_| added)
+                        .map(|at| (at, number)),
+                ),
+                Err(e) => problems.push(format!("{}: {e}", path.display())),
+            }
+        }
+        self.files.insert(
+            path.to_path_buf(),
+            FileEntry {
+                stamp,
+                digest,
+                read_at,
+                base,
+                documents,
+                objects,
+                stamped,
+            },
+        );
+    }
+}
+
+impl FileEntry {
+    /// Documents of an earlier file came or went: the Ingresses stamped
+    /// with their file position get their new one.
+    fn rebase(&mut self, base: i64) {
+        if self.base == base {
+            return;
+        }
+        for &(at, number) in &self.stamped {
+            let mut ing = (*self.objects.ingresses[at]).clone();
+            ing.metadata.creation_timestamp = Some(order_time(base + number));
+            self.objects.ingresses[at] = Arc::new(ing);
+        }
+        self.base = base;
+    }
+}
+
+impl Snapshot {
+    /// Adds these objects (one file's) to `snap`; for the single objects
+    /// (the ConfigMaps picked by name), a later file's wins.
+    fn extend_into(&self, snap: &mut Snapshot) {
+        snap.ingresses.extend(self.ingresses.iter().cloned());
+        snap.classes.extend(self.classes.iter().cloned());
+        snap.services.extend(self.services.iter().cloned());
+        snap.slices.extend(self.slices.iter().cloned());
+        snap.secrets.extend(self.secrets.iter().cloned());
+        snap.header_config_maps.extend(self.header_config_maps.iter().cloned());
+        for (from, to) in [
+            (&self.config_map, &mut snap.config_map),
+            (&self.tcp_services, &mut snap.tcp_services),
+            (&self.udp_services, &mut snap.udp_services),
+        ] {
+            if from.is_some() {
+                to.clone_from(from);
+            }
+        }
+    }
+}
+
+/// The creationTimestamp standing in for file order.
+fn order_time(order: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default())
 }
 
 /// The documents of one manifest file (`---`-separated YAML, or JSON),
@@ -121,17 +317,21 @@ pub fn parse_text(text: &str) -> Result<Vec<Value>, String> {
 /// an Ingress that has none. `refs` names the controller's ConfigMap and
 /// the layer-4 ones; other ConfigMaps of the controller's namespace are
 /// header sets, and the rest are skipped.
-pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &ConfigMapRefs) -> Result<(), String> {
+///
+/// Returns whether the Ingresses it added got `order` as their
+/// creationTimestamp (they had none).
+pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &ConfigMapRefs) -> Result<bool, String> {
     let config_map = &refs.config_map;
     // `kind: List` (kubectl's output) holds items, which are not Lists.
     if doc.get("kind").and_then(Value::as_str) == Some("List") {
+        let mut stamped = false;
         for item in doc.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
             if item.get("kind").and_then(Value::as_str) == Some("List") {
                 return Err("a List inside a List is not supported".into());
             }
-            add_document(snap, item, order, refs)?;
+            stamped |= add_document(snap, item, order, refs)?;
         }
-        return Ok(());
+        return Ok(stamped);
     }
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     let meta = doc
@@ -157,10 +357,10 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
             let mut ing: k8s_openapi::api::networking::v1::Ingress = serde_json::from_value(doc).map_err(what)?;
             // Without a creationTimestamp, file order decides which
             // Ingress is "oldest" in a conflict.
-            ing.metadata
-                .creation_timestamp
-                .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::from_second(order).unwrap_or_default()));
+            let stamped = ing.metadata.creation_timestamp.is_none();
+            ing.metadata.creation_timestamp.get_or_insert_with(|| order_time(order));
             snap.ingresses.push(Arc::new(ing));
+            return Ok(stamped);
         }
         "IngressClass" => snap.classes.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
         "Service" => snap.services.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
@@ -200,32 +400,48 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
             ))
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Publishes a snapshot now and after every change in the directory. File
 /// events are coalesced over `settle`, so an editor's write-rename dance or
 /// a `cp *.yaml` gives one snapshot.
 pub async fn run(mut dir: ManifestDir, tx: watch::Sender<Arc<Snapshot>>, settle: Duration) -> anyhow::Result<()> {
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+    // The paths each change names; `None` when the watcher lost events
+    // (its queue overflowed) and the whole directory must be looked at.
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Option<Vec<PathBuf>>>();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
         // Reads (ours included) raise access events; only changes count.
-        if let Ok(ev) = res {
+        Ok(ev) if ev.need_rescan() => {
+            let _ = ev_tx.send(None);
+        }
+        Ok(ev) => {
             if matches!(
                 ev.kind,
                 EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)
             ) {
-                let _ = ev_tx.send(());
+                let _ = ev_tx.send(Some(ev.paths));
             }
+        }
+        Err(_) => {
+            let _ = ev_tx.send(None);
         }
     })?;
     watcher.watch(&dir.dir, RecursiveMode::NonRecursive)?;
+    // The first read looks at every file.
+    let mut changed: Option<BTreeSet<PathBuf>> = None;
     loop {
-        let (snap, problems) = dir.read();
+        // Parsing a large file must not hold a runtime thread.
+        let (back, (snap, problems)) = tokio::task::spawn_blocking(move || {
+            let read = dir.read_changed(changed.as_ref());
+            (dir, read)
+        })
+        .await?;
+        dir = back;
         for p in &problems {
             tracing::warn!(problem = %p, "manifest");
         }
-        tracing::info!(
+        tracing::debug!(
             ingresses = snap.ingresses.len(),
             services = snap.services.len(),
             endpoint_slices = snap.slices.len(),
@@ -235,11 +451,21 @@ pub async fn run(mut dir: ManifestDir, tx: watch::Sender<Arc<Snapshot>>, settle:
         if tx.send(Arc::new(snap)).is_err() {
             return Ok(());
         }
-        if ev_rx.recv().await.is_none() {
+        let Some(first) = ev_rx.recv().await else {
             return Ok(());
-        }
+        };
         tokio::time::sleep(settle).await;
-        while ev_rx.try_recv().is_ok() {}
+        let mut paths = first.map(BTreeSet::from_iter);
+        while let Ok(more) = ev_rx.try_recv() {
+            paths = match (paths, more) {
+                (Some(mut p), Some(m)) => {
+                    p.extend(m);
+                    Some(p)
+                }
+                _ => None,
+            };
+        }
+        changed = paths;
     }
 }
 
