@@ -43,7 +43,10 @@ pub async fn test_candidate(
     shared: &Shared,
     structure: &Structure,
 ) -> anyhow::Result<String> {
+    shared.metrics.renders.inc();
+    let rendering = Instant::now();
     let text = renderer.render(structure, &settings.render)?;
+    let render_us = rendering.elapsed().as_micros() as u64;
     let candidate = candidate_path(settings);
     let checking = Instant::now();
     crate::file_check::check(&text, &candidate, &settings.file_roots).map_err(|r| {
@@ -60,7 +63,14 @@ pub async fn test_candidate(
     crate::auth_files::write_all(&settings.conf_dir, &structure.auth_files)?;
     crate::staging::verify(&settings.staging_dir)?;
     std::fs::write(&candidate, &text).with_context(|| format!("writing {}", candidate.display()))?;
+    let testing = Instant::now();
     shared.nginx.test(&candidate).await?;
+    tracing::debug!(
+        render_us,
+        test_us = testing.elapsed().as_micros() as u64,
+        bytes = text.len(),
+        "candidate rendered and passed nginx -t"
+    );
     Ok(text)
 }
 
@@ -206,6 +216,7 @@ pub async fn search(
         tests: 0,
     };
     let known: BTreeSet<String> = suspects.iter().cloned().collect();
+    shared.metrics.renders.inc();
     let last_text = renderer
         .render(model.structure.as_ref()?, &settings.render)
         .unwrap_or_default();
@@ -285,6 +296,7 @@ impl Tester<'_> {
         let Some(structure) = built.structure.as_ref() else {
             return Err(("no structure".into(), String::new()));
         };
+        self.shared.metrics.renders.inc();
         let text = self
             .renderer
             .render(structure, &self.settings.render)
@@ -329,9 +341,9 @@ pub async fn task(
     running: Arc<watch::Sender<Running>>,
     quarantine: watch::Sender<Quarantine>,
 ) {
-    let mut applied: Option<Structure> = None;
-    let mut applied_prints: BTreeMap<String, String> = BTreeMap::new();
-    let mut failed: Option<Structure> = None;
+    let mut applied: Option<Arc<Structure>> = None;
+    let mut applied_prints: Arc<BTreeMap<String, String>> = Arc::default();
+    let mut failed: Option<Arc<Structure>> = None;
     let depth = shared
         .metrics
         .queue_depth
@@ -345,7 +357,10 @@ pub async fn task(
         } else if models.changed().await.is_err() {
             return;
         }
-        let pending = |m: &Model| m.structure.is_some() && m.structure != applied && m.structure != failed;
+        // An endpoint change shares the previous model's structure: the
+        // pointer tells, without comparing thousands of servers.
+        let pending =
+            |m: &Model| m.structure.is_some() && !same(&m.structure, &applied) && !same(&m.structure, &failed);
         if !pending(&models.borrow()) {
             continue;
         }
@@ -363,6 +378,7 @@ pub async fn task(
         let structure = model.structure.clone().expect("pending implies a structure");
         let started = Instant::now();
         let tested = test_candidate(&settings, &renderer, &shared, &structure).await;
+        let applying = Instant::now();
         let result = match tested {
             Ok(text) => apply_tested(&settings, &shared, &structure, &text).await,
             Err(e) => Err(e),
@@ -382,6 +398,7 @@ pub async fn task(
                 );
                 tracing::info!(
                     elapsed_ms = elapsed.as_millis() as u64,
+                    reload_ms = applying.elapsed().as_millis() as u64,
                     servers = structure.servers.len(),
                     "nginx configuration applied"
                 );
@@ -464,6 +481,15 @@ pub async fn task(
             }
         }
         depth.set(0);
+    }
+}
+
+/// Whether two structures are equal: the same one, or equal ones.
+fn same(a: &Option<Arc<Structure>>, b: &Option<Arc<Structure>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        (None, None) => true,
+        _ => false,
     }
 }
 

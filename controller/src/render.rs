@@ -110,6 +110,27 @@ fn formatter(out: &mut Output, _state: &State, value: &Value) -> Result<(), Erro
     }
 }
 
+/// `{{ block|reindent(4) }}`: the template's own rendered lines (a macro's
+/// output), each indented by `width` spaces instead. Only for text the
+/// template produced: anything else is refused.
+fn reindent_filter(value: Value, width: usize) -> Result<Value, Error> {
+    if !value.is_safe() {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "reindent takes only the template's own output",
+        ));
+    }
+    let pad = " ".repeat(width);
+    let text = value.as_str().unwrap_or_default();
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        out.push_str(&pad);
+        out.push_str(line.trim_start());
+        out.push('\n');
+    }
+    Ok(Value::from_safe_string(out))
+}
+
 /// `{{ value|regex("(?i)") }}`: a quoted token in which `$` may
 /// appear (regex anchors, `$1` captures). Only for validated regexes and
 /// rewrite targets.
@@ -225,6 +246,7 @@ impl Renderer {
         env.add_filter("header_value", log_format_filter);
         env.add_filter("label", label_filter);
         env.add_filter("snippet", snippet_filter);
+        env.add_filter("reindent", reindent_filter);
         env.add_template_owned(TEMPLATE_NAME, source)
             .context("compiling the nginx.conf template")?;
         Ok(Renderer { env })
