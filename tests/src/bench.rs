@@ -326,7 +326,11 @@ pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &st
 }
 
 /// The `p` quantile (0..=1) of `v`, nearest rank.
+/// The `p` quantile of `v` (NaN when `v` is empty).
 pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }

@@ -156,7 +156,12 @@ impl Controller {
     }
 
     pub fn conf(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("nginx/nginx.conf")).unwrap_or_default()
+        std::fs::read_to_string(self.conf_path()).unwrap_or_default()
+    }
+
+    /// The running nginx.conf.
+    pub fn conf_path(&self) -> PathBuf {
+        self.dir.path().join("nginx/nginx.conf")
     }
 
     pub fn wait_ready(&self) {

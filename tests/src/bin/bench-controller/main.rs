@@ -14,8 +14,9 @@
 //! - `latency [CHANGES]`: on the fake apiserver, the time from an
 //!   EndpointSlice change to nginx routing by it (p50/p99), and from a new
 //!   Ingress host to it being served.
-//! - `scale N`: controller RSS and time to the first applied configuration
-//!   with N generated Ingresses (a manifest directory).
+//! - `scale N [CHURN_SECONDS]`: what N Ingresses cost in manifest mode:
+//!   first configuration, nginx.conf's size and parse time, endpoint change
+//!   latency, sustained endpoint churn, a new host, RSS ([`scale`]).
 //! - `scale-cluster N`: the same on the Kubernetes 1.36 apiserver, with the
 //!   chart's RBAC (reflector stores, as the chart runs it).
 //! - `webhook N [SECONDS] [CLIENTS]`: the admission webhook with N
@@ -32,18 +33,20 @@ use tests::bench::{callgrind_total, cpu_seconds, median, percentile, single_proc
 use tests::controller::{ingress, request, service, set_endpoints, wait_until, Cluster, Controller, INGRESS_CLASS};
 use tests::free_port;
 
+mod scale;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, d: u32| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
     match args.first().map(String::as_str) {
         Some("ingress-path") => ingress_path(num(1, 5), num(2, 5)),
         Some("latency") => latency(num(1, 200) as usize),
-        Some("scale") => scale(num(1, 1000) as usize),
+        Some("scale") => scale::scale(num(1, 1000) as usize, num(2, 60)),
         Some("scale-cluster") => scale_cluster(num(1, 1000) as usize),
         Some("instructions") => instructions(num(1, 200) as usize),
         Some("webhook") => webhook(num(1, 1000) as usize, num(2, 20), num(3, 4) as usize),
         _ => eprintln!(
-            "usage: bench-controller ingress-path [ROUNDS SECONDS] | instructions [N] | latency [CHANGES] | scale N | webhook N [SECONDS] [CLIENTS]"
+            "usage: bench-controller ingress-path [ROUNDS SECONDS] | instructions [N] | latency [CHANGES] | scale N [CHURN_SECONDS] | webhook N [SECONDS] [CLIENTS]"
         ),
     }
 }
@@ -287,47 +290,6 @@ fn latency(changes: usize) {
     );
 }
 
-fn scale(n: usize) {
-    let text = many_ingresses(n);
-    let started = Instant::now();
-    let c = Controller::spawn(&[("all.yaml", text)], &["--reload-timeout-s", "300"]);
-    let (elapsed, rss) = first_configuration(&c, started);
-    let workers = c.worker_pids();
-    let worker_rss: Vec<u64> = workers.iter().map(|p| rss_kb(*p as u32, "VmRSS:")).collect();
-    let master_rss = c.nginx_master_pid().map_or(0, |p| rss_kb(p as u32, "VmRSS:"));
-    // With CONTROLLER_LOG=info,controller::reload=debug the controller
-    // logs what checking the candidate's file references cost.
-    for line in c.log().lines().filter(|l| l.contains("file check of the candidate")) {
-        println!("{}", line.trim());
-    }
-    println!(
-        "{n} Ingresses: first configuration applied in {:.2} s; {rss}; nginx.conf {} kB; nginx master RSS {} kB, workers {:?} kB",
-        elapsed.as_secs_f64(),
-        c.conf().len() / 1024,
-        master_rss,
-        worker_rss
-    );
-}
-
-/// N Ingresses (each with its Service) in one manifest file.
-fn many_ingresses(n: usize) -> String {
-    let mut text = String::from(INGRESS_CLASS);
-    for i in 0..n {
-        text.push_str(&format!("---\n{}", service(&format!("svc{i}"), &[18081])));
-        text.push_str(&format!(
-            "---\n{}",
-            ingress(
-                &format!("ing{i}"),
-                &format!("h{i}.example.com"),
-                "/",
-                &format!("svc{i}"),
-                &[]
-            )
-        ));
-    }
-    text
-}
-
 fn webhook(n: usize, seconds: u32, clients: usize) {
     use tests::admission::{ingress_json, post, review_of, webhook_certificate};
     let certs = tempfile::tempdir().unwrap();
@@ -341,7 +303,7 @@ fn webhook(n: usize, seconds: u32, clients: usize) {
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let started = Instant::now();
-    let c = Controller::spawn(&[("all.yaml", many_ingresses(n))], &args);
+    let c = Controller::spawn(&[("all.yaml", scale::many_ingresses(n, 18081, 0))], &args);
     first_configuration(&c, started);
     let deadline = Instant::now() + Duration::from_secs(seconds as u64);
     let cpu_before = cpu_seconds(c.pid());
@@ -391,7 +353,7 @@ fn webhook(n: usize, seconds: u32, clients: usize) {
     );
 }
 
-fn rss_kb(pid: u32, key: &str) -> u64 {
+pub(crate) fn rss_kb(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
@@ -456,7 +418,7 @@ fn scale_cluster(n: usize) {
 /// Waits for the first applied configuration; returns how long it took from
 /// `started` and the controller's RSS at that moment, 3 s later (once the
 /// first push and reload are behind it) and at its peak.
-fn first_configuration(c: &Controller, started: Instant) -> (Duration, String) {
+pub(crate) fn first_configuration(c: &Controller, started: Instant) -> (Duration, String) {
     let ready = wait_until(Duration::from_secs(600), || {
         tests::controller::get_url(&format!("http://127.0.0.1:{}/readyz", c.metrics_port)).is_some_and(|r| r.0 == 200)
     });
