@@ -10,7 +10,11 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::ServiceKey;
+/// `(namespace, name)` of a Service.
+pub type ServiceKey = (String, String);
+
+/// The label by which an EndpointSlice names its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// Objects are shared (`Arc`), not owned: in cluster mode they are the
 /// reflector stores' own, so a snapshot costs a vector of pointers, not a
@@ -72,11 +76,7 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         services.insert(service_key(&svc.metadata, svc.metadata.name.as_deref()));
     }
     for slice in changed_objects(&old.slices, &new.slices) {
-        let owner = slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(crate::model::endpoints::SERVICE_NAME_LABEL));
+        let owner = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
         if let Some(owner) = owner {
             services.insert(service_key(&slice.metadata, Some(owner)));
         }

@@ -19,10 +19,7 @@ use super::annotations::Annotations;
 use super::config_map::GlobalConfig;
 use super::endpoints::{self, AddressPolicy, PortRef};
 use super::{Report, Server};
-use crate::snapshot::Snapshot;
-
-/// `(namespace, name)` of a Service.
-pub type ServiceKey = (String, String);
+use crate::snapshot::{ServiceKey, Snapshot};
 
 /// A Service port some location or canary refers to.
 #[derive(Debug, Clone)]

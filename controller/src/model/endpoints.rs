@@ -8,7 +8,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use lua_compat::wire::{Endpoint, Port};
 
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub use crate::snapshot::SERVICE_NAME_LABEL;
 
 /// How an Ingress names a Service port: by number or by name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

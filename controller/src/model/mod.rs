@@ -37,7 +37,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-pub use backends::{BackendInputs, ServiceKey};
+pub use crate::snapshot::ServiceKey;
+pub use backends::BackendInputs;
 pub use build::{build, build_with, fingerprint, update_endpoints, BuildOptions};
 pub use endpoints::AddressPolicy;
 

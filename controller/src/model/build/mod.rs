@@ -134,7 +134,7 @@ struct Builder<'s> {
     /// `ssl-passthrough` hosts → the backend of their `/` path.
     passthrough: BTreeMap<String, String>,
     /// Services the layer-4 ports were checked against.
-    structural_services: BTreeSet<backends::ServiceKey>,
+    structural_services: BTreeSet<super::ServiceKey>,
 }
 
 /// Builds with nothing quarantined.
@@ -1237,7 +1237,7 @@ fn all_problems(structure: &[Report], backends: &BTreeMap<String, Vec<Report>>) 
 pub fn update_endpoints(
     prev: &Model,
     snap: &Snapshot,
-    services: &BTreeSet<backends::ServiceKey>,
+    services: &BTreeSet<super::ServiceKey>,
     opts: &BuildOptions,
 ) -> Option<Model> {
     prev.structure.as_ref()?;
