@@ -468,8 +468,8 @@ fn ingresses_nginx_refuses_are_quarantined_and_the_rest_applied() {
     let dir = tempfile::tempdir().unwrap();
     let template = custom_template(dir.path(), |base| {
         base.replacen(
-            "            client_max_body_size {{ l.proxy_body_size }};",
-            "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            client_max_body_size {{ l.proxy_body_size }};",
+            "            dynamic_balancer_backend {{ l.backend }};",
+            "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            dynamic_balancer_backend {{ l.backend }};",
             1,
         )
     });
