@@ -465,8 +465,25 @@ pub async fn run(mut dir: ManifestDir, tx: watch::Sender<Arc<Snapshot>>, settle:
                 _ => None,
             };
         }
-        changed = paths;
+        // A change the file names cannot show (a ConfigMap volume swaps
+        // its `..data` symlink; a directory came or went) looks at every
+        // file: a stat each, and a parse only of those that changed.
+        changed = paths.filter(|p| !p.iter().any(|p| needs_full_scan(p)));
     }
+}
+
+/// Whether an event on `path` may have changed manifests other than
+/// `path` itself: Kubernetes' atomic writer (ConfigMap and Secret volumes)
+/// renames `..data`, whose target every manifest symlink goes through;
+/// and a path that is now a directory or a symlink is not one manifest.
+/// Other names that are not manifests (an editor's `.x.yaml.swp`, a
+/// `.x.yaml.tmp` renamed over `x.yaml`) change nothing by themselves.
+fn needs_full_scan(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with("..") {
+        return true;
+    }
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() || m.file_type().is_symlink())
 }
 
 #[cfg(test)]
@@ -479,6 +496,50 @@ mod tests {
             add_document(&mut snap, doc, 0, &("ns".to_string(), "cm".to_string()).into())?;
         }
         Ok(snap)
+    }
+
+    #[test]
+    fn a_volume_swap_or_a_symlink_rescans_and_an_editor_temp_file_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, "").unwrap();
+        std::os::unix::fs::symlink(&file, dir.path().join("b.yaml")).unwrap();
+        assert!(!needs_full_scan(&file));
+        assert!(needs_full_scan(&dir.path().join("b.yaml")));
+        assert!(needs_full_scan(&dir.path().join("..data")));
+        assert!(needs_full_scan(&dir.path().join("..2026_11_27_16_00_00.123")));
+        assert!(needs_full_scan(dir.path()));
+        assert!(!needs_full_scan(&dir.path().join(".a.yaml.tmp")));
+        assert!(!needs_full_scan(&dir.path().join(".a.yaml.swp")));
+    }
+
+    #[test]
+    fn only_changed_files_are_parsed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = |name: &str, port: u16| {
+            format!("kind: Service\nmetadata: {{name: {name}}}\nspec: {{ports: [{{port: {port}}}]}}\n")
+        };
+        std::fs::write(dir.path().join("a.yaml"), svc("a", 80)).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), svc("b", 80)).unwrap();
+        let mut m = ManifestDir::new(dir.path().to_path_buf(), ("ns".to_string(), "cm".to_string()));
+        let (first, problems) = m.read();
+        assert!(problems.is_empty(), "{problems:?}");
+        // b.yaml replaced: a's object is the same one, b's is new.
+        let tmp = dir.path().join(".b.yaml.tmp");
+        std::fs::write(&tmp, svc("b", 81)).unwrap();
+        std::fs::rename(&tmp, dir.path().join("b.yaml")).unwrap();
+        let changed: BTreeSet<PathBuf> = [dir.path().join("b.yaml"), tmp].into();
+        let (second, _) = m.read_changed(Some(&changed));
+        assert!(Arc::ptr_eq(&first.services[0], &second.services[0]));
+        assert!(!Arc::ptr_eq(&first.services[1], &second.services[1]));
+        // A full read of an unchanged directory parses nothing again.
+        let (third, _) = m.read();
+        assert!(Arc::ptr_eq(&second.services[1], &third.services[1]));
+        // A file removed.
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        let changed: BTreeSet<PathBuf> = [dir.path().join("a.yaml")].into();
+        let (fourth, _) = m.read_changed(Some(&changed));
+        assert_eq!(fourth.services.len(), 1);
     }
 
     #[test]
