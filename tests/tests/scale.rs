@@ -10,13 +10,6 @@ use tests::controller::{ingress, request, service, wait_until, Controller, INGRE
 
 const INGRESSES: usize = 300;
 
-/// Replaces a manifest as an editor does: a new file renamed over it.
-fn replace(c: &Controller, name: &str, text: &str) {
-    let tmp = c.manifests.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, c.manifests.join(name)).unwrap();
-}
-
 struct Counts {
     renders: f64,
     reloads: f64,
@@ -79,7 +72,7 @@ fn an_endpoint_change_renders_nothing_and_pushes_only_its_backend() {
     std::thread::sleep(Duration::from_millis(500));
     let before = counts(&c);
 
-    replace(&c, "app-0.yaml", &service("svc0", &[b]));
+    c.write("app-0.yaml", &service("svc0", &[b]));
     let routed = wait_until(Duration::from_secs(10), || {
         request(c.http_port, "h0.example.com", "/").is_some_and(|r| r.1 == "b\n")
     });
@@ -109,7 +102,7 @@ fn an_endpoint_change_renders_nothing_and_pushes_only_its_backend() {
     );
 
     // A new host is structural: one render, one reload, one full build.
-    replace(&c, "new.yaml", &ingress("new", "new.example.com", "/", "svc1", &[]));
+    c.write("new.yaml", &ingress("new", "new.example.com", "/", "svc1", &[]));
     let served = wait_until(Duration::from_secs(30), || {
         request(c.http_port, "new.example.com", "/").is_some_and(|r| r.0 == 200)
     });

@@ -143,17 +143,12 @@ impl ManifestDir {
         };
         paths.sort();
         self.files.retain(|p, _| paths.binary_search(p).is_ok());
-        let mut snap = Snapshot::default();
         let mut base = 0i64;
         for path in &paths {
             self.refresh(path, base, &mut problems);
-            if let Some(entry) = self.files.get_mut(path) {
-                entry.rebase(base);
-                base += entry.documents;
-                entry.objects.extend_into(&mut snap);
-            }
+            base += self.files.get(path).map_or(0, |e| e.documents);
         }
-        (snap, problems)
+        (self.snapshot(), problems)
     }
 
     /// The snapshot after the files `changed` (created, written, renamed
@@ -178,6 +173,12 @@ impl ManifestDir {
                 self.files.remove(path);
             }
         }
+        (self.snapshot(), problems)
+    }
+
+    /// Every file's objects, in file order; Ingresses stamped with their
+    /// file position get their current one.
+    fn snapshot(&mut self) -> Snapshot {
         let mut snap = Snapshot::default();
         let mut base = 0i64;
         for entry in self.files.values_mut() {
@@ -185,7 +186,7 @@ impl ManifestDir {
             base += entry.documents;
             entry.objects.extend_into(&mut snap);
         }
-        (snap, problems)
+        snap
     }
 
     /// Parses `path` again if it changed since its entry was made (or has

@@ -11,7 +11,6 @@
 //! its lag, the controller's CPU), renders and reloads along the way, and
 //! the RSS of every process at the end.
 
-use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -38,15 +37,6 @@ pub fn many_ingresses(n: usize, port: u16, skip: usize) -> String {
         text.push_str(&format!("---\n{}", ingress(&name, &host, "/", &svc, &[])));
     }
     text
-}
-
-/// Replaces a manifest the way an editor or a config-management tool
-/// does: a whole new file renamed over the old one, never a half-written
-/// one.
-fn replace(dir: &Path, name: &str, text: &str) {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, dir.join(name)).unwrap();
 }
 
 fn hot_file(i: usize) -> String {
@@ -113,7 +103,7 @@ pub fn scale(n: usize, churn_seconds: u32) {
         on_b[i] = !on_b[i];
         let (port, body) = if on_b[i] { (b, "b\n") } else { (a, "a\n") };
         let t = Instant::now();
-        replace(&c.manifests, &hot_names[i], &service(&format!("svc{i}"), &[port]));
+        c.write(&hot_names[i], &service(&format!("svc{i}"), &[port]));
         let took = routed(
             c.http_port,
             &format!("h{i}.example.com"),
@@ -159,8 +149,7 @@ pub fn scale(n: usize, churn_seconds: u32) {
     for k in 0..3 {
         let host = format!("new{k}.example.com");
         let t = Instant::now();
-        replace(
-            &c.manifests,
+        c.write(
             &format!("new-{k}.yaml"),
             &ingress(&format!("new{k}"), &host, "/", "svc0", &[]),
         );
@@ -272,7 +261,7 @@ fn churn(c: &Controller, names: &[String], on_b: &mut [bool], (a, b): (u16, u16)
             let i = seq % names.len();
             on_b[i] = !on_b[i];
             let (port, body) = if on_b[i] { (b, "b\n") } else { (a, "a\n") };
-            replace(&c.manifests, &names[i], &service(&format!("svc{i}"), &[port]));
+            c.write(&names[i], &service(&format!("svc{i}"), &[port]));
             tx.send((i, body, Instant::now())).unwrap();
         }
         drop(tx);
