@@ -16,6 +16,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "pkg-config",
     "make",
     "openssl",
+    // applies nginx-build/patches to the shipped nginx (patched.rs)
+    "patch",
 ];
 
 /// Debian packages this target needs on top of the vendored build's: the
@@ -132,11 +134,21 @@ pub fn build_variant(variant: Variant) -> Result<Artifacts, String> {
         return Err(format!("cargo build failed ({status})"));
     }
     let objs = newest_nginx_objs(&build_dir)?;
+    // The shipped nginx carries nginx-build/patches; the sanitizer build
+    // checks the module and runs the vendored nginx as it is.
+    let nginx = match variant {
+        Variant::Release => crate::patched::build(
+            &objs.join("nginx"),
+            &root.join("nginx-build/patches"),
+            &root.join("target/nginx-patched"),
+        )?,
+        Variant::Asan => objs.join("nginx"),
+    };
     let out = Artifacts::locate_variant(variant);
     for dir in ["sbin", "modules", "conf", "logs"] {
         fs::create_dir_all(out.prefix.join(dir)).map_err(|e| format!("mkdir {dir}: {e}"))?;
     }
-    copy(&objs.join("nginx"), &out.nginx)?;
+    copy(&nginx, &out.nginx)?;
     copy(&module, &out.module)?;
     if let Some(mime) = nginx_source_conf(&objs)
         .map(|c| c.join("mime.types"))
@@ -176,14 +188,9 @@ fn newest_nginx_objs(build_dir: &Path) -> Result<PathBuf, String> {
         .ok_or_else(|| "no nginx binary under target/release/build/nginx-sys-*/out/objs".into())
 }
 
-/// The `conf/` directory of the nginx source the build used, read from the
-/// Makefile configure wrote (`-I <src>/src/core`).
+/// The `conf/` directory of the nginx source the build used.
 fn nginx_source_conf(objs: &Path) -> Option<PathBuf> {
-    let makefile = fs::read_to_string(objs.join("Makefile")).ok()?;
-    let core = makefile
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("-I").filter(|p| p.ends_with("/src/core")))?;
-    Some(Path::new(core).parent()?.parent()?.join("conf"))
+    Some(crate::patched::source_root(objs)?.join("conf"))
 }
 
 fn install_debian_packages() -> Result<(), String> {

@@ -32,6 +32,7 @@ mod chroot;
 mod deb;
 mod demo;
 mod image;
+mod patched;
 mod suites;
 
 use std::process::ExitCode;
