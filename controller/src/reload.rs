@@ -43,6 +43,25 @@ pub async fn test_candidate(
     shared: &Shared,
     structure: &Structure,
 ) -> anyhow::Result<String> {
+    let text = write_candidate(settings, renderer, shared, structure)?;
+    let testing = Instant::now();
+    shared.nginx.test(&candidate_path(settings)).await?;
+    tracing::debug!(
+        test_us = testing.elapsed().as_micros() as u64,
+        bytes = text.len(),
+        "candidate passed nginx -t"
+    );
+    Ok(text)
+}
+
+/// Renders `structure` into the candidate file after the file check, with
+/// the basic-auth files it names; `nginx -t` is the caller's.
+fn write_candidate(
+    settings: &Settings,
+    renderer: &Renderer,
+    shared: &Shared,
+    structure: &Structure,
+) -> anyhow::Result<String> {
     shared.metrics.renders.inc();
     let rendering = Instant::now();
     let text = renderer.render(structure, &settings.render)?;
@@ -63,14 +82,7 @@ pub async fn test_candidate(
     crate::auth_files::write_all(&settings.conf_dir, &structure.auth_files)?;
     crate::staging::verify(&settings.staging_dir)?;
     std::fs::write(&candidate, &text).with_context(|| format!("writing {}", candidate.display()))?;
-    let testing = Instant::now();
-    shared.nginx.test(&candidate).await?;
-    tracing::debug!(
-        render_us,
-        test_us = testing.elapsed().as_micros() as u64,
-        bytes = text.len(),
-        "candidate rendered and passed nginx -t"
-    );
+    tracing::debug!(render_us, bytes = text.len(), "candidate rendered");
     Ok(text)
 }
 
@@ -91,10 +103,7 @@ pub async fn apply_tested(
 ) -> anyhow::Result<f64> {
     // rename(2) is atomic: nginx never reads a half-written file.
     std::fs::rename(candidate_path(settings), shared.nginx.conf_path()).context("moving nginx.conf into place")?;
-    let expected = match structure.global.worker_processes {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n as usize,
-    };
+    let expected = expected_workers(structure);
     if shared.nginx.master_pid().is_none() && shared.nginx.is_supervised() {
         shared.nginx.start()?;
         wait_for_workers(&shared.api, &HashSet::new(), expected, settings.reload_timeout).await?;
@@ -106,13 +115,75 @@ pub async fn apply_tested(
         shared.nginx.reload()?;
         wait_for_workers(&shared.api, &old, expected, settings.reload_timeout).await?;
     }
-    // Files neither this configuration nor the one before names (its old
-    // workers may still be finishing requests) are removed.
+    Ok(applied(settings, structure, text))
+}
+
+/// Starts nginx for the first time on a candidate `nginx -t` has not
+/// checked: the start parses it anyway, and a configuration nginx refuses
+/// makes the master exit at once. Then `nginx -t` on the same text tells
+/// why, and its refusal goes to the quarantine search as a failed test's
+/// would. A start that fails although the configuration passes (a port
+/// taken) is retried under the supervisor, as any start.
+pub async fn apply_untested(
+    settings: &Settings,
+    shared: &Shared,
+    structure: &Structure,
+    text: &str,
+) -> anyhow::Result<f64> {
+    let conf = shared.nginx.conf_path();
+    std::fs::rename(candidate_path(settings), conf).context("moving nginx.conf into place")?;
+    let expected = expected_workers(structure);
+    shared.nginx.start_untested()?;
+    let exited = async {
+        loop {
+            if let Some(status) = shared.nginx.untested_exit() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let none = HashSet::new();
+    let served = tokio::select! {
+        waited = wait_for_workers(&shared.api, &none, expected, settings.reload_timeout) => {
+            shared.nginx.prove().map(|()| waited)
+        }
+        status = exited => Err(status),
+    };
+    match served {
+        Ok(waited) => waited?,
+        Err(status) => {
+            // Named as a candidate, so that the search reads nginx's lines.
+            std::fs::copy(conf, candidate_path(settings)).context("copying nginx.conf to test it")?;
+            shared
+                .nginx
+                .test(&candidate_path(settings))
+                .await
+                .with_context(|| format!("nginx exited on its first configuration ({status})"))?;
+            tracing::warn!(%status, "nginx exited on its first start although its configuration passes nginx -t; starting it again under supervision");
+            let _ = std::fs::remove_file(candidate_path(settings));
+            shared.nginx.start()?;
+            wait_for_workers(&shared.api, &none, expected, settings.reload_timeout).await?;
+        }
+    }
+    Ok(applied(settings, structure, text))
+}
+
+fn expected_workers(structure: &Structure) -> usize {
+    match structure.global.worker_processes {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    }
+}
+
+/// After a configuration is in place and served: removes the files neither
+/// it nor the one before names (its old workers may still be finishing
+/// requests), and returns its hash.
+fn applied(settings: &Settings, structure: &Structure, text: &str) -> f64 {
     crate::auth_files::remove_stale(&settings.conf_dir, &structure.auth_files);
     let digest = Sha256::digest(text.as_bytes());
     let mut first = [0u8; 8];
     first[2..].copy_from_slice(&digest[..6]);
-    Ok(u64::from_be_bytes(first) as f64)
+    u64::from_be_bytes(first) as f64
 }
 
 /// Keeps a rejected candidate for inspection.
@@ -377,9 +448,17 @@ pub async fn task(
         lift_quarantine(&quarantine, &model, &shared);
         let structure = model.structure.clone().expect("pending implies a structure");
         let started = Instant::now();
-        let tested = test_candidate(&settings, &renderer, &shared, &structure).await;
+        // The first start parses the configuration itself; a separate
+        // `nginx -t` only runs if it fails.
+        let first_start = applied.is_none() && shared.nginx.is_supervised() && shared.nginx.master_pid().is_none();
+        let tested = if first_start {
+            write_candidate(&settings, &renderer, &shared, &structure)
+        } else {
+            test_candidate(&settings, &renderer, &shared, &structure).await
+        };
         let applying = Instant::now();
         let result = match tested {
+            Ok(text) if first_start => apply_untested(&settings, &shared, &structure, &text).await,
             Ok(text) => apply_tested(&settings, &shared, &structure, &text).await,
             Err(e) => Err(e),
         };

@@ -14,12 +14,20 @@ use crate::state::{Running, Shared};
 /// master that had been running is restarted at once (50 ms); one that dies
 /// right after it starts (a port taken, a broken binary) is restarted with
 /// a growing delay, up to 10 s, so a broken installation does not loop hot.
+/// A master on its first, untested configuration is not restarted: the
+/// reload task tests that configuration and starts it again.
 pub async fn task(shared: Arc<Shared>, running: Arc<watch::Sender<Running>>) {
     let mut delay = Duration::from_millis(50);
     loop {
         let status = shared.nginx.wait_exit().await;
         if shared.stopping.load(Ordering::Acquire) {
             return;
+        }
+        if shared.nginx.claim_untested_exit(&status) {
+            // Its first configuration, started without `nginx -t`: the
+            // reload task tests it and starts nginx again.
+            tracing::warn!(%status, "nginx exited on its first configuration; the controller checks it");
+            continue;
         }
         if shared.nginx.uptime() > Duration::from_secs(2) {
             delay = Duration::from_millis(50);

@@ -459,6 +459,48 @@ fn values_nginx_would_refuse_hold_back_no_reload() {
     }
 }
 
+/// The first configuration is started without a separate `nginx -t`: when
+/// nginx refuses it, the master exits, the supervisor leaves it alone, and
+/// the controller tests, quarantines the Ingress nginx blames and starts
+/// nginx on the rest.
+#[test]
+fn an_ingress_nginx_refuses_at_startup_is_quarantined_before_the_first_start() {
+    let a = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let template = custom_template(dir.path(), |base| {
+        base.replacen(
+            "            dynamic_balancer_backend {{ l.backend }};",
+            "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            dynamic_balancer_backend {{ l.backend }};",
+            1,
+        )
+    });
+    let c = Controller::start(
+        &[
+            ("class.yaml", INGRESS_CLASS.into()),
+            ("a.yaml", service("a", &[a.port])),
+            ("ok.yaml", ingress("ok", "ok.test", "/", "a", &[])),
+            (
+                "bad.yaml",
+                ingress("bad", "bad.test", "/", "a", &[("proxy-read-timeout", "123")]),
+            ),
+        ],
+        &["--template", template.to_str().unwrap()],
+    );
+    assert_eq!(c.get("ok.test", "/").1, a.identity, "{}", c.log());
+    assert_eq!(c.get("bad.test", "/").0, 404, "{}", c.log());
+    assert_eq!(c.metric("nginx_ingress_controller_quarantined_ingresses"), 1.0);
+    // The failed start was the controller's to handle: no restart loop.
+    assert_eq!(
+        c.metric("nginx_ingress_controller_nginx_restarts_total"),
+        0.0,
+        "{}",
+        c.log()
+    );
+    let log = c.log();
+    assert!(log.contains("nginx exited on its first configuration"), "{log}");
+    assert!(log.contains("demo/bad") && log.contains("no_such_directive"), "{log}");
+}
+
 /// A template that breaks on a given value stands in for any value that
 /// slips past validation: nginx refuses the configuration, the Ingresses
 /// responsible are found and quarantined, and everything else is applied.

@@ -41,6 +41,13 @@ pub struct Nginx {
     /// racing the shutdown would otherwise start one that `stop` then waits
     /// for until its timeout).
     stopping: std::sync::atomic::AtomicBool,
+    /// Set while a master started on an untested configuration (the first
+    /// one, see [`Nginx::start_untested`]) has not yet served: if it exits,
+    /// the reload task finds out why instead of the supervisor restarting
+    /// it on the same file.
+    untested: std::sync::atomic::AtomicBool,
+    /// How that master exited, once the supervisor saw it go.
+    untested_exit: Mutex<Option<String>>,
 }
 
 impl Nginx {
@@ -54,6 +61,8 @@ impl Nginx {
             group: AtomicI32::new(0),
             started: Mutex::new(None),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            untested: std::sync::atomic::AtomicBool::new(false),
+            untested_exit: Mutex::new(None),
         }
     }
 
@@ -129,6 +138,55 @@ impl Nginx {
         *self.started.lock() = Some(std::time::Instant::now());
         tracing::info!(pid, "nginx master started");
         Ok(pid)
+    }
+
+    /// Starts the master on a configuration `nginx -t` has not checked.
+    /// Parsing nginx.conf twice (`-t`, then the start) was a large part of
+    /// the first configuration's time with many servers, and a bad first
+    /// configuration only makes this start fail: the caller then tests it
+    /// and quarantines as after a failed `-t`. Until [`Nginx::prove`] an
+    /// exit of this master is the caller's to handle, not the supervisor's.
+    pub fn start_untested(&self) -> anyhow::Result<u32> {
+        *self.untested_exit.lock() = None;
+        self.untested.store(true, Ordering::Release);
+        let started = self.start();
+        if started.is_err() {
+            self.untested.store(false, Ordering::Release);
+        }
+        started
+    }
+
+    /// The master [`Nginx::start_untested`] started serves: the supervisor
+    /// restarts it from now on. Fails with its exit status if it exited
+    /// first (whichever of the two sees it first decides).
+    pub fn prove(&self) -> Result<(), String> {
+        match self
+            .untested
+            .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(()),
+            Err(_) => Err(self.untested_exit.lock().clone().unwrap_or_default()),
+        }
+    }
+
+    /// For the supervisor: takes the exit of an untested master (returns
+    /// true; [`Nginx::untested_exit`] then reports `status`), or returns
+    /// false for any other master, which it restarts.
+    pub fn claim_untested_exit(&self, status: &str) -> bool {
+        let mut exit = self.untested_exit.lock();
+        let claimed = self
+            .untested
+            .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if claimed {
+            *exit = Some(status.to_string());
+        }
+        claimed
+    }
+
+    /// How the untested master exited, once it has.
+    pub fn untested_exit(&self) -> Option<String> {
+        self.untested_exit.lock().clone()
     }
 
     /// How long the supervised master has been (or was) running.
