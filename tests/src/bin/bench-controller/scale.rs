@@ -79,6 +79,17 @@ pub fn scale(n: usize, churn_seconds: u32) {
         input_bytes / 1024,
         first.as_secs_f64()
     );
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        // How the first configuration's time divides (with RUST_LOG=debug,
+        // every step the controller logs).
+        for line in c
+            .log()
+            .lines()
+            .take_while(|l| !l.contains("first configuration applied"))
+        {
+            println!("    {}", line.trim());
+        }
+    }
     let parse = nginx_parse_time(&c);
     println!(
         "  nginx.conf {} kB, {} bytes per Ingress; nginx -t {:.2} s ({:.0} ms per MB)",
@@ -199,6 +210,16 @@ fn wait_for(mut f: impl FnMut() -> bool, limit: Duration) -> bool {
 fn nginx_parse_time(c: &Controller) -> Duration {
     let (nginx, _) = tests::artifacts();
     let prefix = c.conf_path().parent().unwrap().to_path_buf();
+    // BENCH_SAVE_CONF=DIR keeps a copy of the configuration directory, to
+    // profile nginx on it by hand.
+    if let Some(dir) = std::env::var_os("BENCH_SAVE_CONF") {
+        let status = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(&prefix)
+            .arg(&dir)
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "copying {} failed", prefix.display());
+    }
     // BENCH_PERF=FILE records a CPU profile of this `nginx -t` with perf.
     let mut cmd = match std::env::var("BENCH_PERF") {
         Ok(file) => {
