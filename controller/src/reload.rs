@@ -41,7 +41,7 @@ pub async fn test_candidate(
     settings: &Settings,
     renderer: &Renderer,
     shared: &Shared,
-    structure: &Structure,
+    structure: &Arc<Structure>,
 ) -> anyhow::Result<String> {
     let text = write_candidate(settings, renderer, shared, structure)?;
     let testing = Instant::now();
@@ -60,7 +60,7 @@ fn write_candidate(
     settings: &Settings,
     renderer: &Renderer,
     shared: &Shared,
-    structure: &Structure,
+    structure: &Arc<Structure>,
 ) -> anyhow::Result<String> {
     shared.metrics.renders.inc();
     let rendering = Instant::now();

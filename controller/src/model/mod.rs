@@ -55,6 +55,9 @@ pub const DEFAULT_BACKEND: &str = "upstream-default-backend";
 pub struct Structure {
     pub global: GlobalConfig,
     pub listen: Listen,
+    /// Not serialized: the renderer gives the template these one at a time
+    /// (`render::structure_value`).
+    #[serde(skip)]
     pub servers: Vec<Server>,
     /// Whether `--default-backend-service` gave a catch-all backend; without
     /// it the default server answers 404 itself.
