@@ -31,6 +31,7 @@ use cli::{Args, LogFormat};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    controller::memory::configure();
     let mut args = Args::parse();
     if let Some(cli::Command::Reference { page }) = &args.command {
         print!("{}", reference_page(page));

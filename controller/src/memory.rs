@@ -11,10 +11,42 @@
 //! each burst [`release_free_memory`] asks it to purge at once rather than
 //! after its delay. Figures: docs/src/install/kubernetes.md, "Scale and resources".
 
+/// `mi_option_purge_delay` in mimalloc.h's `mi_option_t` (v2 and v3; the
+/// sys crate names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Purges freed pages at once instead of after mimalloc's delay (1 s in
+/// the v3 the sys crate builds, times 10 for arenas). A full build, a render and a full push each free tens of
+/// megabytes on several threads, and with the delay a new host at 10,000
+/// Ingresses peaked at 235 MB of RSS against 217 without it; the endpoint
+/// path allocates little, so the extra `madvise` calls cost nothing
+/// measurable there. Call before the runtime starts its threads.
+pub fn configure() {
+    // SAFETY: mi_option_set(3) takes an option number and a value, no
+    // pointers; an option number it does not know is ignored.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 /// Returns freed memory to the kernel now (after a model build, a reload
 /// or a full push).
 pub fn release_free_memory() {
     // SAFETY: mi_collect(3) takes a flag and no pointers; it is
     // thread-safe and only affects mimalloc's own free lists.
     unsafe { libmimalloc_sys::mi_collect(true) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The option number still means the purge delay: its default is
+    /// mimalloc v3's 1,000 ms, and what `configure` sets is what it reads.
+    #[test]
+    fn the_purge_delay_option_is_the_one_set() {
+        // SAFETY: mi_option_get/set take an option number and a value.
+        let default = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        assert_eq!(default, 1000, "mimalloc's option 15 is no longer purge_delay");
+        configure();
+        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }, 0);
+    }
 }
