@@ -185,6 +185,10 @@ pub fn scale(n: usize, churn_seconds: u32) {
         hosts.iter().map(|h| format!("{h:.0}")).collect::<Vec<_>>().join(", ")
     );
 
+    // The last reload's workers have registered and the old ones are gone.
+    let settled = wait_for(|| c.reloads() >= reloads_before + 3.0, Duration::from_secs(60))
+        && wait_for(|| c.worker_pids().len() == workers_expected(), Duration::from_secs(60));
+    assert!(settled, "the new hosts' reloads did not settle:\n{}", c.log());
     let workers: Vec<u64> = c.worker_pids().iter().map(|p| rss_kb(*p as u32, "VmRSS:")).collect();
     let shm: Vec<u64> = c.worker_pids().iter().map(|p| rss_kb(*p as u32, "RssShmem:")).collect();
     let master = c.nginx_master_pid().map_or(0, |p| rss_kb(p as u32, "VmRSS:"));
@@ -193,6 +197,11 @@ pub fn scale(n: usize, churn_seconds: u32) {
         rss_kb(c.pid(), "VmRSS:"),
         rss_kb(c.pid(), "VmHWM:"),
     );
+}
+
+/// The template's `worker_processes auto`: one worker a core.
+fn workers_expected() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn wait_for(mut f: impl FnMut() -> bool, limit: Duration) -> bool {
