@@ -113,12 +113,19 @@ impl ServerNamesHash {
         // a pointer; a bucket also ends with a null pointer.
         let word = 8;
         let element = word + (longest + 2).div_ceil(word) * word;
-        let bucket_size = (element + word)
+        // Enough buckets that nginx finds a size where every bucket fits.
+        let max_size = (count * 4).next_power_of_two().max(global.server_name_hash_max_size);
+        // Above 10,000 buckets (and under 100 a name) nginx tries only the
+        // last 1,000 sizes below the maximum; at a quarter full some bucket
+        // then always holds several names, and with room for one nginx
+        // warned on every reload ("could not build optimal
+        // server_names_hash", 50,000 hosts). Room for four costs no memory:
+        // nginx allocates what the names take, not the bucket size.
+        let per_bucket = if max_size > 10_000 { 4 } else { 1 };
+        let bucket_size = (per_bucket * element + word)
             .next_power_of_two()
             .max(64)
             .max(global.server_name_hash_bucket_size);
-        // Enough buckets that nginx finds a size where every bucket fits.
-        let max_size = (count * 4).next_power_of_two().max(global.server_name_hash_max_size);
         ServerNamesHash { bucket_size, max_size }
     }
 }
@@ -397,5 +404,37 @@ pub struct Report {
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}: {}", self.object, self.what, self.reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sized(names: &[String]) -> ServerNamesHash {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        ServerNamesHash::for_servers(&[], &names, &GlobalConfig::default())
+    }
+
+    /// A hash element: a pointer, then the name and two bytes, aligned.
+    fn element(name: &str) -> usize {
+        8 + (name.len() + 2).div_ceil(8) * 8
+    }
+
+    #[test]
+    fn a_few_names_keep_nginx_defaults_and_many_get_room_for_collisions() {
+        let few: Vec<String> = (0..10).map(|i| format!("h{i}.example.com")).collect();
+        assert_eq!(sized(&few).bucket_size, 64);
+        // 50,000 names: nginx tries only sizes near the maximum, where a
+        // bucket holds several names; four must fit.
+        let many: Vec<String> = (0..50_000).map(|i| format!("h{i}.example.com")).collect();
+        let hash = sized(&many);
+        assert_eq!(hash.max_size, 262_144);
+        assert!(
+            hash.bucket_size >= 4 * element(&many[49_999]) + 8,
+            "{}",
+            hash.bucket_size
+        );
+        assert!(hash.bucket_size.is_power_of_two());
     }
 }
