@@ -459,6 +459,19 @@ fn values_nginx_would_refuse_hold_back_no_reload() {
     }
 }
 
+/// A template that writes a directive nginx refuses into the location of
+/// an Ingress with `proxy-read-timeout: "123"`: a value that slipped past
+/// validation, as far as nginx can tell.
+fn poisoned_template(dir: &std::path::Path) -> std::path::PathBuf {
+    custom_template(dir, |base| {
+        base.replacen(
+            "            dynamic_balancer_backend {{ l.backend }};",
+            "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            dynamic_balancer_backend {{ l.backend }};",
+            1,
+        )
+    })
+}
+
 /// The first configuration is started without a separate `nginx -t`: when
 /// nginx refuses it, the master exits, the supervisor leaves it alone, and
 /// the controller tests, quarantines the Ingress nginx blames and starts
@@ -467,13 +480,7 @@ fn values_nginx_would_refuse_hold_back_no_reload() {
 fn an_ingress_nginx_refuses_at_startup_is_quarantined_before_the_first_start() {
     let a = Upstream::start();
     let dir = tempfile::tempdir().unwrap();
-    let template = custom_template(dir.path(), |base| {
-        base.replacen(
-            "            dynamic_balancer_backend {{ l.backend }};",
-            "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            dynamic_balancer_backend {{ l.backend }};",
-            1,
-        )
-    });
+    let template = poisoned_template(dir.path());
     let c = Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),
@@ -508,13 +515,7 @@ fn an_ingress_nginx_refuses_at_startup_is_quarantined_before_the_first_start() {
 fn ingresses_nginx_refuses_are_quarantined_and_the_rest_applied() {
     let a = Upstream::start();
     let dir = tempfile::tempdir().unwrap();
-    let template = custom_template(dir.path(), |base| {
-        base.replacen(
-            "            dynamic_balancer_backend {{ l.backend }};",
-            "{% if l.proxy_read_timeout == 123 %}\n            no_such_directive on;\n{% endif %}\n            dynamic_balancer_backend {{ l.backend }};",
-            1,
-        )
-    });
+    let template = poisoned_template(dir.path());
     let c = Controller::start(
         &[
             ("class.yaml", INGRESS_CLASS.into()),
