@@ -53,9 +53,13 @@ pub struct Worker {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct EndpointTable {
+    /// Slots so far (the table grows with the zone).
     pub capacity: u64,
     pub tracked: u64,
     pub untracked: u64,
+    /// Slots given to another backend's endpoint below its fair share.
+    pub evicted: u64,
+    pub bytes: u64,
 }
 
 /// `GET /configuration/health`.
@@ -77,6 +81,8 @@ pub struct EndpointHealth {
     pub connections: u32,
     /// Seconds.
     pub ewma: f64,
+    /// Absent from modules before the growing table: tracked.
+    pub tracked: Option<bool>,
 }
 
 /// `{"generation": N}`, the answer to a successful write.
@@ -103,7 +109,7 @@ mod tests {
             "generation": 7, "backends": 2, "endpoints": 3,
             "zone": {"name": "dynamic_balancer", "size": 1 << 25, "used": 123_456},
             "workers": [{"pid": 41, "generation": 7}, {"pid": 42, "generation": 6}],
-            "endpoint_table": {"capacity": 100, "tracked": 3, "untracked": 0},
+            "endpoint_table": {"capacity": 100, "tracked": 3, "untracked": 0, "evicted": 2, "bytes": 9000},
             "lock_recovered": 1,
         });
         let read_back: Status = read("status", &serde_json::to_vec(&status).unwrap()).unwrap();
@@ -111,6 +117,7 @@ mod tests {
         assert_eq!(read_back.zone.used, 123_456);
         assert_eq!(read_back.workers[1], Worker { pid: 42, generation: 6 });
         assert_eq!(read_back.endpoint_table.capacity, 100);
+        assert_eq!(read_back.endpoint_table.evicted, 2);
         assert_eq!(read_back.lock_recovered, 1);
 
         let h = lua_compat::api::EndpointHealth {
@@ -120,11 +127,13 @@ mod tests {
             fails: 2,
             connections: 1,
             ewma: 0.25,
+            tracked: false,
         };
         let body = serde_json::json!({"endpoints": [h], "tracked": 1, "capacity": 10});
         let health: Health = read("health", body.to_string().as_bytes()).unwrap();
         assert_eq!(health.endpoints[0].endpoint, "[::1]:80");
         assert!(health.endpoints[0].down);
+        assert_eq!(health.endpoints[0].tracked, Some(false));
         assert_eq!((health.tracked, health.capacity), (1, 10));
 
         // Older or newer modules: missing and extra fields are fine.

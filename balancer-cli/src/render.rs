@@ -162,8 +162,12 @@ pub fn status(s: &Status) -> String {
         (
             "Endpoint table",
             format!(
-                "{} tracked of {}, {} untracked",
-                s.endpoint_table.tracked, s.endpoint_table.capacity, s.endpoint_table.untracked
+                "{} tracked in {} slots ({}), {} untracked, {} evicted",
+                s.endpoint_table.tracked,
+                s.endpoint_table.capacity,
+                bytes(s.endpoint_table.bytes),
+                s.endpoint_table.untracked,
+                s.endpoint_table.evicted
             ),
         ),
         ("Lock recovered", s.lock_recovered.to_string()),
@@ -216,7 +220,14 @@ pub fn health(h: &Health) -> String {
                 vec![
                     e.backend.clone(),
                     e.endpoint.clone(),
-                    if e.down { "down" } else { "up" }.into(),
+                    if e.tracked == Some(false) {
+                        "untracked"
+                    } else if e.down {
+                        "down"
+                    } else {
+                        "up"
+                    }
+                    .into(),
                     e.fails.to_string(),
                     e.connections.to_string(),
                     if e.ewma > 0.0 {
@@ -230,7 +241,7 @@ pub fn health(h: &Health) -> String {
         columns(&["BACKEND", "ENDPOINT", "STATE", "FAILS", "CONNECTIONS", "EWMA"], &rows)
     };
     out.push_str(&format!(
-        "\n{} endpoints tracked, table capacity {}\n",
+        "\n{} endpoints tracked, table capacity {} (untracked: no room in the zone for their shared state)\n",
         h.tracked, h.capacity
     ));
     out
@@ -354,6 +365,8 @@ mod tests {
                 capacity: 100,
                 tracked: 3,
                 untracked: 0,
+                evicted: 0,
+                bytes: 40_000,
             },
             lock_recovered: 0,
             state_file: None,
@@ -364,7 +377,7 @@ mod tests {
              Backends:        2\n\
              Endpoints:       3\n\
              Zone:            dynamic_balancer: 1.5 KiB of 32.0 MiB used (0.0%)\n\
-             Endpoint table:  3 tracked of 100, 0 untracked\n\
+             Endpoint table:  3 tracked in 100 slots (39.1 KiB), 0 untracked, 0 evicted\n\
              Lock recovered:  0\n\
              State file:      none (no dynamic_balancer_state)\n\
              \n\
@@ -412,6 +425,7 @@ mod tests {
                     fails: 0,
                     connections: 0,
                     ewma: 0.0,
+                    tracked: None,
                 },
                 EndpointHealth {
                     backend: "web".into(),
@@ -420,6 +434,13 @@ mod tests {
                     fails: 2,
                     connections: 1,
                     ewma: 0.01234,
+                    tracked: Some(true),
+                },
+                EndpointHealth {
+                    backend: "big".into(),
+                    endpoint: "10.0.0.9:80".into(),
+                    tracked: Some(false),
+                    ..EndpointHealth::default()
                 },
             ],
             tracked: 2,
@@ -427,11 +448,12 @@ mod tests {
         };
         assert_eq!(
             health(&h),
-            "BACKEND  ENDPOINT        STATE  FAILS  CONNECTIONS  EWMA\n\
-             web      127.0.0.1:8080  up     0      0            -\n\
-             web      [::1]:80        down   2      1            12.3ms\n\
+            "BACKEND  ENDPOINT        STATE      FAILS  CONNECTIONS  EWMA\n\
+             web      127.0.0.1:8080  up         0      0            -\n\
+             web      [::1]:80        down       2      1            12.3ms\n\
+             big      10.0.0.9:80     untracked  0      0            -\n\
              \n\
-             2 endpoints tracked, table capacity 81920\n"
+             2 endpoints tracked, table capacity 81920 (untracked: no room in the zone for their shared state)\n"
         );
         assert!(health(&Health::default()).starts_with("no endpoints\n"));
     }

@@ -210,7 +210,7 @@ fn subcommands(out: &mut String, cmd: &clap::Command, path: &str) {
 /// Every metric family the controller's `/metrics` serves: its own and the
 /// module's request metrics, relayed.
 pub fn metrics() -> String {
-    use lua_compat::metrics::exposition::{render, Connections, ZoneStats};
+    use lua_compat::metrics::exposition::{render, Connections, EndpointTableStats, ZoneStats};
     // A family is served once it has a series: give each one.
     let m = Metrics::new();
     m.push("post", true);
@@ -222,7 +222,12 @@ pub fn metrics() -> String {
         .get_or_create(&crate::metrics::AdmissionLabels { result: "allowed" })
         .inc();
     let own = m.encode();
-    let module = render(&[], Some(&Connections::default()), Some(&ZoneStats::default()));
+    let module = render(
+        &[],
+        Some(&Connections::default()),
+        Some(&ZoneStats::default()),
+        Some(&EndpointTableStats::default()),
+    );
     let labels = ConstLabels::new("k8s.io/ingress-nginx", "ingress-nginx", "ingress-nginx-controller-0");
     let merged = metrics_relay::merge(&own, &module, &labels);
     let module_names: Vec<&str> = module

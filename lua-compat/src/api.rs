@@ -235,11 +235,18 @@ pub struct StateFileStatus {
 /// `endpoint_table` of `/configuration/status`.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct EndpointTableStatus {
+    /// Slots the zone has given the table so far (it grows as endpoints
+    /// arrive; freed slots are reused).
     pub capacity: u64,
     pub tracked: u64,
-    /// Endpoints routed without shared state because the table is full;
-    /// a larger `dynamic_balancer_zone` gives a larger table.
+    /// Endpoints routed without shared state because the zone had no room
+    /// for theirs; a larger `dynamic_balancer_zone` gives them room.
     pub untracked: u64,
+    /// Endpoints whose slot went to another backend's below its fair
+    /// share, since the zone was created.
+    pub evicted: u64,
+    /// Zone bytes the table holds.
+    pub bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -262,6 +269,9 @@ pub struct EndpointHealth {
     pub connections: u32,
     /// EWMA of connect + response time, seconds, decayed to now.
     pub ewma: f64,
+    /// Whether the endpoint has shared state; an untracked one (the zone
+    /// had no room) routes without passive health, connections and EWMA.
+    pub tracked: bool,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]

@@ -24,7 +24,8 @@
 //! - [`https_redirect`]: `ssl-redirect`/`force-ssl-redirect` decided and
 //!   written as `lua_ingress.rewrite()` does;
 //! - [`endpoint_state`]: the table of per-endpoint state every worker shares
-//!   (passive health, connections, EWMA), laid out for shared memory;
+//!   (passive health, connections, EWMA), laid out for shared memory; it
+//!   grows with the zone, and shares a full zone fairly among backends;
 //! - [`dns`]: `ExternalName` resolution with a cache and a deadline;
 //! - [`tried`]: the per-request set of endpoints already tried;
 //! - [`shm_rwlock`]: the zone's reader-writer lock, which survives a

@@ -280,40 +280,6 @@ fn a_full_zone_leaves_no_endpoint_state() {
     assert_eq!(ng.get("web").body, up.identity);
 }
 
-/// Past its capacity the endpoint table says so, in the status and the
-/// log, and tracks the endpoints it missed once room frees up.
-#[test]
-fn a_full_endpoint_table_is_reported_and_catches_up() {
-    let ng = Nginx::builder().zone("1m").start();
-    let capacity = ng.status()["endpoint_table"]["capacity"].as_u64().unwrap() as usize;
-    let tracks = capacity * 3 / 4;
-    let eps = |from: usize, n: usize| -> Vec<Value> {
-        (from..from + n)
-            .map(|j| json!({"address": format!("10.1.{}.{}", j / 250, j % 250 + 1), "port": "80"}))
-            .collect()
-    };
-    let r = ng.post_backends(&json!([backend("a", &eps(0, tracks)), backend("b", &eps(tracks, 10))]));
-    assert_eq!(r.status, 201, "{}", r.body);
-    let t = &ng.status()["endpoint_table"];
-    assert_eq!(
-        (t["tracked"].as_u64(), t["untracked"].as_u64()),
-        (Some(tracks as u64), Some(10)),
-        "{t}"
-    );
-    assert!(ng.error_log().contains("the endpoint table is full: 10 endpoints"));
-    // "a" shrinks; "b" is unchanged (its blob is reused) yet gets tracked.
-    let r = ng.post_backends(&json!([backend("a", &eps(0, 5)), backend("b", &eps(tracks, 10))]));
-    assert_eq!(r.status, 201, "{}", r.body);
-    let t = &ng.status()["endpoint_table"];
-    assert_eq!(
-        (t["tracked"].as_u64(), t["untracked"].as_u64()),
-        (Some(15), Some(0)),
-        "{t}"
-    );
-    let health = ng.api("GET", "/configuration/health", None).json();
-    assert_eq!(health["tracked"], 15);
-}
-
 fn raw(port: u16, request: &[u8]) -> TcpStream {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.write_all(request).unwrap();

@@ -78,7 +78,7 @@ fn keepalive_before_the_directive_is_refused() {
 #[test]
 fn bad_directive_arguments_are_refused() {
     let err = config_error(Nginx::builder().zone("16k"));
-    assert!(err.contains("at least 64k"), "{err}");
+    assert!(err.contains("at least 128k"), "{err}");
     let err = config_error(Nginx::builder().balancer_directive("dynamic_balancer upstream_name;"));
     assert!(err.contains("invalid variable name"), "{err}");
     let err = config_error(Nginx::builder().api_extra("client_max_body_size 1m; dynamic_balancer_api;"));

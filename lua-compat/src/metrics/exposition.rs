@@ -41,9 +41,26 @@ pub struct ZoneStats {
     pub used: u64,
 }
 
+/// The endpoint table of `dynamic_balancer_zone` (see
+/// `crate::endpoint_state`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EndpointTableStats {
+    pub tracked: u64,
+    /// Endpoints the zone had no room to give state to.
+    pub untracked: u64,
+    pub slots: u64,
+    pub bytes: u64,
+    pub evicted: u64,
+}
+
 /// Renders every family: request series, then nginx's connections, then the
-/// zone's own state.
-pub fn render(entries: &[Entry<'_>], connections: Option<&Connections>, zone: Option<&ZoneStats>) -> String {
+/// metrics zone's own state and the endpoint table's.
+pub fn render(
+    entries: &[Entry<'_>],
+    connections: Option<&Connections>,
+    zone: Option<&ZoneStats>,
+    table: Option<&EndpointTableStats>,
+) -> String {
     let mut out = String::with_capacity(256 + entries.len() * 3000);
     let requests: Vec<(&Entry<'_>, u64)> = entries.iter().map(|e| (e, e.counters.requests())).collect();
     family(&mut out, "requests", "counter", "The total number of client requests");
@@ -130,6 +147,9 @@ pub fn render(entries: &[Entry<'_>], connections: Option<&Connections>, zone: Op
         );
         let _ = writeln!(out, "{P}nginx_process_requests_total {}", c.requests);
     }
+    if let Some(t) = table {
+        endpoint_table(&mut out, t);
+    }
     let Some(zone) = zone else {
         return out;
     };
@@ -156,6 +176,42 @@ pub fn render(entries: &[Entry<'_>], connections: Option<&Connections>, zone: Op
     );
     let _ = writeln!(out, "{P}metrics_uncounted_requests {}", zone.uncounted);
     out
+}
+
+fn endpoint_table(out: &mut String, t: &EndpointTableStats) {
+    family(
+        out,
+        "endpoint_state_endpoints",
+        "gauge",
+        "Endpoints with (tracked) and without (untracked: dynamic_balancer_zone had no room) shared passive-health, connection and EWMA state",
+    );
+    let _ = writeln!(out, "{P}endpoint_state_endpoints{{state=\"tracked\"}} {}", t.tracked);
+    let _ = writeln!(
+        out,
+        "{P}endpoint_state_endpoints{{state=\"untracked\"}} {}",
+        t.untracked
+    );
+    family(
+        out,
+        "endpoint_state_slots",
+        "gauge",
+        "Slots of the shared endpoint table; it grows with dynamic_balancer_zone and reuses freed slots",
+    );
+    let _ = writeln!(out, "{P}endpoint_state_slots {}", t.slots);
+    family(
+        out,
+        "endpoint_state_bytes",
+        "gauge",
+        "Bytes of dynamic_balancer_zone the endpoint table holds",
+    );
+    let _ = writeln!(out, "{P}endpoint_state_bytes {}", t.bytes);
+    family(
+        out,
+        "endpoint_state_evictions_total",
+        "counter",
+        "Endpoints whose state went to another backend's endpoint below its fair share of a full zone",
+    );
+    let _ = writeln!(out, "{P}endpoint_state_evictions_total {}", t.evicted);
 }
 
 #[derive(Clone, Copy)]
@@ -284,6 +340,7 @@ mod tests {
                 ..Connections::default()
             }),
             Some(&ZoneStats::default()),
+            None,
         );
         let l = r#"canary="",host="a.test",ingress="web",namespace="shop",path="/",service="api",method="GET",status="2xx""#;
         for line in [
@@ -330,7 +387,16 @@ mod tests {
                 size: 1 << 20,
                 used: 8192,
             }),
+            Some(&EndpointTableStats {
+                tracked: 3,
+                untracked: 2,
+                slots: 512,
+                bytes: 40_000,
+                evicted: 1,
+            }),
         );
+        assert!(text.contains("nginx_ingress_controller_endpoint_state_endpoints{state=\"untracked\"} 2\n"));
+        assert!(text.contains("nginx_ingress_controller_endpoint_state_evictions_total 1\n"));
         assert!(text.contains("nginx_ingress_controller_metrics_uncounted_requests 4\n"));
         assert!(text.contains("nginx_ingress_controller_metrics_zone_bytes{state=\"used\"} 8192\n"));
         assert!(!text.contains("nginx_process_connections"));

@@ -503,7 +503,7 @@ fn finish_write(req: &mut Request, outcome: Option<WriteOutcome>) -> ngx_int_t {
                 ngx_log_error!(
                     NGX_LOG_WARN,
                     log,
-                    "dynamic_balancer: the endpoint table is full: {untracked} endpoints route without shared health, connection and EWMA state; increase dynamic_balancer_zone"
+                    "dynamic_balancer: dynamic_balancer_zone has no room for more endpoint state: {untracked} endpoints route without shared health, connection and EWMA state (each backend keeps its fair share); increase dynamic_balancer_zone"
                 );
             }
             ngx_log_error!(NGX_LOG_INFO, log, "dynamic_balancer: {what}, generation {generation}");
@@ -564,8 +564,9 @@ fn health(zone: &Zone) -> Vec<u8> {
         let Ok(rt) = RuntimeBackend::decode(blob.runtime()) else {
             continue;
         };
-        for e in &rt.endpoints {
-            let slot = table.find(&e.addr).and_then(|s| s.get());
+        let slots = table.find_all(rt.endpoints.iter().map(|e| &e.addr));
+        for (e, slot) in rt.endpoints.iter().zip(slots) {
+            let slot = slot.and_then(|s| s.get());
             out.push(EndpointHealth {
                 backend: rt.name.clone(),
                 endpoint: e.addr.to_string(),
@@ -573,6 +574,7 @@ fn health(zone: &Zone) -> Vec<u8> {
                 fails: slot.map_or(0, |s| s.fails.load(Ordering::Relaxed)),
                 connections: slot.map_or(0, |s| s.conns.load(Ordering::Relaxed)),
                 ewma: slot.map_or(0.0, |s| s.score(now)),
+                tracked: slot.is_some(),
             });
         }
     }
@@ -605,9 +607,11 @@ fn status(zone: &Zone, state_file: Option<&std::path::Path>) -> Vec<u8> {
         },
         workers,
         endpoint_table: EndpointTableStatus {
-            capacity: h.table().capacity() as u64,
+            capacity: h.table().capacity(),
             tracked: h.table().live(),
             untracked: h.untracked.load(Ordering::Relaxed),
+            evicted: h.table().evicted(),
+            bytes: h.table().bytes(),
         },
         lock_recovered: h.index.recovered(),
         state_file: state_file.map(|path| crate::shm::state_file::status(zone, path)),

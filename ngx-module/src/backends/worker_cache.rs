@@ -18,7 +18,7 @@
 //! the version this worker already has keeps routing, for the few
 //! milliseconds the build takes.
 
-use std::cell::{Ref, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,14 +42,16 @@ use crate::shm::zone::Zone;
 pub struct PeerAddr {
     pub sockaddr: SockAddr,
     /// Its shared state (health, connections, EWMA), if the table tracks it.
-    pub state: Option<SlotRef>,
+    /// A `Cell`: an endpoint the table had no room for is looked up again
+    /// in place once the table gives out slots (see `refresh_states`).
+    pub state: Cell<Option<SlotRef>>,
     /// `ip:port` or `[ipv6]:port`, as Lua formats peers; `name` points into it.
     _name_buf: Box<[u8]>,
     pub name: ngx_str_t,
 }
 
 impl PeerAddr {
-    fn new(addr: SocketAddr, table: &EndpointTable) -> PeerAddr {
+    fn new(addr: SocketAddr, state: Option<SlotRef>) -> PeerAddr {
         let name_buf: Box<[u8]> = addr.to_string().into_bytes().into();
         let name = ngx_str_t {
             len: name_buf.len(),
@@ -57,7 +59,7 @@ impl PeerAddr {
         };
         PeerAddr {
             sockaddr: SockAddr::from(addr),
-            state: table.find(&addr),
+            state: Cell::new(state),
             _name_buf: name_buf,
             name,
         }
@@ -85,6 +87,8 @@ pub struct WorkerBackend {
     pub cookie_variable: Option<String>,
     pub max_fails: u32,
     pub fail_timeout_ms: u64,
+    /// The endpoint table's epoch when the states were last looked up.
+    states_epoch: Cell<u64>,
     /// `alternatives` resolved to this worker's backends, reused while
     /// neither the zone nor this cache changed (see [`canaries`]).
     canaries: RefCell<CanaryMemo>,
@@ -219,7 +223,10 @@ fn finish(
     generation: u64,
 ) -> Option<Rc<WorkerBackend>> {
     match found {
-        Found::Current(backend) => Some(backend),
+        Found::Current(backend) => {
+            refresh_states(&backend, zone.header().table());
+            Some(backend)
+        }
         Found::Gone => {
             cache.remove(name);
             None
@@ -243,6 +250,33 @@ fn finish(
             cache.put(name.into(), Rc::clone(&backend), generation);
             Some(backend)
         }
+    }
+}
+
+/// Looks up again the endpoints of `backend` that have no state, once the
+/// table has given out slots since they were looked up: an endpoint the
+/// table had no room for gets its state without a new blob. Runs when a
+/// write moved the generation, never per request.
+fn refresh_states(backend: &WorkerBackend, table: &EndpointTable) {
+    let epoch = table.epoch();
+    if backend.states_epoch.get() == epoch {
+        return;
+    }
+    backend.states_epoch.set(epoch);
+    let missing: Vec<&PeerAddr> = backend
+        .endpoints
+        .iter()
+        .filter(|p| p.state.get().and_then(|s| s.get()).is_none())
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let addrs: Vec<SocketAddr> = missing.iter().filter_map(|p| p.sockaddr.as_socket()).collect();
+    if addrs.len() != missing.len() {
+        return;
+    }
+    for (peer, state) in missing.iter().zip(table.find_all(addrs.iter())) {
+        peer.state.set(state);
     }
 }
 
@@ -293,7 +327,14 @@ fn decode_runtime(name: &[u8], runtime: &[u8]) -> Option<RuntimeBackend> {
 
 /// A backend as this worker routes it, from its record and its selector.
 fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, table: &EndpointTable) -> WorkerBackend {
-    let endpoints: Box<[PeerAddr]> = rt.endpoints.iter().map(|e| PeerAddr::new(e.addr, table)).collect();
+    let states_epoch = table.epoch();
+    let states = table.find_all(rt.endpoints.iter().map(|e| &e.addr));
+    let endpoints: Box<[PeerAddr]> = rt
+        .endpoints
+        .iter()
+        .zip(states)
+        .map(|(e, s)| PeerAddr::new(e.addr, s))
+        .collect();
     let header_pattern = (!rt.traffic.header_pattern.is_empty())
         .then(|| lua_compat::canary::compile_pattern(&rt.traffic.header_pattern).map_err(|_| ()));
     WorkerBackend {
@@ -308,6 +349,7 @@ fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, t
         header_pattern,
         max_fails: rt.max_fails,
         fail_timeout_ms: rt.fail_timeout_ms,
+        states_epoch: Cell::new(states_epoch),
         canaries: RefCell::default(),
     }
 }

@@ -24,8 +24,9 @@ use crate::shm::zone::init_zone;
 /// Default zone size, as ingress-nginx's `configuration_data` dict is 20m and
 /// our blobs carry a second, compact copy.
 const DEFAULT_ZONE_SIZE: usize = 32 * 1024 * 1024;
-/// Below this the slab allocator has too few pages to be useful.
-const MIN_ZONE_SIZE: usize = 64 * 1024;
+/// Below this the zone's header, locks and first slots of the endpoint
+/// table (about 90 KB) leave no room for backends.
+const MIN_ZONE_SIZE: usize = 128 * 1024;
 const ZONE_NAME: &str = "dynamic_balancer";
 const METRICS_ZONE_NAME: &str = "dynamic_balancer_metrics";
 /// Room for about 4,000 series of 2 workers × 3 method/status pairs.

@@ -10,7 +10,7 @@
 use std::ptr;
 use std::rc::Rc;
 
-use lua_compat::metrics::exposition::{self, Connections, Entry, ZoneStats};
+use lua_compat::metrics::exposition::{self, Connections, EndpointTableStats, Entry, ZoneStats};
 use lua_compat::metrics::labels::series_text;
 use lua_compat::metrics::{method_index, status_class, Counters, Sample, STATUS_CLASSES};
 use ngx::ffi::{ngx_http_request_t, ngx_http_upstream_state_t, ngx_int_t, NGX_OK};
@@ -232,12 +232,24 @@ pub struct Scrape {
     collected: Vec<metrics_zone::Collected>,
     connections: Option<Connections>,
     stats: Option<ZoneStats>,
+    table: Option<EndpointTableStats>,
 }
 
 /// Copies the request's metrics out of the zone.
 pub fn scrape(req: &Request) -> Scrape {
     let zone = Module::main_conf(req).and_then(MainConf::metrics_zone);
+    let table = Module::main_conf(req).and_then(MainConf::zone).map(|z| {
+        let (h, t) = (z.header(), z.header().table());
+        EndpointTableStats {
+            tracked: t.live(),
+            untracked: h.untracked.load(std::sync::atomic::Ordering::Relaxed),
+            slots: t.capacity(),
+            bytes: t.bytes(),
+            evicted: t.evicted(),
+        }
+    });
     Scrape {
+        table,
         collected: zone.as_ref().map(|z| z.collect()).unwrap_or_default(),
         connections: connections(),
         stats: zone.as_ref().map(|z| {
@@ -264,7 +276,13 @@ pub fn render(scrape: Scrape) -> Vec<u8> {
             counters: c.counters,
         })
         .collect();
-    exposition::render(&entries, scrape.connections.as_ref(), scrape.stats.as_ref()).into_bytes()
+    exposition::render(
+        &entries,
+        scrape.connections.as_ref(),
+        scrape.stats.as_ref(),
+        scrape.table.as_ref(),
+    )
+    .into_bytes()
 }
 
 /// nginx's connection counters (`stub_status`), when compiled in.

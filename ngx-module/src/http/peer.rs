@@ -212,7 +212,7 @@ pub(crate) struct Live<'a> {
 
 impl Live<'_> {
     fn slot(&self, i: usize) -> Option<&'static lua_compat::endpoint_state::Slot> {
-        self.backend.endpoints[i].state.and_then(|s| s.get())
+        self.backend.endpoints[i].state.get().and_then(|s| s.get())
     }
 }
 
@@ -390,7 +390,7 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
 pub(crate) fn begin_attempt(pc: &mut ngx_peer_connection_t, backend: &WorkerBackend, i: usize, now_ms: u64) {
     pc.set_cached(0);
     let peer = &backend.endpoints[i];
-    if let Some(slot) = peer.state.and_then(|s| s.get()) {
+    if let Some(slot) = peer.state.get().and_then(|s| s.get()) {
         slot.conns.fetch_add(1, Ordering::Relaxed);
         slot.note_picked(backend.max_fails, now_ms);
     }
@@ -408,7 +408,7 @@ pub(crate) fn end_attempt(
     i: usize,
     state: ngx_uint_t,
 ) -> Option<&'static lua_compat::endpoint_state::Slot> {
-    let slot = backend.endpoints[i].state.and_then(|s| s.get())?;
+    let slot = backend.endpoints[i].state.get().and_then(|s| s.get())?;
     let _ = slot
         .conns
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));

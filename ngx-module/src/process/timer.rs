@@ -164,6 +164,7 @@ pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
             let (worker, pid) = unsafe { (ngx::ffi::ngx_worker, ngx::ffi::ngx_pid) };
             zone.header().retire(worker, pid as i64);
             zone.header().index.release_slot();
+            zone.header().table().release_reader_slot();
         }
         worker_cache::clear();
     })

@@ -18,7 +18,8 @@ use std::net::SocketAddr;
 use lua_compat::algorithm::Algorithm;
 use lua_compat::runtime::{Prepared, RuntimeBackend};
 
-use lua_compat::endpoint_state::EndpointTable;
+use lua_compat::endpoint_state::share::{self, Held};
+use lua_compat::endpoint_state::TableWriter;
 
 use crate::shm::index::{Blob, Index};
 use crate::shm::zone::{SlabGuard, Zone};
@@ -142,33 +143,23 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     // can be reused right away), then give new endpoints theirs before any
     // worker can see them. A worker still routing by the old index finds a
     // forgotten slot gone and simply routes without it.
-    let table = header.table();
-    remove_endpoint_state(table, &next);
+    // SAFETY: writers are serialised by the slab mutex (`slab`), and the
+    // table lives in this zone, whose slab `slab` allocates from.
+    let mut table = unsafe { header.table().writer(&slab) };
+    remove_endpoint_state(&mut table, &next);
     let fresh: Vec<NonNull<Blob>> = built.fresh.iter().map(|(b, _)| *b).collect();
-    let mut untracked = add_endpoint_state(table, &fresh);
-    // Endpoints the table could not take at an earlier write may fit now
-    // that others left: track them, and give their (reused) blobs a new
-    // version so that workers pick up the new state.
-    if header.untracked.load(Ordering::Relaxed) > 0 {
-        let fresh: HashSet<NonNull<Blob>> = fresh.iter().copied().collect();
-        let reused: Vec<usize> = (0..next.len()).filter(|i| !fresh.contains(&next[*i])).collect();
-        for i in reused {
-            let Some(rt) = decoded(next[i]) else { continue };
-            let missing = rt.endpoints.iter().filter(|e| table.find(&e.addr).is_none()).count();
-            if missing == 0 {
-                continue;
-            }
-            let left = add_endpoint_state(table, &[next[i]]);
-            if left < missing as u64 {
-                // SAFETY: a live blob, copied into a new allocation.
-                if let Some(copy) = built.copy(unsafe { next[i].as_ref() }, generation) {
-                    next[i] = copy;
-                }
-            }
-            untracked += left;
-        }
-    }
+    let refused = add_endpoint_state(&mut table, &fresh);
+    // Endpoints the table had no room for, now or at an earlier write: track
+    // them if room came back, else share the table fairly.
+    let untracked = if refused > 0 || header.untracked.load(Ordering::Relaxed) > 0 {
+        settle_endpoint_state(&mut table, &next)
+    } else {
+        0
+    };
     header.untracked.store(untracked, Ordering::Relaxed);
+    // Moves the table's epoch if an endpoint got a slot, before the index
+    // swap publishes the generation that makes workers look.
+    drop(table);
     if !entries.is_null() {
         // SAFETY: entries has room for next.len() pointers.
         unsafe { ptr::copy_nonoverlapping(next.as_ptr(), entries, next.len()) };
@@ -221,16 +212,16 @@ fn decoded(blob: NonNull<Blob>) -> Option<RuntimeBackend> {
 /// returns how many it had no room for. An EWMA backend's new endpoints
 /// start at the mean score of its existing ones, so they are not flooded
 /// (Lua's slow start).
-fn add_endpoint_state(table: &EndpointTable, fresh: &[NonNull<Blob>]) -> u64 {
+fn add_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, fresh: &[NonNull<Blob>]) -> u64 {
     let now = now_ms() as f64 / 1000.0;
-    let mut untracked = 0;
+    let mut refused = 0;
     for backend in fresh.iter().filter_map(|b| decoded(*b)) {
         let slow_start = matches!(backend.algorithm, Algorithm::Ewma)
             .then(|| {
                 let known: Vec<f64> = backend
                     .endpoints
                     .iter()
-                    .filter_map(|e| table.find(&e.addr)?.get())
+                    .filter_map(|e| table.slot_of(&e.addr))
                     .map(|s| s.ewma_value())
                     .filter(|(_, touched)| *touched > 0.0)
                     .map(|(ewma, _)| ewma)
@@ -240,15 +231,58 @@ fn add_endpoint_state(table: &EndpointTable, fresh: &[NonNull<Blob>]) -> u64 {
             .flatten();
         for e in &backend.endpoints {
             if !table.insert(&e.addr, slow_start, now) {
-                // Full: the endpoint still routes, without shared state.
-                untracked += 1;
+                // No room: the endpoint still routes, without shared state.
+                refused += 1;
             }
         }
     }
-    untracked
+    refused
 }
 
-fn remove_endpoint_state(table: &EndpointTable, next: &[NonNull<Blob>]) {
+/// Gives a slot to every endpoint that lacks one while the zone has room,
+/// then, if some still lack one, brings each backend to its fair share
+/// (`lua_compat::endpoint_state::share`). Returns how many endpoints are
+/// left without state. It decodes every backend, so it runs only while
+/// some endpoint is untracked.
+fn settle_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, next: &[NonNull<Blob>]) -> u64 {
+    let now = now_ms() as f64 / 1000.0;
+    let backends: Vec<Vec<SocketAddr>> = next
+        .iter()
+        .filter_map(|b| decoded(*b))
+        .map(|b| {
+            let mut seen = HashSet::new();
+            b.endpoints.iter().map(|e| e.addr).filter(|a| seen.insert(*a)).collect()
+        })
+        .collect();
+    let mut room = true;
+    for a in backends.iter().flatten() {
+        if table.slot_of(a).is_none() && !(room && table.insert(a, None, now)) {
+            room = false;
+        }
+    }
+    if !room {
+        let capacity = table.table().capacity();
+        let plan = share::plan(&backends, capacity, |a| match table.slot_of(a) {
+            None => Held::Untracked,
+            Some(s) if s.idle() => Held::Idle,
+            Some(_) => Held::Busy,
+        });
+        for a in &plan.evict {
+            table.evict(a);
+        }
+        for a in &plan.track {
+            table.insert(a, None, now);
+        }
+    }
+    let untracked: HashSet<&SocketAddr> = backends
+        .iter()
+        .flatten()
+        .filter(|a| table.slot_of(a).is_none())
+        .collect();
+    untracked.len() as u64
+}
+
+fn remove_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, next: &[NonNull<Blob>]) {
     let present: HashSet<SocketAddr> = next
         .iter()
         .filter_map(|b| decoded(*b))
@@ -360,20 +394,6 @@ impl<'a> Built<'a> {
             resolves: item.resolves,
         };
         self.build(&parts, generation).unwrap_or(NonNull::dangling())
-    }
-
-    /// A copy of `blob` with a new version, or `None` if the zone is full
-    /// (the old blob then stays, which is harmless).
-    fn copy(&mut self, blob: &Blob, generation: u64) -> Option<NonNull<Blob>> {
-        let size = blob.alloc_size;
-        let p = self.slab.alloc(size)?;
-        // SAFETY: both allocations are `size` bytes; the source is live.
-        unsafe {
-            ptr::copy_nonoverlapping((blob as *const Blob).cast::<u8>(), p.as_ptr(), size);
-            (*p.cast::<Blob>().as_ptr()).version = generation;
-        }
-        self.fresh.push((p.cast(), size));
-        Some(p.cast())
     }
 
     /// Frees every blob this write built (none was published) and returns

@@ -22,7 +22,7 @@ use lua_compat::endpoint_state::EndpointTable;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.
-const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0006; // "dynbal" v6
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0007; // "dynbal" v7
 
 /// Status slots, indexed by `ngx_worker`. More workers than this are still
 /// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
@@ -45,7 +45,7 @@ pub struct ZoneHeader {
     /// Backends with DNS-name endpoints (`ExternalName`), re-resolved
     /// periodically.
     pub resolving: AtomicU64,
-    /// Shared per-endpoint state; null if the zone had no room for it.
+    /// Shared per-endpoint state; its slots grow with what the zone holds.
     pub table: *mut EndpointTable,
     pub workers: [WorkerSlot; MAX_WORKERS],
     /// Certificates by id and the host → id map; written by
@@ -258,26 +258,22 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
                 },
             )
         };
-        let cap = EndpointTable::capacity_for(shm_zone.shm.size);
-        let table_layout = std::alloc::Layout::from_size_align(EndpointTable::size_for(cap), 8).expect("table layout");
+        let table_layout = std::alloc::Layout::new::<EndpointTable>();
         let table = match pool.lock().allocate(table_layout) {
             Ok(p) => {
                 let table = p.cast::<EndpointTable>().as_ptr();
-                // SAFETY: `p` is a fresh slab allocation of
-                // `table_layout.size()` bytes.
+                // SAFETY: `p` is a fresh slab allocation of the table's size.
                 unsafe { ptr::write_bytes(table.cast::<u8>(), 0, table_layout.size()) };
-                // SAFETY: `table` points at `size_for(cap)` zeroed bytes,
-                // 8-aligned, in the shared zone, which stays mapped for the
-                // process; capacity_for returns a power of two.
-                unsafe { EndpointTable::init(table, cap) };
+                // SAFETY: `table` points at zeroed bytes for a table, 8-aligned,
+                // in the shared zone, which stays mapped for the process.
+                unsafe { EndpointTable::init(table) };
                 table
             }
             Err(_) => {
                 ngx_log_error!(
                     NGX_LOG_EMERG,
                     log,
-                    "dynamic_balancer_zone is too small for its endpoint table ({} bytes)",
-                    table_layout.size()
+                    "dynamic_balancer_zone is too small for its endpoint table"
                 );
                 return NGX_ERROR as ngx_int_t;
             }
@@ -287,9 +283,9 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
         ngx_log_error!(
             NGX_LOG_NOTICE,
             log,
-            "dynamic_balancer_zone: {} bytes; shared state for up to {} endpoints",
+            "dynamic_balancer_zone: {} bytes; shared endpoint state grows with it, {} bytes per endpoint",
             shm_zone.shm.size,
-            EndpointTable::tracks(cap)
+            std::mem::size_of::<lua_compat::endpoint_state::Slot>()
         );
         // SAFETY: `header` is the live, initialised allocation above; `slab`
         // is the zone's slab pool, which no worker uses yet.
@@ -324,5 +320,18 @@ impl ZoneHeader {
         if let Some(slot) = self.workers.get(index) {
             let _ = slot.pid.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
+    }
+}
+
+/// The endpoint table takes its chunks and index from the zone, under the
+/// mutex the writer holds.
+impl lua_compat::endpoint_state::ZoneMemory for SlabGuard {
+    fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
+        SlabGuard::alloc(self, size)
+    }
+
+    unsafe fn free(&self, p: NonNull<u8>, size: usize) {
+        // SAFETY: `p` came from `alloc(size)` on this zone (the trait's contract).
+        unsafe { SlabGuard::free(self, p, size) }
     }
 }

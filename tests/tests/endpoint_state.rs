@@ -1,0 +1,211 @@
+//! The shared endpoint table under one tenant's many endpoints: it grows
+//! with the zone, so every endpoint keeps passive health, connection counts
+//! and EWMA; when the zone is full anyway, each backend keeps its fair share
+//! and nobody's late endpoints are left without state.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tests::{backend, dead_endpoint, Nginx, Upstream};
+
+/// `n` endpoints of backend `b`, on addresses nothing listens on (they are
+/// never routed to: the test's requests go to another backend).
+fn endpoints(b: usize, n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"address": format!("10.{}.{}.{}", b % 250, i / 250, i % 250 + 1), "port": "8080"}))
+        .collect()
+}
+
+fn table(ng: &Nginx) -> Value {
+    ng.status()["endpoint_table"].clone()
+}
+
+fn health_of(ng: &Nginx, backend: &str) -> Vec<Value> {
+    let h = ng.api("GET", "/configuration/health", None).json();
+    h["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["backend"] == backend)
+        .cloned()
+        .collect()
+}
+
+/// Parks `n` requests on `backend` (a stalled upstream holds them).
+fn park(ng: &Nginx, backend: &'static str, n: usize) -> Vec<std::thread::JoinHandle<()>> {
+    let port = ng.port;
+    (0..n)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+                let _ = agent
+                    .get(&format!("http://127.0.0.1:{port}/"))
+                    .header("X-Backend", backend)
+                    .call();
+            })
+        })
+        .collect()
+}
+
+/// The other tenant's backend: a stalled endpoint, a fast one and a dead
+/// one, balanced by least_conn, one failure ejects.
+fn other_tenant(stalled: &Upstream, fast: &Upstream) -> Value {
+    let mut b = backend("other", &[stalled.endpoint(), fast.endpoint(), dead_endpoint()]);
+    b["load-balance"] = json!("least_conn");
+    b["maxFails"] = json!(1);
+    b["failTimeout"] = json!(30);
+    b
+}
+
+/// Shows that `other`'s endpoints have working shared state: least_conn
+/// sees the stalled endpoint's connections (from both workers), and passive
+/// health takes the dead one out.
+fn other_tenant_balances_with_shared_state(ng: &Nginx, stalled: &Upstream, fast: &Upstream) {
+    let parked = park(ng, "other", 4);
+    std::thread::sleep(Duration::from_millis(500));
+    let health = health_of(ng, "other");
+    assert!(health.iter().all(|e| e["tracked"] == true), "{health:?}");
+    let on_stalled = health
+        .iter()
+        .find(|e| e["endpoint"] == format!("127.0.0.1:{}", stalled.port))
+        .unwrap();
+    assert!(
+        on_stalled["connections"].as_u64().unwrap() >= 1,
+        "the parked requests are counted: {health:?}"
+    );
+    for _ in 0..20 {
+        let r = ng.get("other");
+        assert_eq!(r.status, 200, "{:?}", r.headers);
+        assert_eq!(r.body, fast.identity, "least_conn avoids the stalled endpoint");
+    }
+    let health = health_of(ng, "other");
+    let down: Vec<&Value> = health.iter().filter(|e| e["down"] == true).collect();
+    assert_eq!(down.len(), 1, "the dead endpoint is out of rotation: {health:?}");
+    assert_ne!(down[0]["endpoint"], format!("127.0.0.1:{}", fast.port));
+    for p in parked {
+        p.join().unwrap();
+    }
+}
+
+/// The scenario at a size the test suite affords: one tenant with
+/// more endpoints than the old fixed table tracked (12,288 in a 32m zone),
+/// then another tenant's backend.
+#[test]
+fn a_tenant_past_the_old_table_size_leaves_everyone_tracked() {
+    let ng = Nginx::builder().workers(2).start();
+    let (stalled, fast) = (Upstream::start_slow(Duration::from_secs(3)), Upstream::start());
+    let big: Vec<Value> = (0..40)
+        .map(|b| backend(&format!("big-{b}"), &endpoints(b, 400)))
+        .collect();
+    let r = ng.post_backends(&Value::Array(big));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let t = table(&ng);
+    assert_eq!(
+        (t["tracked"].as_u64(), t["untracked"].as_u64()),
+        (Some(16_000), Some(0)),
+        "{t}"
+    );
+
+    let r = ng.api(
+        "PUT",
+        "/configuration/backends/other",
+        Some(&other_tenant(&stalled, &fast).to_string()),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let t = table(&ng);
+    assert_eq!(
+        (t["tracked"].as_u64(), t["untracked"].as_u64()),
+        (Some(16_003), Some(0)),
+        "{t}"
+    );
+    assert!(t["capacity"].as_u64().unwrap() >= 16_003, "{t}");
+    // About 80 bytes per endpoint: the 72-byte slot and the index.
+    let per = t["bytes"].as_f64().unwrap() / 16_003.0;
+    assert!(per < 90.0, "{per} bytes per endpoint: {t}");
+    other_tenant_balances_with_shared_state(&ng, &stalled, &fast);
+
+    // The big tenant leaves: its slots are freed at once, and reused.
+    let r = ng.post_backends(&json!([other_tenant(&stalled, &fast)]));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let t = table(&ng);
+    assert_eq!(t["tracked"].as_u64(), Some(3), "{t}");
+    let slots = t["capacity"].as_u64().unwrap();
+    let big: Vec<Value> = (0..20)
+        .map(|b| backend(&format!("again-{b}"), &endpoints(b, 400)))
+        .collect();
+    let mut all = big;
+    all.push(other_tenant(&stalled, &fast));
+    assert_eq!(ng.post_backends(&Value::Array(all)).status, 201);
+    assert_eq!(table(&ng)["capacity"].as_u64(), Some(slots), "freed slots are reused");
+}
+
+/// A zone too small for every endpoint's state: the tenant that filled it
+/// gives up slots to a backend that arrives later, which keeps its share;
+/// the status, health, metrics and log say what is untracked.
+#[test]
+fn in_a_full_zone_each_backend_keeps_its_fair_share() {
+    let ng = Nginx::builder().workers(2).zone("2m").start();
+    let (stalled, fast) = (Upstream::start_slow(Duration::from_secs(3)), Upstream::start());
+    // Grow the big tenant until the zone has no room for more state.
+    let mut n = 0;
+    let mut big = Vec::new();
+    loop {
+        big.push(backend(&format!("big-{n}"), &endpoints(n, 1000)));
+        n += 1;
+        let r = ng.post_backends(&Value::Array(big.clone()));
+        if r.status == 507 {
+            big.pop();
+            break;
+        }
+        assert_eq!(r.status, 201, "{}", r.body);
+        if table(&ng)["untracked"].as_u64().unwrap() > 0 {
+            break;
+        }
+        assert!(n < 40, "a 2m zone never ran out of room for endpoint state");
+    }
+    let before = table(&ng);
+    assert!(before["untracked"].as_u64().unwrap() > 0, "{before}");
+    assert!(ng
+        .error_log()
+        .contains("dynamic_balancer_zone has no room for more endpoint state"));
+
+    // The other tenant arrives last, in a zone with no free slot.
+    let r = ng.api(
+        "PUT",
+        "/configuration/backends/other",
+        Some(&other_tenant(&stalled, &fast).to_string()),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let after = table(&ng);
+    assert!(after["evicted"].as_u64().unwrap() >= 1, "{after}");
+    other_tenant_balances_with_shared_state(&ng, &stalled, &fast);
+
+    // Untracked endpoints are listed as such, and counted in the metrics.
+    let untracked = after["untracked"].as_u64().unwrap();
+    let listed = (0..n)
+        .flat_map(|b| health_of(&ng, &format!("big-{b}")))
+        .filter(|e| e["tracked"] == false)
+        .count() as u64;
+    assert_eq!(listed, untracked);
+    let metrics = ng.api("GET", "/configuration/metrics", None).body;
+    assert!(
+        metrics.contains(&format!(
+            "nginx_ingress_controller_endpoint_state_endpoints{{state=\"untracked\"}} {untracked}\n"
+        )),
+        "{metrics}"
+    );
+
+    // The big tenant shrinks: what is left is tracked again.
+    let r = ng.post_backends(&json!([
+        backend("big-0", &endpoints(0, 1000)),
+        other_tenant(&stalled, &fast)
+    ]));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let t = table(&ng);
+    assert_eq!(
+        (t["tracked"].as_u64(), t["untracked"].as_u64()),
+        (Some(1003), Some(0)),
+        "{t}"
+    );
+    assert!(health_of(&ng, "big-0").iter().all(|e| e["tracked"] == true));
+}
