@@ -90,7 +90,9 @@ impl EndpointTable {
 
     /// Slots the zone has given the table so far.
     pub fn capacity(&self) -> u64 {
-        u64::from(self.chunks_len.load(Ordering::Relaxed)) * CHUNK_SLOTS as u64
+        // Acquire: pairs with the release store of the length after the new
+        // chunk's directory entry, so every slot below it can be resolved.
+        u64::from(self.chunks_len.load(Ordering::Acquire)) * CHUNK_SLOTS as u64
     }
 
     /// Bytes the table holds in the zone (header, chunks, index, directory).

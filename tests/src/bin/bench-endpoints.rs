@@ -55,7 +55,12 @@ fn main() {
 
     println!("one tenant: {services} Services x {each} endpoints, default zone");
     let big: Vec<Value> = (0..services)
-        .map(|b| backend(&format!("big-{b}"), &(0..each).map(|i| unique(b * each + i)).collect::<Vec<_>>()))
+        .map(|b| {
+            backend(
+                &format!("big-{b}"),
+                &(0..each).map(|i| unique(b * each + i)).collect::<Vec<_>>(),
+            )
+        })
         .collect();
     let (r, took) = timed(|| ng.post_backends(&Value::Array(big)));
     assert_eq!(r.status, 201, "{}", r.body);
@@ -124,7 +129,9 @@ fn main() {
     for round in 0..10 {
         let b = backend(
             "big-0",
-            &(0..each).map(|i| unique(services * each + round * each + i)).collect::<Vec<_>>(),
+            &(0..each)
+                .map(|i| unique(services * each + round * each + i))
+                .collect::<Vec<_>>(),
         );
         let (r, took) = timed(|| ng.api("PUT", "/configuration/backends/big-0", Some(&b.to_string())));
         assert_eq!(r.status, 200, "{}", r.body);
