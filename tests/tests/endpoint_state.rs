@@ -209,3 +209,76 @@ fn in_a_full_zone_each_backend_keeps_its_fair_share() {
     );
     assert!(health_of(&ng, "big-0").iter().all(|e| e["tracked"] == true));
 }
+
+/// Endpoints nothing listens on, on loopback (a connection is refused at
+/// once), distinct per backend.
+fn refused(b: usize, n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"address": format!("127.{}.{}.{}", 100 + b, i / 250, i % 250 + 1), "port": "1"}))
+        .collect()
+}
+
+/// One request to `backend`, answer ignored (every attempt is refused; the
+/// 502's `X-Upstream-Addr` lists every endpoint, too long for the client).
+fn hit(ng: &Nginx, backend: &str) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", ng.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET / HTTP/1.1\r\nHost: x\r\nX-Backend: {backend}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    assert!(out.starts_with(b"HTTP/1.1 502"), "{}", String::from_utf8_lossy(&out[..out.len().min(200)]));
+}
+
+/// A worker that routes a backend whose endpoints had no state gets their
+/// state once the zone has room, though the backend's blob is unchanged:
+/// failures on those endpoints then count for passive health.
+#[test]
+fn a_worker_picks_up_state_that_arrives_for_an_unchanged_backend() {
+    let ng = Nginx::builder().zone("2m").start();
+    let with_health = |b: usize| {
+        let mut v = backend(&format!("big-{b}"), &refused(b, 1000));
+        v["maxFails"] = json!(1);
+        v["failTimeout"] = json!(60);
+        v
+    };
+    let mut n = 0;
+    let mut all = Vec::new();
+    while table(&ng)["untracked"].as_u64().unwrap() == 0 {
+        all.push(with_health(n));
+        n += 1;
+        let r = ng.post_backends(&Value::Array(all.clone()));
+        assert_eq!(r.status, 201, "{}", r.body);
+        assert!(n < 40, "a 2m zone never ran out of room for endpoint state");
+    }
+    // The last backend got its fair share, below its 1,000 endpoints: the
+    // rest of its endpoints have no state.
+    let last = n - 1;
+    let name = format!("big-{last}");
+    let stateless: Vec<String> = health_of(&ng, &name)
+        .iter()
+        .filter(|e| e["tracked"] == false)
+        .map(|e| e["endpoint"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!stateless.is_empty(), "{}", table(&ng));
+    // The worker routes it as it is now.
+    hit(&ng, &name);
+
+    // The others leave; its blob is kept as it is, and all of its
+    // endpoints get state.
+    let r = ng.post_backends(&json!([with_health(last)]));
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(table(&ng)["untracked"].as_u64(), Some(0), "{}", table(&ng));
+    hit(&ng, &name);
+    let health = health_of(&ng, &name);
+    let failed: Vec<&Value> = health
+        .iter()
+        .filter(|e| stateless.contains(&e["endpoint"].as_str().unwrap().to_string()))
+        .filter(|e| e["fails"].as_u64().unwrap() >= 1)
+        .collect();
+    assert_eq!(
+        failed.len(),
+        stateless.len(),
+        "the worker records failures on the endpoints that were stateless"
+    );
+}
