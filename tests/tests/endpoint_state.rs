@@ -224,10 +224,18 @@ fn hit(ng: &Nginx, backend: &str) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", ng.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET / HTTP/1.1\r\nHost: x\r\nX-Backend: {backend}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Backend: {backend}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
-    assert!(out.starts_with(b"HTTP/1.1 502"), "{}", String::from_utf8_lossy(&out[..out.len().min(200)]));
+    assert!(
+        out.starts_with(b"HTTP/1.1 502"),
+        "{}",
+        String::from_utf8_lossy(&out[..out.len().min(200)])
+    );
 }
 
 /// A worker that routes a backend whose endpoints had no state gets their
@@ -281,4 +289,60 @@ fn a_worker_picks_up_state_that_arrives_for_an_unchanged_backend() {
         stateless.len(),
         "the worker records failures on the endpoints that were stateless"
     );
+}
+
+/// An endpoint listed by two backends has one slot, kept while either lists
+/// it and freed at once when neither does.
+#[test]
+fn an_endpoint_two_backends_list_keeps_its_state_until_both_drop_it() {
+    let ng = Nginx::builder().start();
+    let (x, y, z) = (dead_endpoint(), dead_endpoint(), dead_endpoint());
+    let tracked = |ng: &Nginx| table(ng)["tracked"].as_u64().unwrap();
+    let mut a = backend("a", &[x.clone(), y.clone()]);
+    a["maxFails"] = json!(1);
+    a["failTimeout"] = json!(60);
+    assert_eq!(
+        ng.post_backends(&json!([a, backend("b", &[x.clone(), z.clone()])]))
+            .status,
+        201
+    );
+    assert_eq!(tracked(&ng), 3);
+    // A failure on x (through a) is shared state.
+    assert_eq!(ng.get("a").status, 502);
+    let fails_of_x = |ng: &Nginx, backend: &str| {
+        let port = x["port"].as_str().unwrap().to_string();
+        health_of(ng, backend)
+            .into_iter()
+            .find(|e| e["endpoint"].as_str().unwrap().ends_with(&format!(":{port}")))
+            .map(|e| e["fails"].as_u64().unwrap())
+    };
+    assert_eq!(fails_of_x(&ng, "b"), Some(1));
+
+    // a drops x: b still lists it, so its state stays.
+    let r = ng.api(
+        "PUT",
+        "/configuration/backends/a",
+        Some(&backend("a", &[y.clone()]).to_string()),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(tracked(&ng), 3);
+    assert_eq!(fails_of_x(&ng, "b"), Some(1), "x kept its state");
+    // b drops it too: its slot is freed.
+    let r = ng.api(
+        "PUT",
+        "/configuration/backends/b",
+        Some(&backend("b", &[z.clone()]).to_string()),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(tracked(&ng), 2);
+    assert_eq!(ng.api("DELETE", "/configuration/backends/b", None).status, 204);
+    assert_eq!(tracked(&ng), 1);
+    // x comes back in a fresh slot, with no failure.
+    let r = ng.api(
+        "PUT",
+        "/configuration/backends/b",
+        Some(&backend("b", &[x.clone()]).to_string()),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(fails_of_x(&ng, "b"), Some(0));
 }

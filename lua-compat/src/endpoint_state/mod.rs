@@ -47,7 +47,10 @@ pub struct Slot {
     pub ewma_lock: AtomicU32,
     pub conns: AtomicU32,
     pub fails: AtomicU32,
-    _reserved: AtomicU32,
+    /// Live backends that list this endpoint; the writer's count, so that
+    /// a write frees the slots of the endpoints it removes without looking
+    /// at the backends it kept.
+    refs: AtomicU32,
     /// Unix ms of the last failure (or of the last probe after ejection).
     pub checked_ms: AtomicU64,
 }

@@ -275,12 +275,48 @@ impl<M: ZoneMemory> TableWriter<'_, M> {
         slot.fails.store(0, Ordering::Relaxed);
         slot.checked_ms.store(0, Ordering::Relaxed);
         slot.ewma_lock.store(0, Ordering::Relaxed);
+        slot.refs.store(0, Ordering::Relaxed);
         // Odd: live. Release, so that a reader seeing it sees the key.
         slot.incarnation.fetch_add(1, Ordering::Release);
         self.place(&key, id + 1);
         self.table.live.fetch_add(1, Ordering::Relaxed);
         self.inserted = true;
         true
+    }
+
+    /// One more backend lists `addr`: counts it, giving `addr` a slot if
+    /// it has none (see [`TableWriter::insert`]). False when the zone has
+    /// no room for it.
+    pub fn acquire(&mut self, addr: &SocketAddr, ewma: Option<f64>, now: f64) -> bool {
+        if let Some(slot) = self.slot_of(addr) {
+            slot.refs.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if !self.insert(addr, ewma, now) {
+            return false;
+        }
+        self.set_refs(addr, 1);
+        true
+    }
+
+    /// One backend fewer lists `addr`: the slot is freed when none does.
+    pub fn release(&mut self, addr: &SocketAddr) {
+        let Some((cell, r)) = self.table.probe(&encode(addr)) else {
+            return;
+        };
+        let left = r.slot.refs.load(Ordering::Relaxed).saturating_sub(1);
+        r.slot.refs.store(left, Ordering::Relaxed);
+        if left == 0 {
+            let id = self.table.cells()[cell].load(Ordering::Relaxed) - 1;
+            self.free_slot(cell, id);
+        }
+    }
+
+    /// Sets how many backends list `addr` (a recount).
+    pub fn set_refs(&mut self, addr: &SocketAddr, refs: u32) {
+        if let Some(slot) = self.slot_of(addr) {
+            slot.refs.store(refs, Ordering::Relaxed);
+        }
     }
 
     /// Takes `addr`'s slot away (it stays routed, without shared state).
@@ -624,6 +660,32 @@ pub(crate) mod tests {
         assert!(w.evict(&addr(0)));
         assert!(held.get().is_none(), "an evicted endpoint's reference goes stale");
         assert_eq!((t.evicted(), t.live()), (1, 62));
+    }
+
+    #[test]
+    fn a_slot_lives_while_a_backend_lists_its_endpoint() {
+        let t = table();
+        let heap = Heap::new(usize::MAX);
+        // SAFETY: the only writer.
+        let mut w = unsafe { t.writer(&heap) };
+        assert!(w.acquire(&addr(1), None, 0.0));
+        assert!(w.acquire(&addr(1), None, 0.0));
+        let held = t.find(&addr(1)).unwrap();
+        w.release(&addr(1));
+        assert!(held.get().is_some(), "another backend still lists it");
+        w.release(&addr(1));
+        assert!(held.get().is_none());
+        assert_eq!(t.live(), 0);
+        w.release(&addr(1));
+        // A recount, as after the table had no room.
+        w.insert(&addr(2), None, 0.0);
+        w.set_refs(&addr(2), 3);
+        for _ in 0..2 {
+            w.release(&addr(2));
+        }
+        assert!(t.find(&addr(2)).is_some());
+        w.release(&addr(2));
+        assert!(t.find(&addr(2)).is_none());
     }
 
     #[test]

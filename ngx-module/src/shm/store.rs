@@ -12,7 +12,7 @@ use std::mem;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use lua_compat::algorithm::Algorithm;
@@ -78,7 +78,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
 
     let mut built = Built::new(&slab);
     let mut created = false;
-    let mut next: Vec<NonNull<Blob>> = match change {
+    let next: Vec<NonNull<Blob>> = match change {
         Change::ReplaceAll(mut items) => {
             items.sort_unstable_by(|a, b| a.name.cmp(&b.name));
             let mut out = Vec::with_capacity(items.len());
@@ -139,16 +139,18 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
         }
     };
 
-    // Forget the shared state of endpoints no backend keeps (so their slots
-    // can be reused right away), then give new endpoints theirs before any
+    // Count the endpoints of the backends that arrive, release those of the
+    // backends that leave (freeing the slots no backend lists any more, for
+    // reuse right away), then give new endpoints their state before any
     // worker can see them. A worker still routing by the old index finds a
-    // forgotten slot gone and simply routes without it.
+    // freed slot gone and simply routes without it. Only the backends that
+    // changed are decoded.
+    let leaving = leaving(old.slice(), &next);
+    let fresh: Vec<NonNull<Blob>> = built.fresh.iter().map(|(b, _)| *b).collect();
     // SAFETY: writers are serialised by the slab mutex (`slab`), and the
     // table lives in this zone, whose slab `slab` allocates from.
     let mut table = unsafe { header.table().writer(&slab) };
-    remove_endpoint_state(&mut table, &next);
-    let fresh: Vec<NonNull<Blob>> = built.fresh.iter().map(|(b, _)| *b).collect();
-    let refused = add_endpoint_state(&mut table, &fresh);
+    let refused = update_endpoint_state(&mut table, &fresh, &leaving);
     // Endpoints the table had no room for, now or at an earlier write: track
     // them if room came back, else share the table fairly.
     let untracked = if refused > 0 || header.untracked.load(Ordering::Relaxed) > 0 {
@@ -170,7 +172,6 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     // SAFETY: every pointer in `next` is a live blob (dangling ones were refused).
     let resolving = next.iter().filter(|b| unsafe { b.as_ref() }.resolves).count() as u64;
     let (old_entries, old_len) = (old.entries, old.len);
-    let previous: Vec<NonNull<Blob>> = old.slice().to_vec();
     {
         let mut index = header.index.write();
         *index = Index {
@@ -184,13 +185,10 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     }
 
     // Free what only the old index referenced.
-    next.sort_unstable();
-    for blob in previous {
-        if next.binary_search(&blob).is_err() {
-            // SAFETY: no index references it any more, and readers only touch
-            // blobs under the read lock, which the swap above excluded.
-            unsafe { slab.free(blob.cast(), blob.as_ref().alloc_size) };
-        }
+    for blob in leaving {
+        // SAFETY: no index references it any more, and readers only touch
+        // blobs under the read lock, which the swap above excluded.
+        unsafe { slab.free(blob.cast(), blob.as_ref().alloc_size) };
     }
     if let Some(p) = NonNull::new(old_entries) {
         // SAFETY: the old entries array is unreferenced after the swap.
@@ -208,20 +206,43 @@ fn decoded(blob: NonNull<Blob>) -> Option<RuntimeBackend> {
     RuntimeBackend::decode(unsafe { blob.as_ref() }.runtime()).ok()
 }
 
-/// Adds the endpoints of new or changed backends to the shared table, and
-/// returns how many it had no room for. An EWMA backend's new endpoints
-/// start at the mean score of its existing ones, so they are not flooded
-/// (Lua's slow start).
-fn add_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, fresh: &[NonNull<Blob>]) -> u64 {
+/// The blobs of `previous` that `next` no longer holds.
+fn leaving(previous: &[NonNull<Blob>], next: &[NonNull<Blob>]) -> Vec<NonNull<Blob>> {
+    let kept: HashSet<NonNull<Blob>> = next.iter().copied().collect();
+    previous.iter().copied().filter(|b| !kept.contains(b)).collect()
+}
+
+/// A backend's distinct endpoint addresses, in order.
+fn distinct(backend: &RuntimeBackend) -> Vec<SocketAddr> {
+    let mut seen = HashSet::new();
+    backend
+        .endpoints
+        .iter()
+        .map(|e| e.addr)
+        .filter(|a| seen.insert(*a))
+        .collect()
+}
+
+/// Counts the endpoints of the backends that arrive (`fresh`) and releases
+/// those of the backends that leave, and returns how many new endpoints the
+/// zone had no room for. An EWMA backend's new endpoints start at the mean
+/// score of its existing ones, so they are not flooded (Lua's slow start).
+fn update_endpoint_state(
+    table: &mut TableWriter<'_, SlabGuard>,
+    fresh: &[NonNull<Blob>],
+    leaving: &[NonNull<Blob>],
+) -> u64 {
     let now = now_ms() as f64 / 1000.0;
-    let mut refused = 0;
+    // Endpoints with state already are counted for their new backend first,
+    // so that a backend replaced by its next version keeps them.
+    let mut new: Vec<(SocketAddr, Option<f64>)> = Vec::new();
     for backend in fresh.iter().filter_map(|b| decoded(*b)) {
+        let addrs = distinct(&backend);
         let slow_start = matches!(backend.algorithm, Algorithm::Ewma)
             .then(|| {
-                let known: Vec<f64> = backend
-                    .endpoints
+                let known: Vec<f64> = addrs
                     .iter()
-                    .filter_map(|e| table.slot_of(&e.addr))
+                    .filter_map(|a| table.slot_of(a))
                     .map(|s| s.ewma_value())
                     .filter(|(_, touched)| *touched > 0.0)
                     .map(|(ewma, _)| ewma)
@@ -229,11 +250,24 @@ fn add_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, fresh: &[NonNull<B
                 (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64)
             })
             .flatten();
-        for e in &backend.endpoints {
-            if !table.insert(&e.addr, slow_start, now) {
-                // No room: the endpoint still routes, without shared state.
-                refused += 1;
+        for a in addrs {
+            if table.slot_of(&a).is_some() {
+                table.acquire(&a, None, now);
+            } else {
+                new.push((a, slow_start));
             }
+        }
+    }
+    for backend in leaving.iter().filter_map(|b| decoded(*b)) {
+        for a in distinct(&backend) {
+            table.release(&a);
+        }
+    }
+    let mut refused = 0;
+    for (a, slow_start) in new {
+        if !table.acquire(&a, slow_start, now) {
+            // No room: the endpoint still routes, without shared state.
+            refused += 1;
         }
     }
     refused
@@ -246,14 +280,7 @@ fn add_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, fresh: &[NonNull<B
 /// some endpoint is untracked.
 fn settle_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, next: &[NonNull<Blob>]) -> u64 {
     let now = now_ms() as f64 / 1000.0;
-    let backends: Vec<Vec<SocketAddr>> = next
-        .iter()
-        .filter_map(|b| decoded(*b))
-        .map(|b| {
-            let mut seen = HashSet::new();
-            b.endpoints.iter().map(|e| e.addr).filter(|a| seen.insert(*a)).collect()
-        })
-        .collect();
+    let backends: Vec<Vec<SocketAddr>> = next.iter().filter_map(|b| decoded(*b)).map(|b| distinct(&b)).collect();
     let mut room = true;
     for a in backends.iter().flatten() {
         if table.slot_of(a).is_none() && !(room && table.insert(a, None, now)) {
@@ -274,21 +301,18 @@ fn settle_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, next: &[NonNull
             table.insert(a, None, now);
         }
     }
-    let untracked: HashSet<&SocketAddr> = backends
-        .iter()
-        .flatten()
-        .filter(|a| table.slot_of(a).is_none())
-        .collect();
-    untracked.len() as u64
-}
-
-fn remove_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, next: &[NonNull<Blob>]) {
-    let present: HashSet<SocketAddr> = next
-        .iter()
-        .filter_map(|b| decoded(*b))
-        .flat_map(|b| b.endpoints.into_iter().map(|e| e.addr))
-        .collect();
-    table.retain(|addr| present.contains(addr));
+    // Recount who lists each endpoint: the counts of endpoints that were
+    // untracked, or evicted, when their backends arrived are not known.
+    let mut lists: HashMap<SocketAddr, u32> = HashMap::new();
+    for a in backends.iter().flatten() {
+        *lists.entry(*a).or_default() += 1;
+    }
+    for (a, n) in &lists {
+        table.set_refs(a, *n);
+    }
+    table.retain(|a| lists.contains_key(a));
+    let untracked = lists.keys().filter(|a| table.slot_of(a).is_none()).count();
+    untracked as u64
 }
 
 /// CLOCK_MONOTONIC milliseconds, the clock of `ngx_current_msec`: the time
