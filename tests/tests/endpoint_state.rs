@@ -322,7 +322,7 @@ fn an_endpoint_two_backends_list_keeps_its_state_until_both_drop_it() {
     let r = ng.api(
         "PUT",
         "/configuration/backends/a",
-        Some(&backend("a", &[y.clone()]).to_string()),
+        Some(&backend("a", std::slice::from_ref(&y)).to_string()),
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(tracked(&ng), 3);
@@ -331,7 +331,7 @@ fn an_endpoint_two_backends_list_keeps_its_state_until_both_drop_it() {
     let r = ng.api(
         "PUT",
         "/configuration/backends/b",
-        Some(&backend("b", &[z.clone()]).to_string()),
+        Some(&backend("b", std::slice::from_ref(&z)).to_string()),
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(tracked(&ng), 2);
@@ -341,7 +341,7 @@ fn an_endpoint_two_backends_list_keeps_its_state_until_both_drop_it() {
     let r = ng.api(
         "PUT",
         "/configuration/backends/b",
-        Some(&backend("b", &[x.clone()]).to_string()),
+        Some(&backend("b", std::slice::from_ref(&x)).to_string()),
     );
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(fails_of_x(&ng, "b"), Some(0));
