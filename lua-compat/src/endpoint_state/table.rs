@@ -265,6 +265,10 @@ impl<M: ZoneMemory> TableWriter<'_, M> {
             return false;
         }
         let slot = self.table.slot(id);
+        // The slot is free (even): a seqlock writer's fence, so that no
+        // reader sees the new key's words before the increment that freed
+        // it.
+        std::sync::atomic::fence(Ordering::Release);
         for (k, w) in slot.key.iter().zip(key) {
             k.store(w, Ordering::Relaxed);
         }
@@ -437,9 +441,11 @@ impl<M: ZoneMemory> TableWriter<'_, M> {
     }
 
     /// Makes sure `key` can take a cell with the index at most 3/4 full,
-    /// rebuilding it larger if not. Without room for a larger index, a
-    /// tombstone on `key`'s probe path is reused, or a cell taken as long
-    /// as one stays empty (probes for absent keys end at an empty cell).
+    /// rebuilding it larger if not. Without room for a larger index (the
+    /// zone is full, or has no run of free pages that long), the index is
+    /// cleared of tombstones in place, and a cell taken as long as one
+    /// stays empty (probes for absent keys end at an empty cell) or a
+    /// tombstone on `key`'s probe path reused.
     fn room_for(&mut self, key: &[u64; 3]) -> bool {
         let len = self.table.cells_len.load(Ordering::Relaxed) as usize;
         let used = self.table.cells_used.load(Ordering::Relaxed) as usize;
@@ -447,7 +453,48 @@ impl<M: ZoneMemory> TableWriter<'_, M> {
             return true;
         }
         let live = self.table.live() as usize;
-        self.rebuild(cells_for(live + 1).max(len)) || used + 1 < len || !self.free_cell(key).1
+        if self.rebuild(cells_for(live + 1).max(len)) {
+            return true;
+        }
+        if len == 0 {
+            return false;
+        }
+        if used > live {
+            self.rehash_in_place();
+        }
+        let used = self.table.cells_used.load(Ordering::Relaxed) as usize;
+        used + 1 < len || !self.free_cell(key).1
+    }
+
+    /// Endpoints the table can hold without taking more from the zone: its
+    /// slots, and one cell fewer than its index has.
+    pub fn limit(&self) -> u64 {
+        let cells = u64::from(self.table.cells_len.load(Ordering::Relaxed));
+        self.table.capacity().min(cells.saturating_sub(1))
+    }
+
+    /// Drops the index's tombstones without a second array: under the
+    /// write lock, so that no reader probes it half rebuilt.
+    fn rehash_in_place(&mut self) {
+        let t = self.table;
+        let _write = t.lock.write();
+        let cells = t.cells();
+        let mask = cells.len() - 1;
+        for c in cells {
+            c.store(EMPTY, Ordering::Relaxed);
+        }
+        let mut used = 0;
+        for id in 0..t.capacity() as u32 {
+            if let Some((key, _)) = t.slot(id).read_key() {
+                let mut i = hash(&key) & mask;
+                while cells[i].load(Ordering::Relaxed) != EMPTY {
+                    i = (i + 1) & mask;
+                }
+                cells[i].store(id + 1, Ordering::Release);
+                used += 1;
+            }
+        }
+        t.cells_used.store(used, Ordering::Relaxed);
     }
 
     /// Replaces the index with one of `len` cells holding every live slot.
@@ -686,6 +733,38 @@ pub(crate) mod tests {
         assert!(t.find(&addr(2)).is_some());
         w.release(&addr(2));
         assert!(t.find(&addr(2)).is_none());
+    }
+
+    #[test]
+    fn a_full_index_without_memory_drops_its_tombstones_in_place() {
+        let t = table();
+        let heap = Heap::new(CHUNK_SLOTS * 72 + 64 * 4 + 16 * 8);
+        // SAFETY: the only writer.
+        let mut w = unsafe { t.writer(&heap) };
+        let taken = (0..100).filter(|i| w.insert(&addr(*i), None, 0.0)).count();
+        assert_eq!((taken, w.limit()), (63, 63));
+        // Evictions leave tombstones; the index can still take new keys.
+        for i in 0..20 {
+            assert!(w.evict(&addr(i)));
+        }
+        for i in 200..220 {
+            assert!(w.insert(&addr(i), None, 0.0), "{i}");
+        }
+        assert_eq!(t.live(), 63);
+        assert!((200..220).all(|i| t.find(&addr(i)).is_some()));
+        assert!((20..63).all(|i| t.find(&addr(i)).is_some()));
+    }
+
+    #[test]
+    fn no_room_for_a_first_index_is_a_refusal_not_a_panic() {
+        let t = table();
+        // A directory and a chunk, and not the 256 bytes of an index.
+        let heap = Heap::new(CHUNK_SLOTS * 72 + 16 * 8);
+        // SAFETY: the only writer.
+        let mut w = unsafe { t.writer(&heap) };
+        assert!(!w.insert(&addr(1), None, 0.0));
+        assert_eq!(t.live(), 0);
+        assert!(t.find(&addr(1)).is_none());
     }
 
     #[test]

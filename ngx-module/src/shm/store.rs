@@ -74,7 +74,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     // by writers, which hold the slab mutex (`slab`) as this one does, so no
     // write races this shared borrow.
     let old: &Index = unsafe { &*header.index.data_ptr() };
-    let generation = header.generation.load(Ordering::Relaxed) + 1;
+    let mut generation = header.generation.load(Ordering::Relaxed) + 1;
 
     let mut built = Built::new(&slab);
     let mut created = false;
@@ -153,7 +153,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     let refused = update_endpoint_state(&mut table, &fresh, &leaving);
     // Endpoints the table had no room for, now or at an earlier write: track
     // them if room came back, else share the table fairly.
-    let untracked = if refused > 0 || header.untracked.load(Ordering::Relaxed) > 0 {
+    let mut untracked = if refused > 0 || header.untracked.load(Ordering::Relaxed) > 0 {
         settle_endpoint_state(&mut table, &next)
     } else {
         0
@@ -185,6 +185,7 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     }
 
     // Free what only the old index referenced.
+    let freed = !leaving.is_empty();
     for blob in leaving {
         // SAFETY: no index references it any more, and readers only touch
         // blobs under the read lock, which the swap above excluded.
@@ -193,6 +194,24 @@ pub fn apply(zone: &Zone, change: Change) -> Result<Applied, StoreError> {
     if let Some(p) = NonNull::new(old_entries) {
         // SAFETY: the old entries array is unreferenced after the swap.
         unsafe { slab.free(p.cast(), old_len * mem::size_of::<NonNull<Blob>>()) };
+    }
+    // The old blobs held room the table lacked while both versions were in
+    // the zone: settle again now, so that a large write's moment of
+    // shortage does not leave endpoints without state until the next one.
+    if untracked > 0 && freed {
+        // SAFETY: as above; the slab mutex is still held.
+        let mut table = unsafe { header.table().writer(&slab) };
+        let epoch = table.table().epoch();
+        untracked = settle_endpoint_state(&mut table, &next);
+        header.untracked.store(untracked, Ordering::Relaxed);
+        drop(table);
+        if header.table().epoch() != epoch {
+            // Workers look stateless endpoints up again when the generation
+            // moves: move it, with nothing else changed.
+            let _index = header.index.write();
+            generation += 1;
+            header.generation.store(generation, Ordering::Release);
+        }
     }
     Ok(Applied {
         generation,
@@ -288,7 +307,9 @@ fn settle_endpoint_state(table: &mut TableWriter<'_, SlabGuard>, next: &[NonNull
         }
     }
     if !room {
-        let capacity = table.table().capacity();
+        // What the table holds without taking more from the zone: its
+        // slots, or fewer when its index could not grow.
+        let capacity = table.limit();
         let plan = share::plan(&backends, capacity, |a| match table.slot_of(a) {
             None => Held::Untracked,
             Some(s) if s.idle() => Held::Idle,
