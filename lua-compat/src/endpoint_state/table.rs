@@ -138,8 +138,10 @@ impl EndpointTable {
             .collect()
     }
 
-    /// Every tracked endpoint with its slot.
-    pub fn entries(&self) -> Vec<(SocketAddr, &'static Slot)> {
+    /// Every tracked endpoint with its slot (tests: the module asks by
+    /// address).
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> Vec<(SocketAddr, &'static Slot)> {
         let _read = self.lock.read();
         let mut out = Vec::with_capacity(self.live() as usize);
         for id in 0..self.capacity() as u32 {
@@ -154,16 +156,17 @@ impl EndpointTable {
     /// The slot with id `id`; its chunk must exist.
     fn slot(&self, id: u32) -> &'static Slot {
         let (chunk, at) = (id as usize / CHUNK_SLOTS, id as usize % CHUNK_SLOTS);
-        // SAFETY: ids come from the index or below `capacity()`, so the
-        // chunk was published (directory entry stored with release before
-        // any id in it); the directory is replaced only under the write
-        // lock, which excludes our callers (readers hold the read lock, the
-        // writer is the one replacing it). Chunks are never freed and live
-        // in the zone, mapped for the life of the process.
-        unsafe {
-            let chunk = (*self.chunks.load(Ordering::Acquire).add(chunk)).load(Ordering::Acquire);
-            &*chunk.add(at)
-        }
+        // Ids come from the index or are below `capacity()`, so their chunk
+        // was published: its directory entry is stored (release) before the
+        // chunk count and before any index cell naming one of its slots.
+        // The directory is replaced only under the write lock, which
+        // excludes our callers (readers hold the read lock; the writer is
+        // the one replacing it).
+        // SAFETY: `chunk` is below the directory's length (see above).
+        let first = unsafe { (*self.chunks.load(Ordering::Acquire).add(chunk)).load(Ordering::Acquire) };
+        // SAFETY: a published chunk of CHUNK_SLOTS slots, never freed, in
+        // the zone, mapped for the life of the process; `at` < CHUNK_SLOTS.
+        unsafe { &*first.add(at) }
     }
 
     fn cells(&self) -> &[AtomicU32] {
@@ -292,14 +295,23 @@ impl<M: ZoneMemory> TableWriter<'_, M> {
     /// it has none (see [`TableWriter::insert`]). False when the zone has
     /// no room for it.
     pub fn acquire(&mut self, addr: &SocketAddr, ewma: Option<f64>, now: f64) -> bool {
-        if let Some(slot) = self.slot_of(addr) {
-            slot.refs.fetch_add(1, Ordering::Relaxed);
+        if self.add_ref(addr) {
             return true;
         }
         if !self.insert(addr, ewma, now) {
             return false;
         }
         self.set_refs(addr, 1);
+        true
+    }
+
+    /// One more backend lists `addr`, if it has a slot; false if it has
+    /// none (nothing counted).
+    pub fn add_ref(&mut self, addr: &SocketAddr) -> bool {
+        let Some(slot) = self.slot_of(addr) else {
+            return false;
+        };
+        slot.refs.fetch_add(1, Ordering::Relaxed);
         true
     }
 

@@ -87,11 +87,37 @@ pub struct WorkerBackend {
     pub cookie_variable: Option<String>,
     pub max_fails: u32,
     pub fail_timeout_ms: u64,
-    /// The endpoint table's epoch when the states were last looked up.
-    states_epoch: Cell<u64>,
+    /// What the endpoint table looked like when `endpoints`' states were
+    /// last looked up (see [`refresh_states`]).
+    states_seen: Cell<StatesSeen>,
     /// `alternatives` resolved to this worker's backends, reused while
     /// neither the zone nor this cache changed (see [`canaries`]).
     canaries: RefCell<CanaryMemo>,
+}
+
+/// The table's epoch and eviction count at the last lookup of a backend's
+/// states, and whether every endpoint had state then.
+#[derive(Clone, Copy)]
+struct StatesSeen {
+    epoch: u64,
+    evicted: u64,
+    complete: bool,
+}
+
+impl StatesSeen {
+    /// The table's counters, read before the lookups they stamp, so that a
+    /// slot given out meanwhile moves the epoch past the stamp.
+    fn before(table: &EndpointTable) -> (u64, u64) {
+        (table.epoch(), table.evicted())
+    }
+
+    fn after((epoch, evicted): (u64, u64), endpoints: &[PeerAddr]) -> StatesSeen {
+        StatesSeen {
+            epoch,
+            evicted,
+            complete: endpoints.iter().all(|p| p.state.get().and_then(|s| s.get()).is_some()),
+        }
+    }
 }
 
 /// The canaries of a backend as last resolved, and when.
@@ -257,12 +283,28 @@ fn finish(
 /// table has given out slots since they were looked up: an endpoint the
 /// table had no room for gets its state without a new blob. Runs when a
 /// write moved the generation, never per request.
+///
+/// A backend whose endpoints all had state, and none of whose slots can
+/// have been taken since (no eviction), is not scanned: only the fair
+/// share of a full zone takes a slot from an endpoint a backend lists.
 fn refresh_states(backend: &WorkerBackend, table: &EndpointTable) {
-    let epoch = table.epoch();
-    if backend.states_epoch.get() == epoch {
+    let seen = backend.states_seen.get();
+    let (epoch, evicted) = StatesSeen::before(table);
+    if seen.epoch == epoch {
         return;
     }
-    backend.states_epoch.set(epoch);
+    if seen.complete && seen.evicted == evicted {
+        backend.states_seen.set(StatesSeen { epoch, ..seen });
+        return;
+    }
+    refresh_missing(backend, table);
+    backend
+        .states_seen
+        .set(StatesSeen::after((epoch, evicted), &backend.endpoints));
+}
+
+/// Looks up the endpoints of `backend` that have no state now.
+fn refresh_missing(backend: &WorkerBackend, table: &EndpointTable) {
     let missing: Vec<&PeerAddr> = backend
         .endpoints
         .iter()
@@ -327,7 +369,7 @@ fn decode_runtime(name: &[u8], runtime: &[u8]) -> Option<RuntimeBackend> {
 
 /// A backend as this worker routes it, from its record and its selector.
 fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, table: &EndpointTable) -> WorkerBackend {
-    let states_epoch = table.epoch();
+    let stamp = StatesSeen::before(table);
     let states = table.find_all(rt.endpoints.iter().map(|e| &e.addr));
     let endpoints: Box<[PeerAddr]> = rt
         .endpoints
@@ -337,6 +379,7 @@ fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, t
         .collect();
     let header_pattern = (!rt.traffic.header_pattern.is_empty())
         .then(|| lua_compat::canary::compile_pattern(&rt.traffic.header_pattern).map_err(|_| ()));
+    let states_seen = Cell::new(StatesSeen::after(stamp, &endpoints));
     WorkerBackend {
         name: name.into(),
         version,
@@ -349,7 +392,7 @@ fn assemble(name: &[u8], version: u64, rt: RuntimeBackend, selector: Selector, t
         header_pattern,
         max_fails: rt.max_fails,
         fail_timeout_ms: rt.fail_timeout_ms,
-        states_epoch: Cell::new(states_epoch),
+        states_seen,
         canaries: RefCell::default(),
     }
 }

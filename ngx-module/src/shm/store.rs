@@ -270,9 +270,7 @@ fn update_endpoint_state(
             })
             .flatten();
         for a in addrs {
-            if table.slot_of(&a).is_some() {
-                table.acquire(&a, None, now);
-            } else {
+            if !table.add_ref(&a) {
                 new.push((a, slow_start));
             }
         }
