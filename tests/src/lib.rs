@@ -132,6 +132,23 @@ pub fn backend(name: &str, endpoints: &[serde_json::Value]) -> serde_json::Value
     })
 }
 
+/// Starts `n` requests to `backend` through nginx on `port`, one thread
+/// each, answers ignored: a stalled upstream holds them open. Join the
+/// handles to wait for them.
+pub fn park_requests(port: u16, backend: &'static str, n: usize) -> Vec<std::thread::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+                let _ = agent
+                    .get(&format!("http://127.0.0.1:{port}/"))
+                    .header("X-Backend", backend)
+                    .call();
+            })
+        })
+        .collect()
+}
+
 /// An endpoint that refuses connections.
 pub fn dead_endpoint() -> serde_json::Value {
     serde_json::json!({"address": "127.0.0.1", "port": dead_port().to_string()})

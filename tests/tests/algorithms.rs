@@ -153,18 +153,7 @@ fn least_conn_favours_the_endpoint_that_is_not_stalled() {
     );
     assert_eq!(ng.post_backends(&json!([b])).status, 201);
     // Park a few requests on the stalled endpoint.
-    let port = ng.port;
-    let parked: Vec<_> = (0..4)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-                let _ = agent
-                    .get(&format!("http://127.0.0.1:{port}/"))
-                    .header("X-Backend", "web")
-                    .call();
-            })
-        })
-        .collect();
+    let parked = tests::park_requests(ng.port, "web", 4);
     std::thread::sleep(Duration::from_millis(500));
     let to_fast = (0..20).filter(|_| ng.get("web").body == fast.identity).count();
     assert!(

@@ -16,6 +16,12 @@ fn endpoints(b: usize, n: usize) -> Vec<Value> {
         .collect()
 }
 
+/// `PUT /configuration/backends/{name}` of backend `b`.
+fn put(ng: &Nginx, b: &Value) -> tests::nginx::Response {
+    let path = format!("/configuration/backends/{}", b["name"].as_str().unwrap());
+    ng.api("PUT", &path, Some(&b.to_string()))
+}
+
 fn table(ng: &Nginx) -> Value {
     ng.status()["endpoint_table"].clone()
 }
@@ -28,22 +34,6 @@ fn health_of(ng: &Nginx, backend: &str) -> Vec<Value> {
         .iter()
         .filter(|e| e["backend"] == backend)
         .cloned()
-        .collect()
-}
-
-/// Parks `n` requests on `backend` (a stalled upstream holds them).
-fn park(ng: &Nginx, backend: &'static str, n: usize) -> Vec<std::thread::JoinHandle<()>> {
-    let port = ng.port;
-    (0..n)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-                let _ = agent
-                    .get(&format!("http://127.0.0.1:{port}/"))
-                    .header("X-Backend", backend)
-                    .call();
-            })
-        })
         .collect()
 }
 
@@ -61,7 +51,7 @@ fn other_tenant(stalled: &Upstream, fast: &Upstream) -> Value {
 /// sees the stalled endpoint's connections (from both workers), and passive
 /// health takes the dead one out.
 fn other_tenant_balances_with_shared_state(ng: &Nginx, stalled: &Upstream, fast: &Upstream) {
-    let parked = park(ng, "other", 4);
+    let parked = tests::park_requests(ng.port, "other", 4);
     std::thread::sleep(Duration::from_millis(500));
     let health = health_of(ng, "other");
     assert!(health.iter().all(|e| e["tracked"] == true), "{health:?}");
@@ -106,11 +96,7 @@ fn a_tenant_past_the_old_table_size_leaves_everyone_tracked() {
         "{t}"
     );
 
-    let r = ng.api(
-        "PUT",
-        "/configuration/backends/other",
-        Some(&other_tenant(&stalled, &fast).to_string()),
-    );
+    let r = put(&ng, &other_tenant(&stalled, &fast));
     assert_eq!(r.status, 201, "{}", r.body);
     let t = table(&ng);
     assert_eq!(
@@ -170,11 +156,7 @@ fn in_a_full_zone_each_backend_keeps_its_fair_share() {
         .contains("dynamic_balancer_zone has no room for more endpoint state"));
 
     // The other tenant arrives last, in a zone with no free slot.
-    let r = ng.api(
-        "PUT",
-        "/configuration/backends/other",
-        Some(&other_tenant(&stalled, &fast).to_string()),
-    );
+    let r = put(&ng, &other_tenant(&stalled, &fast));
     assert_eq!(r.status, 201, "{}", r.body);
     let after = table(&ng);
     assert!(after["evicted"].as_u64().unwrap() >= 1, "{after}");
@@ -319,30 +301,18 @@ fn an_endpoint_two_backends_list_keeps_its_state_until_both_drop_it() {
     assert_eq!(fails_of_x(&ng, "b"), Some(1));
 
     // a drops x: b still lists it, so its state stays.
-    let r = ng.api(
-        "PUT",
-        "/configuration/backends/a",
-        Some(&backend("a", std::slice::from_ref(&y)).to_string()),
-    );
+    let r = put(&ng, &backend("a", std::slice::from_ref(&y)));
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(tracked(&ng), 3);
     assert_eq!(fails_of_x(&ng, "b"), Some(1), "x kept its state");
     // b drops it too: its slot is freed.
-    let r = ng.api(
-        "PUT",
-        "/configuration/backends/b",
-        Some(&backend("b", std::slice::from_ref(&z)).to_string()),
-    );
+    let r = put(&ng, &backend("b", std::slice::from_ref(&z)));
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(tracked(&ng), 2);
     assert_eq!(ng.api("DELETE", "/configuration/backends/b", None).status, 204);
     assert_eq!(tracked(&ng), 1);
     // x comes back in a fresh slot, with no failure.
-    let r = ng.api(
-        "PUT",
-        "/configuration/backends/b",
-        Some(&backend("b", std::slice::from_ref(&x)).to_string()),
-    );
+    let r = put(&ng, &backend("b", std::slice::from_ref(&x)));
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(fails_of_x(&ng, "b"), Some(0));
 }

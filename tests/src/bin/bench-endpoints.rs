@@ -84,18 +84,7 @@ fn main() {
 
     // The other tenant's state works: least_conn sees a parked request,
     // passive health takes the dead endpoint out.
-    let port = ng.port;
-    let parked: Vec<_> = (0..4)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-                let _ = agent
-                    .get(&format!("http://127.0.0.1:{port}/"))
-                    .header("X-Backend", "other")
-                    .call();
-            })
-        })
-        .collect();
+    let parked = tests::park_requests(ng.port, "other", 4);
     std::thread::sleep(Duration::from_millis(500));
     let to_fast = (0..20).filter(|_| ng.get("other").body == fast.identity).count();
     // 120,000 endpoints make a health body beyond the harness's 10 MB limit.
