@@ -19,7 +19,7 @@ use std::process::Command;
 
 use scraper::{Html, Selector};
 
-use crate::build::workspace_root;
+use crate::build::{tool_cache, workspace_root};
 
 const MDBOOK_VERSION: &str = "0.5.4";
 
@@ -65,11 +65,7 @@ pub fn run() -> Result<(), String> {
 
 /// The pinned mdBook, installed from crates.io on first use.
 fn ensure_mdbook() -> Result<PathBuf, String> {
-    let cache = std::env::var_os("DYNBAL_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dynamic-balancer")))
-        .ok_or("neither DYNBAL_CACHE nor HOME is set")?;
-    let dir = cache.join(format!("tools/mdbook-{MDBOOK_VERSION}"));
+    let dir = tool_cache()?.join(format!("tools/mdbook-{MDBOOK_VERSION}"));
     let bin = dir.join("bin/mdbook");
     if bin.is_file() {
         return Ok(bin);

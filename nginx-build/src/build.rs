@@ -86,6 +86,15 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where tools built once per machine live (mdBook, kopium, the Go-built
+/// Kubernetes binaries): `${DYNBAL_CACHE:-~/.cache/dynamic-balancer}`.
+pub fn tool_cache() -> Result<PathBuf, String> {
+    std::env::var_os("DYNBAL_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dynamic-balancer")))
+        .ok_or_else(|| "neither DYNBAL_CACHE nor HOME is set".to_string())
+}
+
 pub fn build() -> Result<Artifacts, String> {
     build_variant(Variant::Release)
 }

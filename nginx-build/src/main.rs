@@ -21,6 +21,8 @@
 //!   runs end-to-end suites on them.
 //! - `book` builds the documentation book (`docs/`, mdBook) into
 //!   `build/book` and checks every internal link and anchor (`book.rs`).
+//! - `gateway-types [--check]` regenerates `gateway-api-types` from the
+//!   Gateway API release's CRDs with kopium (`gateway_types.rs`).
 //! - `asan` builds nginx and the module with AddressSanitizer into
 //!   `build/nginx-asan`; `asan-test [TESTS...]` also runs the end-to-end
 //!   suites against them and fails on any sanitizer report.
@@ -31,6 +33,7 @@ mod build;
 mod chroot;
 mod deb;
 mod demo;
+mod gateway_types;
 mod image;
 mod patched;
 mod suites;
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Some("deb-install") => deb::install(&args[1..]).map(|p| p.print()),
         Some("deb-test") => deb::test(&args[1..]),
         Some("book") => book::run(),
+        Some("gateway-types") => gateway_types::run(&args[1..]),
         Some("asan") => build::build_variant(build::Variant::Asan).map(|a| a.print()),
         Some("asan-test") => build::build_variant(build::Variant::Asan).and_then(|a| asan::test(&a, &args[1..])),
         Some("-h" | "--help") => {
