@@ -61,6 +61,7 @@ pub mod https_redirect;
 pub mod least_conn;
 pub mod metrics;
 pub mod request_id;
+pub mod routes;
 pub mod round_robin;
 pub mod runtime;
 pub mod sample;

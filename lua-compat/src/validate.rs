@@ -52,7 +52,7 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
-    fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
         ValidationError {
             path: path.into(),
             message: message.into(),
@@ -112,7 +112,7 @@ pub fn parse_backend(body: &[u8], url_name: &str) -> Result<Backend, ValidationE
     Ok(backend)
 }
 
-fn deserialize<T: DeserializeOwned>(body: &[u8]) -> Result<T, ValidationError> {
+pub(crate) fn deserialize<T: DeserializeOwned>(body: &[u8]) -> Result<T, ValidationError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         // Malformed JSON has no meaningful path: it concerns the whole body.
@@ -324,7 +324,7 @@ fn check_traffic(t: &crate::wire::TrafficShapingPolicy) -> Result<(), FieldError
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("backend name must not be empty".into());
     }

@@ -1,0 +1,404 @@
+//! The compiled route table and the per-request lookup.
+//!
+//! A worker compiles the table once per change (host groups in hash maps,
+//! regular expressions built, prefixes normalised), so a request costs a
+//! hash lookup for its host and a scan of that group's matches in the
+//! precedence order the controller gave them, stopping at the first that
+//! matches. Nothing here allocates per request.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use regex::bytes::Regex;
+
+use super::validate::compile_regex;
+use super::{ListenerRoutes, PathMatch, RouteTable, Rule};
+use crate::validate::ValidationError;
+
+/// What a request offers to match against. The host is lower case and
+/// without its port (nginx's `$host`), the path is the normalised, decoded
+/// one nginx matches locations with (`$uri`).
+pub trait RequestView {
+    fn host(&self) -> &[u8];
+    fn path(&self) -> &[u8];
+    fn method(&self) -> &[u8];
+    /// The first value of the header named `lower` (lower case).
+    fn header(&self, lower: &str) -> Option<&[u8]>;
+    /// The raw query string, without `?`.
+    fn args(&self) -> &[u8];
+}
+
+/// A whole table, compiled.
+#[derive(Debug, Default)]
+pub struct Compiled {
+    listeners: HashMap<String, CompiledListener>,
+}
+
+#[derive(Debug)]
+pub struct CompiledListener {
+    pub port: u16,
+    exact: HashMap<Box<[u8]>, usize>,
+    /// `(".example.com", group)`, longest suffix first.
+    wildcards: Vec<(Box<[u8]>, usize)>,
+    any: Option<usize>,
+    groups: Vec<Vec<CompiledMatch>>,
+    pub rules: Vec<CompiledRule>,
+}
+
+#[derive(Debug)]
+struct CompiledMatch {
+    path: PathTest,
+    method: Option<Box<[u8]>>,
+    headers: Vec<(Box<str>, ValueTest)>,
+    query: Vec<(Box<[u8]>, ValueTest)>,
+    rule: u32,
+}
+
+#[derive(Debug)]
+enum PathTest {
+    Exact(Box<[u8]>),
+    /// Without its trailing `/` (`/` itself is empty).
+    Prefix(Box<[u8]>),
+    Regex(Regex),
+}
+
+#[derive(Debug)]
+enum ValueTest {
+    Exact(Box<[u8]>),
+    Regex(Regex),
+}
+
+/// A rule with the sum of its backends' weights.
+#[derive(Debug)]
+pub struct CompiledRule {
+    pub rule: Rule,
+    pub total_weight: u64,
+}
+
+/// The match a request found.
+#[derive(Debug, Clone, Copy)]
+pub struct Found<'a> {
+    pub rule: &'a CompiledRule,
+    /// How many bytes of the path a `PathPrefix` match covered (for
+    /// `ReplacePrefixMatch`); 0 for other matches.
+    pub prefix_len: usize,
+}
+
+/// What the lookup concluded.
+#[derive(Debug)]
+pub enum Lookup<'a> {
+    Found(Found<'a>),
+    /// The listener has no route for the request's host and path: 404.
+    NoRoute,
+    /// The table has no such listener (not pushed yet, or removed).
+    NoListener,
+}
+
+impl Compiled {
+    /// Compiles a validated table. Fails only on a regular expression that
+    /// no longer compiles (validation compiled it already).
+    pub fn new(table: &RouteTable) -> Result<Compiled, ValidationError> {
+        let mut listeners = HashMap::with_capacity(table.listeners.len());
+        for (i, l) in table.listeners.iter().enumerate() {
+            let compiled =
+                compile_listener(l).map_err(|(path, e)| ValidationError::at(format!("listeners[{i}].{path}"), e))?;
+            listeners.insert(l.name.clone(), compiled);
+        }
+        Ok(Compiled { listeners })
+    }
+
+    pub fn listener(&self, name: &str) -> Option<&CompiledListener> {
+        self.listeners.get(name)
+    }
+
+    /// The rule for a request on listener `name`.
+    pub fn find<R: RequestView>(&self, name: &str, req: &R) -> Lookup<'_> {
+        match self.listeners.get(name) {
+            None => Lookup::NoListener,
+            Some(l) => l.find(req).map_or(Lookup::NoRoute, Lookup::Found),
+        }
+    }
+}
+
+fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, String)> {
+    let mut exact = HashMap::new();
+    let mut wildcards = Vec::new();
+    let mut any = None;
+    let mut groups = Vec::with_capacity(l.hosts.len());
+    for (g, group) in l.hosts.iter().enumerate() {
+        if group.hostname == "*" {
+            any = Some(g);
+        } else if let Some(suffix) = group.hostname.strip_prefix('*') {
+            wildcards.push((suffix.as_bytes().into(), g));
+        } else {
+            exact.insert(group.hostname.as_bytes().into(), g);
+        }
+        let mut matches = Vec::with_capacity(group.matches.len());
+        for (m, rm) in group.matches.iter().enumerate() {
+            let at = |what: &str| format!("hosts[{g}].matches[{m}].{what}");
+            let path = match &rm.path {
+                PathMatch::Exact(p) => PathTest::Exact(p.as_bytes().into()),
+                PathMatch::PathPrefix(p) => PathTest::Prefix(p.trim_end_matches('/').as_bytes().into()),
+                PathMatch::RegularExpression(r) => PathTest::Regex(compile_regex(r).map_err(|e| (at("path"), e))?),
+            };
+            let value = |v: &super::ValueMatch, what: String| -> Result<ValueTest, (String, String)> {
+                Ok(if v.regex {
+                    ValueTest::Regex(compile_regex(&v.value).map_err(|e| (what, e))?)
+                } else {
+                    ValueTest::Exact(v.value.as_bytes().into())
+                })
+            };
+            let mut headers = Vec::with_capacity(rm.headers.len());
+            for (i, h) in rm.headers.iter().enumerate() {
+                headers.push((h.name.to_ascii_lowercase().into(), value(h, at(&format!("headers[{i}]")))?));
+            }
+            let mut query = Vec::with_capacity(rm.query.len());
+            for (i, q) in rm.query.iter().enumerate() {
+                query.push((q.name.as_bytes().into(), value(q, at(&format!("query[{i}]")))?));
+            }
+            matches.push(CompiledMatch {
+                path,
+                method: rm.method.as_ref().map(|m| m.as_bytes().into()),
+                headers,
+                query,
+                rule: rm.rule,
+            });
+        }
+        groups.push(matches);
+    }
+    wildcards.sort_by(|a: &(Box<[u8]>, usize), b| b.0.len().cmp(&a.0.len()));
+    let rules = l
+        .rules
+        .iter()
+        .map(|r| CompiledRule {
+            rule: r.clone(),
+            total_weight: r.backends.iter().map(|b| u64::from(b.weight)).sum(),
+        })
+        .collect();
+    Ok(CompiledListener {
+        port: l.port,
+        exact,
+        wildcards,
+        any,
+        groups,
+        rules,
+    })
+}
+
+impl CompiledListener {
+    /// The group for `host`: exact, else the longest wildcard that covers
+    /// it with at least one label, else `*`.
+    fn group(&self, host: &[u8]) -> Option<usize> {
+        if let Some(g) = self.exact.get(host) {
+            return Some(*g);
+        }
+        for (suffix, g) in &self.wildcards {
+            if host.len() > suffix.len() && host.ends_with(suffix) {
+                return Some(*g);
+            }
+        }
+        self.any
+    }
+
+    pub fn find<R: RequestView>(&self, req: &R) -> Option<Found<'_>> {
+        let group = &self.groups[self.group(req.host())?];
+        let path = req.path();
+        for m in group {
+            let Some(prefix_len) = path_matches(&m.path, path) else {
+                continue;
+            };
+            if m.method.as_deref().is_some_and(|want| want != req.method()) {
+                continue;
+            }
+            if !m
+                .headers
+                .iter()
+                .all(|(name, test)| req.header(name).is_some_and(|v| test.matches(trim_ows(v))))
+            {
+                continue;
+            }
+            if !m
+                .query
+                .iter()
+                .all(|(name, test)| query_value(req.args(), name).is_some_and(|v| test.matches(&v)))
+            {
+                continue;
+            }
+            return Some(Found {
+                rule: &self.rules[m.rule as usize],
+                prefix_len,
+            });
+        }
+        None
+    }
+}
+
+impl ValueTest {
+    fn matches(&self, v: &[u8]) -> bool {
+        match self {
+            ValueTest::Exact(want) => **want == *v,
+            ValueTest::Regex(re) => re.is_match(v),
+        }
+    }
+}
+
+/// `Some(bytes covered by a prefix)` when `path` matches.
+fn path_matches(test: &PathTest, path: &[u8]) -> Option<usize> {
+    match test {
+        PathTest::Exact(p) => (**p == *path).then_some(0),
+        PathTest::Prefix(p) => {
+            let covered = path.starts_with(p) && (path.len() == p.len() || path[p.len()] == b'/');
+            covered.then_some(p.len())
+        }
+        PathTest::Regex(re) => re.is_match(path).then_some(0),
+    }
+}
+
+fn trim_ows(v: &[u8]) -> &[u8] {
+    let start = v.iter().position(|b| *b != b' ' && *b != b'\t').unwrap_or(v.len());
+    let end = v.iter().rposition(|b| *b != b' ' && *b != b'\t').map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+/// The first value of query parameter `name` in `args`, percent-decoded
+/// (names compared decoded too). No allocation unless something is encoded.
+pub fn query_value<'a>(args: &'a [u8], name: &[u8]) -> Option<Cow<'a, [u8]>> {
+    args.split(|b| *b == b'&').find_map(|pair| {
+        let (k, v) = match pair.iter().position(|b| *b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &pair[pair.len()..]),
+        };
+        (percent_decode(k) == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &[u8]) -> Cow<'_, [u8]> {
+    if !s.contains(&b'%') {
+        return Cow::Borrowed(s);
+    }
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' && i + 2 < s.len() {
+            if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::validate::parse_routes;
+
+    struct Req {
+        host: &'static str,
+        path: &'static str,
+        method: &'static str,
+        headers: Vec<(&'static str, &'static str)>,
+        args: &'static str,
+    }
+
+    impl RequestView for Req {
+        fn host(&self) -> &[u8] {
+            self.host.as_bytes()
+        }
+        fn path(&self) -> &[u8] {
+            self.path.as_bytes()
+        }
+        fn method(&self) -> &[u8] {
+            self.method.as_bytes()
+        }
+        fn header(&self, lower: &str) -> Option<&[u8]> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(lower))
+                .map(|(_, v)| v.as_bytes())
+        }
+        fn args(&self) -> &[u8] {
+            self.args.as_bytes()
+        }
+    }
+
+    fn get(host: &'static str, path: &'static str) -> Req {
+        Req {
+            host,
+            path,
+            method: "GET",
+            headers: vec![],
+            args: "",
+        }
+    }
+
+    fn compiled() -> Compiled {
+        let body = serde_json::json!({"listeners": [{
+            "name": "ns/gw/80", "port": 80,
+            "hosts": [
+                {"hostname": "foo.example.com", "matches": [
+                    {"path": {"type": "Exact", "value": "/exact"}, "rule": 0},
+                    {"path": {"type": "PathPrefix", "value": "/"}, "headers": [{"name": "X-Version", "value": "2"}], "rule": 1},
+                    {"path": {"type": "PathPrefix", "value": "/"}, "rule": 2}]},
+                {"hostname": "*.example.com", "matches": [
+                    {"path": {"type": "PathPrefix", "value": "/api/"}, "method": "POST", "rule": 3},
+                    {"path": {"type": "PathPrefix", "value": "/"}, "query": [{"name": "v", "value": "a b"}], "rule": 4}]},
+                {"hostname": "*", "matches": [{"path": {"type": "RegularExpression", "value": "/re/[0-9]+"}, "rule": 5}]}
+            ],
+            "rules": (0..6).map(|i| serde_json::json!({"route": format!("ns/r{i}"), "backends": [{"backend": format!("b{i}"), "weight": 1}]})).collect::<Vec<_>>()
+        }]});
+        Compiled::new(&parse_routes(body.to_string().as_bytes()).unwrap()).unwrap()
+    }
+
+    fn route_of(c: &Compiled, req: &Req) -> Option<String> {
+        match c.find("ns/gw/80", req) {
+            Lookup::Found(f) => Some(f.rule.rule.route.clone()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn hosts_paths_headers_methods_and_queries() {
+        let c = compiled();
+        assert_eq!(route_of(&c, &get("foo.example.com", "/exact")).as_deref(), Some("ns/r0"));
+        assert_eq!(route_of(&c, &get("foo.example.com", "/exact/x")).as_deref(), Some("ns/r2"));
+        let mut v2 = get("foo.example.com", "/x");
+        v2.headers.push(("x-version", " 2 "));
+        assert_eq!(route_of(&c, &v2).as_deref(), Some("ns/r1"));
+        // A wildcard covers one or more labels, never the bare parent.
+        let mut post = get("a.b.example.com", "/api");
+        post.method = "POST";
+        assert_eq!(route_of(&c, &post).as_deref(), Some("ns/r3"));
+        let mut q = get("bar.example.com", "/anything");
+        q.args = "x=1&v=a%20b&v=other";
+        assert_eq!(route_of(&c, &q).as_deref(), Some("ns/r4"));
+        assert_eq!(route_of(&c, &get("bar.example.com", "/apix")), None);
+        assert_eq!(route_of(&c, &get("example.com", "/re/12")).as_deref(), Some("ns/r5"));
+        assert_eq!(route_of(&c, &get("example.com", "/re/12x")), None);
+        assert!(matches!(c.find("other", &get("x", "/")), Lookup::NoListener));
+    }
+
+    #[test]
+    fn prefixes_match_whole_segments() {
+        let t = PathTest::Prefix(b"/api".as_slice().into());
+        assert_eq!(path_matches(&t, b"/api"), Some(4));
+        assert_eq!(path_matches(&t, b"/api/"), Some(4));
+        assert_eq!(path_matches(&t, b"/api/v1"), Some(4));
+        assert_eq!(path_matches(&t, b"/apiv1"), None);
+        let root = PathTest::Prefix(b"".as_slice().into());
+        assert_eq!(path_matches(&root, b"/anything"), Some(0));
+    }
+
+    #[test]
+    fn query_values_are_decoded() {
+        assert_eq!(query_value(b"a=1&b=%41%zz&b=2", b"b").as_deref(), Some(b"A%zz".as_slice()));
+        assert_eq!(query_value(b"flag&a=1", b"flag").as_deref(), Some(b"".as_slice()));
+        assert_eq!(query_value(b"a=1", b"b"), None);
+        assert_eq!(query_value(b"a=%4", b"a").as_deref(), Some(b"%4".as_slice()));
+    }
+}

@@ -1,0 +1,450 @@
+//! Parsing and validating `PUT /configuration/routes`.
+//!
+//! Every value a worker matches with, writes into a request or response
+//! header, or puts into a `Location` is checked here against the Gateway
+//! API's own limits (16 matches of a kind, 16 backends, weights up to
+//! 1,000,000) and against what HTTP allows in that place (no CR, LF or NUL
+//! in a header value, a token as a header name), so a stored table cannot
+//! make a worker misbehave. The controller runs the same check before it
+//! pushes.
+
+use std::collections::HashSet;
+
+use super::{HeaderModifier, ListenerRoutes, PathMatch, PathModifier, RouteTable, Rule, ValueMatch};
+use crate::validate::{check_name, deserialize, is_dns_label, ValidationError};
+
+/// Listeners in one table.
+pub const MAX_LISTENERS: usize = 4096;
+/// Header or query matches in one match, and entries in one header
+/// modifier list (the Gateway API's maximum).
+pub const MAX_VALUE_MATCHES: usize = 16;
+/// Backends of one rule (the Gateway API's maximum).
+pub const MAX_BACKENDS: usize = 16;
+/// Largest backend weight (the Gateway API's maximum).
+pub const MAX_WEIGHT: u32 = 1_000_000;
+/// Longest path, path modifier or regular expression.
+pub const MAX_PATH_LEN: usize = 1024;
+/// Longest header value, in a match or a modifier.
+pub const MAX_HEADER_VALUE_LEN: usize = 4096;
+/// Longest header or query parameter name.
+pub const MAX_NAME_LEN: usize = 256;
+/// Largest compiled regular expression, in bytes of the regex crate's
+/// program: a hostile pattern cannot make a worker build a huge automaton.
+pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// The methods an HTTPRoute may match (the spec's enum).
+pub const METHODS: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"];
+
+/// Parses and validates a whole route table.
+pub fn parse_routes(body: &[u8]) -> Result<RouteTable, ValidationError> {
+    let table: RouteTable = deserialize(body)?;
+    validate_routes(&table)?;
+    Ok(table)
+}
+
+/// Validates a parsed route table: the first bad value, with its path.
+pub fn validate_routes(table: &RouteTable) -> Result<(), ValidationError> {
+    if table.listeners.len() > MAX_LISTENERS {
+        return Err(ValidationError::at(
+            "listeners",
+            format!("more than {MAX_LISTENERS} listeners"),
+        ));
+    }
+    let mut names = HashSet::new();
+    for (i, l) in table.listeners.iter().enumerate() {
+        let at = format!("listeners[{i}]");
+        check_listener(l, &at)?;
+        if !names.insert(l.name.as_str()) {
+            return Err(ValidationError::at(
+                format!("{at}.name"),
+                format!("duplicate listener {:?}", l.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
+    let bad = |field: &str, message: String| ValidationError::at(format!("{at}.{field}"), message);
+    if l.name.is_empty()
+        || l.name.len() > 253
+        || !l
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':'))
+    {
+        return Err(bad(
+            "name",
+            "must be 1-253 letters, digits, '.', '_', '-', '/' or ':'".into(),
+        ));
+    }
+    if l.port == 0 {
+        return Err(bad("port", "must be 1-65535".into()));
+    }
+    let mut hosts = HashSet::new();
+    for (h, group) in l.hosts.iter().enumerate() {
+        let at = format!("{at}.hosts[{h}]");
+        if group.hostname != "*" && !is_route_hostname(&group.hostname, true) {
+            return Err(ValidationError::at(
+                format!("{at}.hostname"),
+                format!(
+                    "{:?} is not a lower-case host name, a *.wildcard or *",
+                    group.hostname
+                ),
+            ));
+        }
+        if !hosts.insert(group.hostname.as_str()) {
+            return Err(ValidationError::at(
+                format!("{at}.hostname"),
+                format!("duplicate host group {:?}", group.hostname),
+            ));
+        }
+        for (m, route_match) in group.matches.iter().enumerate() {
+            let at = format!("{at}.matches[{m}]");
+            if route_match.rule as usize >= l.rules.len() {
+                return Err(ValidationError::at(
+                    format!("{at}.rule"),
+                    format!("no rule {} (the listener has {})", route_match.rule, l.rules.len()),
+                ));
+            }
+            check_path_match(&route_match.path).map_err(|e| ValidationError::at(format!("{at}.path"), e))?;
+            if let Some(method) = &route_match.method {
+                if !METHODS.contains(&method.as_str()) {
+                    return Err(ValidationError::at(
+                        format!("{at}.method"),
+                        format!("{method:?} is not one of {}", METHODS.join(", ")),
+                    ));
+                }
+            }
+            check_value_matches(&route_match.headers, true).map_err(|(i, e)| {
+                ValidationError::at(format!("{at}.headers[{i}]"), e)
+            })?;
+            check_value_matches(&route_match.query, false).map_err(|(i, e)| {
+                ValidationError::at(format!("{at}.query[{i}]"), e)
+            })?;
+            if let Some(PathModifier::ReplacePrefixMatch(_)) = rule_path_modifier(&l.rules[route_match.rule as usize]) {
+                if !matches!(route_match.path, PathMatch::PathPrefix(_)) {
+                    return Err(ValidationError::at(
+                        format!("{at}.path"),
+                        "a rule with ReplacePrefixMatch needs PathPrefix matches",
+                    ));
+                }
+            }
+        }
+    }
+    for (r, rule) in l.rules.iter().enumerate() {
+        check_rule(rule, &format!("{at}.rules[{r}]"))?;
+    }
+    Ok(())
+}
+
+fn rule_path_modifier(rule: &Rule) -> Option<&PathModifier> {
+    let f = &rule.filters;
+    f.redirect
+        .as_ref()
+        .and_then(|r| r.path.as_ref())
+        .or_else(|| f.rewrite.as_ref().and_then(|r| r.path.as_ref()))
+}
+
+fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
+    let bad = |field: &str, message: String| ValidationError::at(format!("{at}.{field}"), message);
+    if rule.route.is_empty() || rule.route.len() > 512 || rule.route.chars().any(char::is_control) {
+        return Err(bad("route", "must be 1-512 characters with no control character".into()));
+    }
+    if let Some(name) = &rule.name {
+        if name.is_empty() || name.len() > 253 || !name.split('.').all(is_dns_label) {
+            return Err(bad("name", format!("{name:?} is not a DNS subdomain")));
+        }
+    }
+    let f = &rule.filters;
+    if let Some(m) = &f.request_headers {
+        check_modifier(m).map_err(|(field, e)| bad(&format!("filters.requestHeaders.{field}"), e))?;
+    }
+    if let Some(m) = &f.response_headers {
+        check_modifier(m).map_err(|(field, e)| bad(&format!("filters.responseHeaders.{field}"), e))?;
+    }
+    if let Some(r) = &f.redirect {
+        if f.rewrite.is_some() {
+            return Err(bad("filters", "a rule cannot both redirect and rewrite".into()));
+        }
+        if let Some(s) = &r.scheme {
+            if s != "http" && s != "https" {
+                return Err(bad("filters.redirect.scheme", format!("{s:?} is not http or https")));
+            }
+        }
+        if let Some(h) = &r.hostname {
+            if !is_route_hostname(h, false) {
+                return Err(bad("filters.redirect.hostname", format!("{h:?} is not a host name")));
+            }
+        }
+        if r.port == Some(0) {
+            return Err(bad("filters.redirect.port", "must be 1-65535".into()));
+        }
+        if let Some(p) = &r.path {
+            check_path_modifier(p).map_err(|e| bad("filters.redirect.path", e))?;
+        }
+        if ![301, 302, 303, 307, 308].contains(&r.status_code) {
+            return Err(bad(
+                "filters.redirect.statusCode",
+                format!("{} is not 301, 302, 303, 307 or 308", r.status_code),
+            ));
+        }
+    }
+    if let Some(r) = &f.rewrite {
+        if let Some(h) = &r.hostname {
+            if !is_route_hostname(h, false) {
+                return Err(bad("filters.rewrite.hostname", format!("{h:?} is not a host name")));
+            }
+        }
+        if let Some(p) = &r.path {
+            check_path_modifier(p).map_err(|e| bad("filters.rewrite.path", e))?;
+        }
+    }
+    if rule.backends.len() > MAX_BACKENDS {
+        return Err(bad("backends", format!("more than {MAX_BACKENDS} backends")));
+    }
+    for (i, b) in rule.backends.iter().enumerate() {
+        if b.weight > MAX_WEIGHT {
+            return Err(bad(&format!("backends[{i}].weight"), format!("larger than {MAX_WEIGHT}")));
+        }
+        if let Some(name) = &b.backend {
+            check_name(name).map_err(|e| bad(&format!("backends[{i}].backend"), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// A host name of a host group (`wildcard`: `*.` may lead) or of a
+/// redirect or rewrite: lower case, RFC 1123 labels, no IP address.
+pub fn is_route_hostname(h: &str, wildcard: bool) -> bool {
+    let rest = match h.strip_prefix("*.") {
+        Some(rest) if wildcard => rest,
+        Some(_) => return false,
+        None => h,
+    };
+    !rest.is_empty()
+        && rest.len() <= 253
+        && !rest.bytes().any(|b| b.is_ascii_uppercase())
+        && rest.split('.').all(is_dns_label)
+        && !rest.rsplit('.').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A path as it may appear in a match or a modifier: absolute, printable
+/// ASCII without space, `?` or `#`.
+fn check_path(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} does not start with '/'"));
+    }
+    if p.len() > MAX_PATH_LEN {
+        return Err(format!("longer than {MAX_PATH_LEN} bytes"));
+    }
+    if let Some(c) = p.chars().find(|c| !c.is_ascii_graphic() || *c == '?' || *c == '#') {
+        return Err(format!("{p:?} contains {c:?}"));
+    }
+    Ok(())
+}
+
+fn check_path_match(m: &PathMatch) -> Result<(), String> {
+    match m {
+        PathMatch::Exact(p) | PathMatch::PathPrefix(p) => check_path(p),
+        PathMatch::RegularExpression(r) => check_regex(r),
+    }
+}
+
+fn check_path_modifier(m: &PathModifier) -> Result<(), String> {
+    match m {
+        PathModifier::ReplaceFullPath(p) | PathModifier::ReplacePrefixMatch(p) => check_path(p),
+    }
+}
+
+/// Compiles `pattern` as the worker will (size-limited).
+pub fn compile_regex(pattern: &str) -> Result<regex::bytes::Regex, String> {
+    if pattern.len() > MAX_PATH_LEN {
+        return Err(format!("longer than {MAX_PATH_LEN} bytes"));
+    }
+    regex::bytes::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("does not compile: {e}"))
+}
+
+fn check_regex(pattern: &str) -> Result<(), String> {
+    compile_regex(pattern).map(|_| ())
+}
+
+/// An HTTP token (RFC 9110), as header names must be.
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_NAME_LEN
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A header value: visible characters, spaces and tabs, no CR, LF or NUL.
+pub fn is_header_value(s: &str) -> bool {
+    s.len() <= MAX_HEADER_VALUE_LEN && !s.chars().any(|c| c.is_control() && c != '\t')
+}
+
+fn check_value_matches(list: &[ValueMatch], header: bool) -> Result<(), (usize, String)> {
+    if list.len() > MAX_VALUE_MATCHES {
+        return Err((MAX_VALUE_MATCHES, format!("more than {MAX_VALUE_MATCHES} matches")));
+    }
+    let mut seen = HashSet::new();
+    for (i, m) in list.iter().enumerate() {
+        let name_ok = if header {
+            is_token(&m.name)
+        } else {
+            !m.name.is_empty() && m.name.len() <= MAX_NAME_LEN && m.name.chars().all(|c| c.is_ascii_graphic())
+        };
+        if !name_ok {
+            return Err((i, format!("{:?} is not a valid name", m.name)));
+        }
+        let key = if header { m.name.to_ascii_lowercase() } else { m.name.clone() };
+        if !seen.insert(key) {
+            return Err((i, format!("{:?} is matched twice", m.name)));
+        }
+        if m.regex {
+            check_regex(&m.value).map_err(|e| (i, e))?;
+        } else if !is_header_value(&m.value) {
+            return Err((i, "the value contains a control character or is too long".into()));
+        }
+    }
+    Ok(())
+}
+
+fn check_modifier(m: &HeaderModifier) -> Result<(), (String, String)> {
+    let mut seen = HashSet::new();
+    for (field, list) in [("set", &m.set), ("add", &m.add)] {
+        if list.len() > MAX_VALUE_MATCHES {
+            return Err((field.into(), format!("more than {MAX_VALUE_MATCHES} headers")));
+        }
+        for (i, h) in list.iter().enumerate() {
+            if !is_token(&h.name) {
+                return Err((format!("{field}[{i}].name"), format!("{:?} is not a header name", h.name)));
+            }
+            if !is_header_value(&h.value) {
+                return Err((
+                    format!("{field}[{i}].value"),
+                    "contains a control character or is too long".into(),
+                ));
+            }
+            if !seen.insert((field, h.name.to_ascii_lowercase())) {
+                return Err((format!("{field}[{i}].name"), format!("{:?} appears twice", h.name)));
+            }
+        }
+    }
+    if m.remove.len() > MAX_VALUE_MATCHES {
+        return Err(("remove".into(), format!("more than {MAX_VALUE_MATCHES} headers")));
+    }
+    for (i, name) in m.remove.iter().enumerate() {
+        if !is_token(name) {
+            return Err((format!("remove[{i}]"), format!("{name:?} is not a header name")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(listener: serde_json::Value) -> Result<RouteTable, ValidationError> {
+        parse_routes(serde_json::json!({ "listeners": [listener] }).to_string().as_bytes())
+    }
+
+    fn listener(hosts: serde_json::Value, rules: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"name": "gw/default/http", "port": 80, "hosts": hosts, "rules": rules})
+    }
+
+    fn rule() -> serde_json::Value {
+        serde_json::json!({"route": "default/web", "backends": [{"backend": "default-web-80", "weight": 1}]})
+    }
+
+    #[test]
+    fn a_good_table_parses() {
+        let t = table(listener(
+            serde_json::json!([{"hostname": "*.example.com", "matches": [
+                {"path": {"type": "PathPrefix", "value": "/api"}, "method": "GET",
+                 "headers": [{"name": "X-Env", "value": "canary"}],
+                 "query": [{"name": "v", "value": "^[0-9]+$", "regex": true}], "rule": 0}]}]),
+            serde_json::json!([rule()]),
+        ))
+        .unwrap();
+        assert_eq!(t.listeners[0].hosts[0].matches[0].headers[0].name, "X-Env");
+    }
+
+    #[test]
+    fn hostile_values_are_refused_with_their_path() {
+        let cases = [
+            (
+                listener(serde_json::json!([{"hostname": "Example.com", "matches": []}]), serde_json::json!([])),
+                "listeners[0].hosts[0].hostname",
+            ),
+            (
+                listener(
+                    serde_json::json!([{"hostname": "*", "matches": [{"path": {"type": "Exact", "value": "/a b"}, "rule": 0}]}]),
+                    serde_json::json!([rule()]),
+                ),
+                "listeners[0].hosts[0].matches[0].path",
+            ),
+            (
+                listener(
+                    serde_json::json!([{"hostname": "*", "matches": [{"path": {"type": "Exact", "value": "/"}, "rule": 3}]}]),
+                    serde_json::json!([rule()]),
+                ),
+                "listeners[0].hosts[0].matches[0].rule",
+            ),
+            (
+                listener(
+                    serde_json::json!([]),
+                    serde_json::json!([{"route": "a/b", "filters": {"requestHeaders": {"set": [{"name": "X", "value": "a\r\nInjected: 1"}]}}}]),
+                ),
+                "listeners[0].rules[0].filters.requestHeaders.set[0].value",
+            ),
+            (
+                listener(
+                    serde_json::json!([]),
+                    serde_json::json!([{"route": "a/b", "filters": {"redirect": {"statusCode": 305}}}]),
+                ),
+                "listeners[0].rules[0].filters.redirect.statusCode",
+            ),
+            (
+                listener(
+                    serde_json::json!([{"hostname": "*", "matches": [{"path": {"type": "RegularExpression", "value": "(a{1000}){1000}"}, "rule": 0}]}]),
+                    serde_json::json!([rule()]),
+                ),
+                "listeners[0].hosts[0].matches[0].path",
+            ),
+            (
+                listener(
+                    serde_json::json!([]),
+                    serde_json::json!([{"route": "a/b", "backends": [{"backend": "x", "weight": 1_000_001}]}]),
+                ),
+                "listeners[0].rules[0].backends[0].weight",
+            ),
+            (
+                serde_json::json!({"name": "gw;evil", "port": 80, "hosts": [], "rules": []}),
+                "listeners[0].name",
+            ),
+        ];
+        for (l, path) in cases {
+            let e = table(l.clone()).expect_err(&l.to_string());
+            assert_eq!(e.path, path, "{l}: {e}");
+        }
+    }
+
+    #[test]
+    fn replace_prefix_match_needs_prefix_matches() {
+        let e = table(listener(
+            serde_json::json!([{"hostname": "*", "matches": [{"path": {"type": "Exact", "value": "/a"}, "rule": 0}]}]),
+            serde_json::json!([{"route": "a/b", "filters": {"rewrite": {"path": {"type": "ReplacePrefixMatch", "value": "/b"}}}, "backends": []}]),
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "listeners[0].hosts[0].matches[0].path");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let e = parse_routes(br#"{"listeners": [], "extra": 1}"#).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{e}");
+    }
+}
