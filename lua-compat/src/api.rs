@@ -39,6 +39,10 @@ pub enum Action<'a> {
     PostServers,
     /// `GET /configuration/metrics`: request metrics, Prometheus text.
     Metrics,
+    /// `GET /configuration/routes`: the Gateway API route table.
+    GetRoutes,
+    /// `PUT /configuration/routes`: replaces it.
+    PutRoutes,
 }
 
 /// Why a request has no action.
@@ -56,6 +60,7 @@ const HEALTH: &str = "/configuration/health";
 const CERTIFICATES: &str = "/configuration/certificates";
 const SERVERS: &str = "/configuration/servers";
 const METRICS: &str = "/configuration/metrics";
+const ROUTES: &str = "/configuration/routes";
 
 /// Maps a method and a decoded URI path (no query string) to an action.
 pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
@@ -77,6 +82,13 @@ pub fn route(method: Method, path: &str) -> Result<Action<'_>, RouteError> {
         return match method {
             Method::Get => Ok(Action::Metrics),
             _ => Err(RouteError::MethodNotAllowed("GET")),
+        };
+    }
+    if path == ROUTES {
+        return match method {
+            Method::Get => Ok(Action::GetRoutes),
+            Method::Put => Ok(Action::PutRoutes),
+            _ => Err(RouteError::MethodNotAllowed("GET, PUT")),
         };
     }
     if path == SERVERS {

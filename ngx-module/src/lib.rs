@@ -91,6 +91,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         unsafe { http::preaccess::discover_upstream_users((*cf).cycle, mcf) };
         let mcf_metrics_zone = mcf.metrics_zone;
         let https_redirect_used = mcf.https_redirect_used;
+        let routes_used = mcf.routes_used;
         // SAFETY: postconfiguration runs once per configuration, before
         // any request, on nginx's only thread at that point.
         unsafe { api::body_limit::install() };
@@ -128,6 +129,19 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             // SAFETY: as above.
             unsafe { *h = Some(http::https_redirect::rewrite_handler) };
         }
+        if routes_used {
+            let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_REWRITE_PHASE as usize].handlers;
+            // SAFETY: as above, for the rewrite phase's handler array.
+            let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
+            if h.is_null() {
+                return NGX_ERROR as ngx_int_t;
+            }
+            // SAFETY: as above.
+            unsafe { *h = Some(http::gateway::rewrite_handler) };
+            // SAFETY: postconfiguration runs once per configuration, before
+            // any request, on nginx's only thread at that point.
+            unsafe { http::gateway_headers::install() };
+        }
         if !mcf_metrics_zone.is_null() {
             let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_LOG_PHASE as usize].handlers;
             // SAFETY: as above, for the log phase's handler array.
@@ -153,7 +167,15 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 14] = [
+static mut COMMANDS: [ngx_command_t; 15] = [
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_routes"),
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_routes),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_zone"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1) as ngx_uint_t,

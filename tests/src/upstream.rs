@@ -111,11 +111,15 @@ impl Upstream {
                     let mut response = Response::from_string(identity.clone())
                         .with_header(Header::from_bytes("X-Upstream", identity.as_bytes()).unwrap())
                         .with_header(Header::from_bytes("X-Peer", peer.as_bytes()).unwrap());
+                    // The request target as the proxy sent it.
+                    response.add_header(Header::from_bytes("X-Echo-Uri", request.url().as_bytes()).unwrap());
                     // What the proxy added, echoed as X-Echo-<name>.
                     for h in request.headers() {
                         let name = h.field.as_str().as_str();
                         let lower = name.to_ascii_lowercase();
                         if lower == "x-request-id"
+                            || lower == "host"
+                            || lower.starts_with("x-gw-")
                             || lower == "x-scheme"
                             || lower == "x-real-ip"
                             || lower.starts_with("x-forwarded-")

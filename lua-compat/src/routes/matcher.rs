@@ -150,7 +150,10 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
             };
             let mut headers = Vec::with_capacity(rm.headers.len());
             for (i, h) in rm.headers.iter().enumerate() {
-                headers.push((h.name.to_ascii_lowercase().into(), value(h, at(&format!("headers[{i}]")))?));
+                headers.push((
+                    h.name.to_ascii_lowercase().into(),
+                    value(h, at(&format!("headers[{i}]")))?,
+                ));
             }
             let mut query = Vec::with_capacity(rm.query.len());
             for (i, q) in rm.query.iter().enumerate() {
@@ -166,7 +169,7 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
         }
         groups.push(matches);
     }
-    wildcards.sort_by(|a: &(Box<[u8]>, usize), b| b.0.len().cmp(&a.0.len()));
+    wildcards.sort_by_key(|w: &(Box<[u8]>, usize)| std::cmp::Reverse(w.0.len()));
     let rules = l
         .rules
         .iter()
@@ -256,7 +259,10 @@ fn path_matches(test: &PathTest, path: &[u8]) -> Option<usize> {
 
 fn trim_ows(v: &[u8]) -> &[u8] {
     let start = v.iter().position(|b| *b != b' ' && *b != b'\t').unwrap_or(v.len());
-    let end = v.iter().rposition(|b| *b != b' ' && *b != b'\t').map_or(start, |e| e + 1);
+    let end = v
+        .iter()
+        .rposition(|b| *b != b' ' && *b != b'\t')
+        .map_or(start, |e| e + 1);
     &v[start..end]
 }
 
@@ -365,8 +371,14 @@ mod tests {
     #[test]
     fn hosts_paths_headers_methods_and_queries() {
         let c = compiled();
-        assert_eq!(route_of(&c, &get("foo.example.com", "/exact")).as_deref(), Some("ns/r0"));
-        assert_eq!(route_of(&c, &get("foo.example.com", "/exact/x")).as_deref(), Some("ns/r2"));
+        assert_eq!(
+            route_of(&c, &get("foo.example.com", "/exact")).as_deref(),
+            Some("ns/r0")
+        );
+        assert_eq!(
+            route_of(&c, &get("foo.example.com", "/exact/x")).as_deref(),
+            Some("ns/r2")
+        );
         let mut v2 = get("foo.example.com", "/x");
         v2.headers.push(("x-version", " 2 "));
         assert_eq!(route_of(&c, &v2).as_deref(), Some("ns/r1"));
@@ -396,7 +408,10 @@ mod tests {
 
     #[test]
     fn query_values_are_decoded() {
-        assert_eq!(query_value(b"a=1&b=%41%zz&b=2", b"b").as_deref(), Some(b"A%zz".as_slice()));
+        assert_eq!(
+            query_value(b"a=1&b=%41%zz&b=2", b"b").as_deref(),
+            Some(b"A%zz".as_slice())
+        );
         assert_eq!(query_value(b"flag&a=1", b"flag").as_deref(), Some(b"".as_slice()));
         assert_eq!(query_value(b"a=1", b"b"), None);
         assert_eq!(query_value(b"a=%4", b"a").as_deref(), Some(b"%4".as_slice()));

@@ -88,17 +88,15 @@ mod tests {
 
     #[test]
     fn prefix_replacement_keeps_one_slash() {
-        let r = |m: &PathModifier, path: &str, n: usize| String::from_utf8(rewritten_path(m, path.as_bytes(), n)).unwrap();
+        let r =
+            |m: &PathModifier, path: &str, n: usize| String::from_utf8(rewritten_path(m, path.as_bytes(), n)).unwrap();
         assert_eq!(r(&prefix("/one"), "/prefix/one/two", 11), "/one/two");
         assert_eq!(r(&prefix("/one"), "/prefix/one", 11), "/one");
         assert_eq!(r(&prefix("/"), "/strip-prefix/three", 13), "/three");
         assert_eq!(r(&prefix("/"), "/strip-prefix", 13), "/");
         assert_eq!(r(&prefix("/one/"), "/prefix/one", 11), "/one/");
         assert_eq!(r(&prefix("/new"), "/x", 0), "/new/x");
-        assert_eq!(
-            r(&PathModifier::ReplaceFullPath("/full".into()), "/a/b", 2),
-            "/full"
-        );
+        assert_eq!(r(&PathModifier::ReplaceFullPath("/full".into()), "/a/b", 2), "/full");
     }
 
     #[test]
@@ -121,7 +119,10 @@ mod tests {
         let loc = |r: &Redirect| String::from_utf8(location(r, &from)).unwrap();
         assert_eq!(loc(&redirect(None, None)), "http://example.com:8080/a?x=1");
         assert_eq!(loc(&redirect(Some("https"), None)), "https://example.com/a?x=1");
-        assert_eq!(loc(&redirect(Some("https"), Some(8443))), "https://example.com:8443/a?x=1");
+        assert_eq!(
+            loc(&redirect(Some("https"), Some(8443))),
+            "https://example.com:8443/a?x=1"
+        );
         assert_eq!(loc(&redirect(None, Some(80))), "http://example.com/a?x=1");
         let mut to_host = redirect(None, None);
         to_host.hostname = Some("other.example".into());

@@ -33,7 +33,9 @@ pub const MAX_NAME_LEN: usize = 256;
 pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// The methods an HTTPRoute may match (the spec's enum).
-pub const METHODS: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"];
+pub const METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
 
 /// Parses and validates a whole route table.
 pub fn parse_routes(body: &[u8]) -> Result<RouteTable, ValidationError> {
@@ -87,10 +89,7 @@ fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
         if group.hostname != "*" && !is_route_hostname(&group.hostname, true) {
             return Err(ValidationError::at(
                 format!("{at}.hostname"),
-                format!(
-                    "{:?} is not a lower-case host name, a *.wildcard or *",
-                    group.hostname
-                ),
+                format!("{:?} is not a lower-case host name, a *.wildcard or *", group.hostname),
             ));
         }
         if !hosts.insert(group.hostname.as_str()) {
@@ -116,12 +115,10 @@ fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
                     ));
                 }
             }
-            check_value_matches(&route_match.headers, true).map_err(|(i, e)| {
-                ValidationError::at(format!("{at}.headers[{i}]"), e)
-            })?;
-            check_value_matches(&route_match.query, false).map_err(|(i, e)| {
-                ValidationError::at(format!("{at}.query[{i}]"), e)
-            })?;
+            check_value_matches(&route_match.headers, true)
+                .map_err(|(i, e)| ValidationError::at(format!("{at}.headers[{i}]"), e))?;
+            check_value_matches(&route_match.query, false)
+                .map_err(|(i, e)| ValidationError::at(format!("{at}.query[{i}]"), e))?;
             if let Some(PathModifier::ReplacePrefixMatch(_)) = rule_path_modifier(&l.rules[route_match.rule as usize]) {
                 if !matches!(route_match.path, PathMatch::PathPrefix(_)) {
                     return Err(ValidationError::at(
@@ -149,7 +146,10 @@ fn rule_path_modifier(rule: &Rule) -> Option<&PathModifier> {
 fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
     let bad = |field: &str, message: String| ValidationError::at(format!("{at}.{field}"), message);
     if rule.route.is_empty() || rule.route.len() > 512 || rule.route.chars().any(char::is_control) {
-        return Err(bad("route", "must be 1-512 characters with no control character".into()));
+        return Err(bad(
+            "route",
+            "must be 1-512 characters with no control character".into(),
+        ));
     }
     if let Some(name) = &rule.name {
         if name.is_empty() || name.len() > 253 || !name.split('.').all(is_dns_label) {
@@ -205,7 +205,10 @@ fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
     }
     for (i, b) in rule.backends.iter().enumerate() {
         if b.weight > MAX_WEIGHT {
-            return Err(bad(&format!("backends[{i}].weight"), format!("larger than {MAX_WEIGHT}")));
+            return Err(bad(
+                &format!("backends[{i}].weight"),
+                format!("larger than {MAX_WEIGHT}"),
+            ));
         }
         if let Some(name) = &b.backend {
             check_name(name).map_err(|e| bad(&format!("backends[{i}].backend"), e))?;
@@ -226,7 +229,10 @@ pub fn is_route_hostname(h: &str, wildcard: bool) -> bool {
         && rest.len() <= 253
         && !rest.bytes().any(|b| b.is_ascii_uppercase())
         && rest.split('.').all(is_dns_label)
-        && !rest.rsplit('.').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+        && !rest
+            .rsplit('.')
+            .next()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// A path as it may appear in a match or a modifier: absolute, printable
@@ -276,7 +282,8 @@ fn check_regex(pattern: &str) -> Result<(), String> {
 pub fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_NAME_LEN
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// A header value: visible characters, spaces and tabs, no CR, LF or NUL.
@@ -298,7 +305,11 @@ fn check_value_matches(list: &[ValueMatch], header: bool) -> Result<(), (usize, 
         if !name_ok {
             return Err((i, format!("{:?} is not a valid name", m.name)));
         }
-        let key = if header { m.name.to_ascii_lowercase() } else { m.name.clone() };
+        let key = if header {
+            m.name.to_ascii_lowercase()
+        } else {
+            m.name.clone()
+        };
         if !seen.insert(key) {
             return Err((i, format!("{:?} is matched twice", m.name)));
         }
@@ -319,7 +330,10 @@ fn check_modifier(m: &HeaderModifier) -> Result<(), (String, String)> {
         }
         for (i, h) in list.iter().enumerate() {
             if !is_token(&h.name) {
-                return Err((format!("{field}[{i}].name"), format!("{:?} is not a header name", h.name)));
+                return Err((
+                    format!("{field}[{i}].name"),
+                    format!("{:?} is not a header name", h.name),
+                ));
             }
             if !is_header_value(&h.value) {
                 return Err((
@@ -376,7 +390,10 @@ mod tests {
     fn hostile_values_are_refused_with_their_path() {
         let cases = [
             (
-                listener(serde_json::json!([{"hostname": "Example.com", "matches": []}]), serde_json::json!([])),
+                listener(
+                    serde_json::json!([{"hostname": "Example.com", "matches": []}]),
+                    serde_json::json!([]),
+                ),
                 "listeners[0].hosts[0].hostname",
             ),
             (

@@ -12,6 +12,7 @@ use lua_compat::api::{
     check_access, json_array, route, Action, Denied, EndpointHealth, EndpointTableStatus, ErrorBody, Method,
     RouteError, Status, WorkerStatus, ZoneUsage,
 };
+use lua_compat::routes::validate::parse_routes;
 use lua_compat::runtime::RuntimeBackend;
 use lua_compat::runtime::{prepare_backend, prepare_backends};
 use lua_compat::ValidationError;
@@ -31,6 +32,7 @@ use crate::http::request_ctx::{self, BodyBudget, BodyTarget, PendingWrite};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
 use crate::nginx::request::{body_parts, read_body_parts, send_json, send_json_with, send_prometheus_text, BodyPart};
+use crate::shm::routes;
 use crate::shm::store::{apply, now_ms, Change, StoreError};
 use crate::shm::zone::Zone;
 
@@ -49,6 +51,8 @@ const INSUFFICIENT_STORAGE: ngx_uint_t = 507;
 const WHAT_REPLACE: &str = "replaced all backends";
 const WHAT_PUT: &str = "stored backend";
 const WHAT_DELETE: &str = "deleted backend";
+const WHAT_ROUTES: &str = "replaced the route table";
+const WHAT_ROUTES_SAME: &str = "route table unchanged";
 
 /// One write, as the parser thread receives it.
 enum Write {
@@ -58,6 +62,8 @@ enum Write {
     /// A certificate or servers write with its body (if any).
     Cert(BodyTarget, Vec<BodyPart>),
     DeleteCertificate(String),
+    /// `PUT /configuration/routes`.
+    Routes(Vec<BodyPart>),
 }
 
 struct WriteJob {
@@ -161,6 +167,7 @@ fn handle(req: &mut Request) -> Handled {
         Ok(Action::PutCertificate(id)) => Some(BodyTarget::PutCertificate(id.to_string())),
         Ok(Action::PutServers) => Some(BodyTarget::PutServers),
         Ok(Action::PostServers) => Some(BodyTarget::PostServers),
+        Ok(Action::PutRoutes) => Some(BodyTarget::PutRoutes),
         _ => None,
     };
     if let Some(target) = body_target {
@@ -219,6 +226,10 @@ fn handle(req: &mut Request) -> Handled {
             None => error(req, NOT_FOUND, &format!("no certificate {id:?}"), None),
         },
         Ok(Action::GetServers) => send_json(req, OK, &certificates::servers(&zone), None),
+        Ok(Action::GetRoutes) => {
+            let (_, json) = routes::read(&zone);
+            send_json(req, OK, json.as_deref().unwrap_or(br#"{"listeners":[]}"#), None)
+        }
         Ok(Action::DeleteCertificate(id)) => {
             return Handled::Offload(Offloaded::Write(WriteJob {
                 zone,
@@ -230,7 +241,8 @@ fn handle(req: &mut Request) -> Handled {
             | Action::PutBackend(_)
             | Action::PutCertificate(_)
             | Action::PutServers
-            | Action::PostServers,
+            | Action::PostServers
+            | Action::PutRoutes,
         ) => unreachable!("handled above"),
     })
 }
@@ -375,6 +387,7 @@ unsafe extern "C" fn body_ready(r: *mut ngx_http_request_t) {
         let write = match pending.target.clone() {
             BodyTarget::ReplaceBackends => Write::Replace(parts),
             BodyTarget::PutBackend(name) => Write::Put(name, parts),
+            BodyTarget::PutRoutes => Write::Routes(parts),
             cert => Write::Cert(cert, parts),
         };
         // SAFETY: the pointer comes from `req`, the live request, which is
@@ -420,6 +433,7 @@ fn run_write(job: WriteJob) -> WriteOutcome {
             };
             return WriteOutcome::Certificates(certificates::run(&job.zone, write));
         }
+        Write::Routes(parts) => return write_routes(&job.zone, &parts),
         Write::Delete(name) => (Ok(Change::Delete(name.clone())), WHAT_DELETE, name),
         Write::Replace(parts) => match read_body_parts(&parts) {
             Ok(body) => (
@@ -466,6 +480,36 @@ fn run_write(job: WriteJob) -> WriteOutcome {
             }
             Err(e) => WriteOutcome::Store(e, name),
         },
+    }
+}
+
+/// `PUT /configuration/routes`, on the parser thread: the table is parsed
+/// and validated, then stored in its canonical form.
+fn write_routes(zone: &Zone, parts: &[BodyPart]) -> WriteOutcome {
+    let body = match read_body_parts(parts) {
+        Ok(body) => body,
+        Err(e) => return WriteOutcome::Unreadable(e.to_string()),
+    };
+    let table = match parse_routes(&body) {
+        Ok(table) => table,
+        Err(e) => return WriteOutcome::Invalid(e),
+    };
+    let json = serde_json::to_vec(&table).expect("JSON encoding of a route table");
+    match routes::replace(zone, &json) {
+        Ok(a) => WriteOutcome::Applied {
+            generation: a.generation,
+            status: OK,
+            what: if a.changed { WHAT_ROUTES } else { WHAT_ROUTES_SAME },
+            warnings: Vec::new(),
+            untracked: 0,
+        },
+        Err(full) => WriteOutcome::Store(
+            StoreError::ZoneFull {
+                needed: full.needed,
+                zone: full.zone,
+            },
+            String::new(),
+        ),
     }
 }
 

@@ -7,4 +7,5 @@
 pub mod canary;
 pub mod external_names;
 pub mod ring_builder;
+pub mod routes_cache;
 pub mod worker_cache;

@@ -51,6 +51,9 @@ pub struct MainConf {
     /// Some location has `dynamic_balancer_https_redirect`: the REWRITE
     /// handler is installed only then.
     pub https_redirect_used: bool,
+    /// Some location has `dynamic_balancer_routes`: the route handler and
+    /// the response header filter are installed.
+    pub routes_used: bool,
     /// `dynamic_balancer_state`: the file the backends are kept in (see
     /// [`crate::shm::state_file`]), prefix-resolved.
     pub state_file: Option<PathBuf>,
@@ -70,6 +73,7 @@ impl Default for MainConf {
             metrics_zone: ptr::null_mut(),
             metrics_ctx: ZoneCtx::default(),
             https_redirect_used: false,
+            routes_used: false,
             state_file: None,
         }
     }
@@ -147,6 +151,9 @@ pub struct LocConf {
     /// `dynamic_balancer_request_id`: the request carries `X-Request-ID`
     /// (inherited; off when never set).
     pub request_id_header: Option<bool>,
+    /// `dynamic_balancer_routes listener;`: requests are routed by that
+    /// listener's Gateway API routes (not inherited).
+    pub routes: Option<ngx_str_t>,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

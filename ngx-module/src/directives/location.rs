@@ -37,6 +37,29 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
     })
 }
 
+/// `dynamic_balancer_routes listener;` in a `location{}`: route its
+/// requests by the Gateway API routes pushed for `listener` (see
+/// [`crate::http::gateway`]). nginx calls it while parsing, with the live
+/// configuration and our `LocConf` as `conf`.
+pub unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("dynamic_balancer_routes", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `LocConf` from create_loc_conf;
+        // configuration runs on one thread.
+        let lcf = unsafe { &mut *conf.cast::<LocConf>() };
+        // SAFETY: `cf` is the live configuration being parsed.
+        let rc = unsafe { set_literal_once(cf, &mut lcf.routes, "listener name") };
+        if rc == NGX_CONF_OK {
+            // SAFETY: `cf` is live; the main conf is in its pool and this
+            // setter holds no other borrow of it.
+            let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+                return NGX_CONF_ERROR;
+            };
+            mcf.routes_used = true;
+        }
+        rc
+    })
+}
+
 /// An `on | off` directive of a `LocConf` `Option<bool>` field, as nginx's
 /// `ngx_conf_set_flag_slot` does it for `ngx_flag_t`: the command's `offset`
 /// (`offset_of!(LocConf, field)`) says which field. Used by

@@ -30,11 +30,12 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
     for (i, name) in variables::OWN_NAMES.into_iter().enumerate() {
         // The metrics location is internal: no configuration may name, read
         // or `set` it; the others are settable, as ingress-nginx's.
-        let (flags, handler): (u32, ngx::ffi::ngx_http_get_variable_pt) = if i == Own::MetricsLocation as usize {
-            (NGX_HTTP_VAR_NOHASH, Some(not_found_value))
-        } else {
-            (NGX_HTTP_VAR_CHANGEABLE, Some(empty_value))
-        };
+        let (flags, handler): (u32, ngx::ffi::ngx_http_get_variable_pt) =
+            if i == Own::MetricsLocation as usize || i == Own::GatewayRoute as usize {
+                (NGX_HTTP_VAR_NOHASH, Some(not_found_value))
+            } else {
+                (NGX_HTTP_VAR_CHANGEABLE, Some(empty_value))
+            };
         // SAFETY: `cf` and its pool are live (this function's contract).
         let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
         // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.

@@ -27,7 +27,7 @@ use crate::nginx::variables::{self, Read};
 
 /// The scheme the client used: `$dynamic_pass_access_scheme`, read once
 /// per request and shared with the headers sent upstream.
-fn client_scheme(req: &Request) -> &[u8] {
+pub(crate) fn client_scheme(req: &Request) -> &[u8] {
     read_variable(req, Read::PassAccessScheme).unwrap_or_else(|| forwarded::own_scheme(req))
 }
 
@@ -43,7 +43,7 @@ fn target_host(req: &Request) -> &[u8] {
 
 /// Answers `code` with `location` as nginx's `return` does; returns what
 /// the phase handler returns.
-fn send_redirect(req: &Request, code: u16, location: &[u8]) -> ngx_int_t {
+pub(crate) fn send_redirect(req: &Request, code: u16, location: &[u8]) -> ngx_int_t {
     let r = req.as_ref();
     let Some(data) = variables::pool_copy(req, location) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;

@@ -10,6 +10,8 @@
 pub mod connection_upgrade;
 pub mod escaped_uri;
 pub mod forwarded;
+pub mod gateway;
+pub mod gateway_headers;
 pub mod https_redirect;
 pub mod log_variables;
 pub mod metrics;

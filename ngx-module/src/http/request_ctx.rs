@@ -70,6 +70,8 @@ pub enum BodyTarget {
     PutServers,
     /// `POST /configuration/servers`.
     PostServers,
+    /// `PUT /configuration/routes`.
+    PutRoutes,
 }
 
 /// What the body filter tracks for one API write.

@@ -6,6 +6,7 @@
 
 pub mod directive;
 pub mod guard;
+pub mod headers;
 pub mod module;
 pub mod request;
 pub mod variables;

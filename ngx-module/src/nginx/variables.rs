@@ -20,9 +20,16 @@ pub enum Own {
     /// Internal (not in the variables hash, so no configuration can name
     /// it): the request's metrics location, see [`set_opaque`].
     MetricsLocation = 1,
+    /// Internal, as `MetricsLocation`: the Gateway API rule a request
+    /// matched, for the response header filter.
+    GatewayRoute = 2,
 }
 
-pub const OWN_NAMES: [&str; 2] = ["proxy_alternative_upstream_name", "dynamic_balancer_metrics_location"];
+pub const OWN_NAMES: [&str; 3] = [
+    "proxy_alternative_upstream_name",
+    "dynamic_balancer_metrics_location",
+    "dynamic_balancer_gateway_route",
+];
 
 /// Variables the module reads per request by index (a cached read, no
 /// lookup by name): nginx's own and `$dynamic_pass_access_scheme`.
@@ -33,14 +40,17 @@ pub enum Read {
     RequestUri = 2,
     PassAccessScheme = 3,
     RequestId = 4,
+    /// Set by the Gateway API route handler to the backend it chose.
+    UpstreamName = 5,
 }
 
-pub const READ_NAMES: [&str; 5] = [
+pub const READ_NAMES: [&str; 6] = [
     "server_port",
     "host",
     "request_uri",
     "dynamic_pass_access_scheme",
     "dynamic_request_id",
+    "proxy_upstream_name",
 ];
 
 // `ngx_variable_value_t` starts with one 32-bit word of bit-fields: `len:28,

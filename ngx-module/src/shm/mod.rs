@@ -7,6 +7,7 @@
 
 pub mod index;
 pub mod metrics_zone;
+pub mod routes;
 pub mod state_file;
 pub mod store;
 pub mod zone;

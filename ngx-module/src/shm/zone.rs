@@ -22,7 +22,7 @@ use lua_compat::endpoint_state::EndpointTable;
 
 /// Changes whenever the layout of anything in the zone changes, so that a new
 /// module never reads a zone written by an incompatible one across a reload.
-const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0007; // "dynbal" v7
+const ZONE_MAGIC: u64 = 0x6479_6e62_616c_0008; // "dynbal" v8
 
 /// Status slots, indexed by `ngx_worker`. More workers than this are still
 /// served; only the first `MAX_WORKERS` appear in `/configuration/status`.
@@ -55,6 +55,13 @@ pub struct ZoneHeader {
     /// lock; separate from `generation` so backend writes never make a
     /// worker re-check its certificates.
     pub cert_generation: AtomicU64,
+    /// The Gateway API route table (`PUT /configuration/routes`): one blob,
+    /// json = the validated table; null when none was pushed. Written by
+    /// [`crate::shm::routes`].
+    pub routes: ShmRwLock<RouteSlot>,
+    /// Bumped by every route table write, under the routes' write lock, so
+    /// a worker compiles the table again only when it changed.
+    pub route_generation: AtomicU64,
     /// The state file's last write, in the zone so that every worker's
     /// `/configuration/status` tells the same (see [`StateFileRecord`]).
     pub state_file: StateFileRecord,
@@ -95,6 +102,12 @@ pub struct CertIndex {
     pub certs: Index,
     /// The servers map: one blob, json = `{host: id}`; null when empty.
     pub servers: *mut Blob,
+}
+
+/// The route table's blob.
+#[repr(C)]
+pub struct RouteSlot {
+    pub blob: *mut Blob,
 }
 
 /// What one worker reports: its pid and the generation it routes by.
@@ -258,6 +271,8 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
                 },
             )
         };
+        // SAFETY: as above, for the routes' lock.
+        unsafe { ShmRwLock::init_in_place(ptr::addr_of_mut!((*header).routes), RouteSlot { blob: ptr::null_mut() }) };
         let table_layout = std::alloc::Layout::new::<EndpointTable>();
         let table = match pool.lock().allocate(table_layout) {
             Ok(p) => {
