@@ -17,6 +17,7 @@ pub mod default_certificate;
 pub mod diff;
 pub mod events;
 pub mod file_check;
+pub mod gateway;
 pub mod ingress_status;
 pub mod inspect;
 pub mod leader;

@@ -1,0 +1,12 @@
+//! Gateway API: what the controller makes of Gateways and HTTPRoutes for
+//! the module's route table (`lua_compat::routes`). Pure, like the
+//! ingress model: no I/O, unit- and property-tested.
+//!
+//! - [`hostnames`]: a listener's and a route's hostnames intersected, as
+//!   the spec attaches routes to listeners;
+//! - [`precedence`]: the order the spec gives matches (hostname, path,
+//!   method, headers, query, route age and name, rule order), and the
+//!   host groups the module looks requests up in.
+
+pub mod hostnames;
+pub mod precedence;
