@@ -116,6 +116,18 @@ pub struct Args {
     #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_ssl_passthrough: bool,
 
+    /// The `controllerName` of the GatewayClasses this controller serves
+    /// (Gateway API): their Gateways get nginx servers, their HTTPRoutes
+    /// the module's route table.
+    #[arg(long, global = true, default_value = controller::gateway::translate::CONTROLLER_NAME)]
+    pub gateway_controller_name: String,
+
+    /// 0: nginx listens on each Gateway listener's own port (one Gateway
+    /// per port). N: each Gateway port gets its own nginx port, N, N+1, ...
+    /// (oldest Gateway first), for a Service per Gateway to map its ports onto.
+    #[arg(long, global = true, default_value_t = 0)]
+    pub gateway_base_port: u16,
+
     /// A DNS server nginx asks for names it resolves per request (an
     /// `auth-url` host); repeat for more. Default: the nameservers of
     /// /etc/resolv.conf, as ingress-nginx.
@@ -439,6 +451,8 @@ impl Args {
                     .and_then(|(_, port)| port.parse().ok()),
             },
             ssl_passthrough: self.enable_ssl_passthrough,
+            gateway_controller_name: self.gateway_controller_name.clone(),
+            gateway_base_port: self.gateway_base_port,
         })
     }
 }

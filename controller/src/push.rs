@@ -244,11 +244,53 @@ impl Pusher {
     }
 }
 
+/// Sends the model's route table when it differs from what the module
+/// holds. The model validated every route with the module's validator, so
+/// a refusal means a bug: it is logged and not retried until the table
+/// changes.
+async fn push_routes(
+    shared: &Shared,
+    model: &Model,
+    pushed: &mut Option<Arc<lua_compat::routes::RouteTable>>,
+) -> anyhow::Result<()> {
+    if pushed
+        .as_ref()
+        .is_some_and(|p| Arc::ptr_eq(p, &model.routes) || **p == *model.routes)
+    {
+        return Ok(());
+    }
+    let started = Instant::now();
+    match shared.api.put_routes(&model.routes).await {
+        Ok(()) => {
+            shared.metrics.push("routes", true);
+            tracing::info!(
+                listeners = model.routes.listeners.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "pushed the route table"
+            );
+            *pushed = Some(model.routes.clone());
+            Ok(())
+        }
+        Err(PushError::Refused { body, .. }) => {
+            shared.metrics.push_result("routes", "refused");
+            tracing::error!(error = %body, "the module refused the route table; the previous one stays in force");
+            *pushed = Some(model.routes.clone());
+            Ok(())
+        }
+        Err(PushError::Failed(e)) => {
+            shared.metrics.push("routes", false);
+            Err(e.context("PUT /configuration/routes"))
+        }
+    }
+}
+
 /// Pushes backend changes as they come (see [`crate::push`]). A push that
 /// failed is retried in full with backoff; a refused backend is not.
 pub async fn task(shared: Arc<Shared>, mut models: watch::Receiver<Arc<Model>>, mut running: watch::Receiver<Running>) {
     let mut pusher = Pusher::default();
     let mut cert_pusher = crate::push_certs::CertPusher::default();
+    // The route table the module holds (`None`: unknown, send it).
+    let mut routes_pushed: Option<Arc<lua_compat::routes::RouteTable>> = None;
     let mut epoch = 0;
     let mut backoff = Duration::from_millis(200);
     let mut retry = false;
@@ -276,10 +318,16 @@ pub async fn task(shared: Arc<Shared>, mut models: watch::Receiver<Arc<Model>>, 
             // survives reloads, not restarts).
             pusher.forget();
             cert_pusher.forget();
+            routes_pushed = None;
             epoch = run.epoch;
         }
         let pushed = match pusher.round(&shared, &model, &run.referenced).await {
             Ok(()) => cert_pusher.round(&shared, &model).await,
+            Err(e) => Err(e),
+        };
+        // Routes after the backends they name.
+        let pushed = match pushed {
+            Ok(()) => push_routes(&shared, &model, &mut routes_pushed).await,
             Err(e) => Err(e),
         };
         match pushed {

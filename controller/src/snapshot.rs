@@ -5,6 +5,10 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
+use gateway_api_types::gatewayclasses::GatewayClass;
+use gateway_api_types::gateways::Gateway;
+use gateway_api_types::httproutes::HttpRoute;
+use gateway_api_types::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -37,6 +41,11 @@ pub struct Snapshot {
     pub tcp_services: Option<Arc<ConfigMap>>,
     /// `--udp-services-configmap`, if set and it exists.
     pub udp_services: Option<Arc<ConfigMap>>,
+    /// Gateway API objects (see [`crate::gateway`]).
+    pub gateway_classes: Vec<Arc<GatewayClass>>,
+    pub gateways: Vec<Arc<Gateway>>,
+    pub http_routes: Vec<Arc<HttpRoute>>,
+    pub reference_grants: Vec<Arc<ReferenceGrant>>,
 }
 
 /// What changed from one snapshot to the next, as far as the model cares.
@@ -67,7 +76,11 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_objects(&old.header_config_maps, &new.header_config_maps)
         && same_one(&old.config_map, &new.config_map)
         && same_one(&old.tcp_services, &new.tcp_services)
-        && same_one(&old.udp_services, &new.udp_services);
+        && same_one(&old.udp_services, &new.udp_services)
+        && same_objects(&old.gateway_classes, &new.gateway_classes)
+        && same_objects(&old.gateways, &new.gateways)
+        && same_objects(&old.http_routes, &new.http_routes)
+        && same_objects(&old.reference_grants, &new.reference_grants);
     if !others_same {
         return Change::Other;
     }

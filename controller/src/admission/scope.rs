@@ -175,5 +175,6 @@ pub fn related(snap: &Snapshot, candidate: &Ingress, opts: &BuildOptions) -> Sna
         header_config_maps: snap.header_config_maps.clone(),
         tcp_services: snap.tcp_services.clone(),
         udp_services: snap.udp_services.clone(),
+        ..Default::default()
     }
 }

@@ -6,7 +6,10 @@
 //!   the spec attaches routes to listeners;
 //! - [`precedence`]: the order the spec gives matches (hostname, path,
 //!   method, headers, query, route age and name, rule order), and the
-//!   host groups the module looks requests up in.
+//!   host groups the module looks requests up in;
+//! - [`translate`]: the Gateway objects this controller owns into that
+//!   table and the nginx servers it needs.
 
 pub mod hostnames;
 pub mod precedence;
+pub mod translate;

@@ -78,6 +78,8 @@ pub struct Structure {
     pub redirect_servers: Vec<RedirectServer>,
     /// `stream {}` servers of `tcp-services` and `udp-services`, by port.
     pub stream_servers: Vec<StreamServer>,
+    /// One server per Gateway port; its routes are pushed, not rendered.
+    pub gateway_servers: Vec<crate::gateway::translate::GatewayServer>,
     /// `--enable-ssl-passthrough`: the SNI map (passthrough hosts, and
     /// every other name, terminated); `None` when passthrough is off (the HTTP servers then listen on
     /// the HTTPS port themselves).
@@ -359,6 +361,8 @@ pub struct Model {
     /// The snapshot it was built from (set by the sync loop), so that the
     /// structural path can build it again without a quarantined Ingress.
     pub snapshot: Option<Arc<crate::snapshot::Snapshot>>,
+    /// The Gateway API route table, pushed to the module (never rendered).
+    pub routes: Arc<lua_compat::routes::RouteTable>,
 }
 
 impl Model {

@@ -167,6 +167,20 @@ impl ApiClient {
         refusal(resp).await
     }
 
+    /// `PUT /configuration/routes`: the whole Gateway API route table.
+    pub async fn put_routes(&self, table: &lua_compat::routes::RouteTable) -> Result<(), PushError> {
+        let body = serde_json::to_string(table).map_err(anyhow::Error::from)?;
+        let resp = self
+            .http
+            .put(format!("{}/configuration/routes", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(anyhow::Error::from)?;
+        refusal(resp).await
+    }
+
     /// The certificates the module holds: id, leaf SHA-256, chain length.
     pub async fn certificates(&self) -> anyhow::Result<Vec<HeldCertificate>> {
         let resp = self

@@ -81,6 +81,7 @@ impl Stores {
                 .collect(),
             tcp_services: self.tcp_services.as_ref().and_then(first),
             udp_services: self.udp_services.as_ref().and_then(first),
+            ..Default::default()
         }
     }
 
@@ -321,5 +322,6 @@ pub async fn list_once(client: Client, opts: &ClusterOptions) -> anyhow::Result<
             .collect(),
         tcp_services,
         udp_services,
+        ..Default::default()
     })
 }

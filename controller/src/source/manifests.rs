@@ -290,6 +290,10 @@ impl Snapshot {
         snap.slices.extend(self.slices.iter().cloned());
         snap.secrets.extend(self.secrets.iter().cloned());
         snap.header_config_maps.extend(self.header_config_maps.iter().cloned());
+        snap.gateway_classes.extend(self.gateway_classes.iter().cloned());
+        snap.gateways.extend(self.gateways.iter().cloned());
+        snap.http_routes.extend(self.http_routes.iter().cloned());
+        snap.reference_grants.extend(self.reference_grants.iter().cloned());
         for (from, to) in [
             (&self.config_map, &mut snap.config_map),
             (&self.tcp_services, &mut snap.tcp_services),
@@ -467,6 +471,39 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
             } else if cm.metadata.namespace.as_deref() == Some(&*config_map.0) {
                 // A header set add-headers or proxy-set-headers may name.
                 snap.header_config_maps.push(Arc::new(cm));
+            }
+        }
+        "GatewayClass" | "Gateway" | "HTTPRoute" | "ReferenceGrant"
+            if doc
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|v| v.starts_with("gateway.networking.k8s.io/")) =>
+        {
+            // Without a creationTimestamp, file order decides which route
+            // is older (route precedence), as for Ingresses.
+            let stamp = |doc: &mut Value| {
+                if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+                    if !meta.contains_key("creationTimestamp") {
+                        let t = serde_json::to_value(order_time(order)).unwrap_or_default();
+                        meta.insert("creationTimestamp".into(), t);
+                    }
+                }
+            };
+            // Stamped with the document's position once; unlike an
+            // Ingress's, the stamp is not moved when earlier files change
+            // (it only orders routes that tie on everything else).
+            stamp(&mut doc);
+            match kind.as_str() {
+                "GatewayClass" => snap
+                    .gateway_classes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "Gateway" => snap.gateways.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "HTTPRoute" => snap
+                    .http_routes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                _ => snap
+                    .reference_grants
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
             }
         }
         other => {

@@ -54,6 +54,10 @@ pub struct BuildOptions {
     /// passthrough hosts by SNI and every other connection to the HTTP
     /// servers' TLS listener.
     pub ssl_passthrough: bool,
+    /// `--gateway-controller-name`: the GatewayClasses served.
+    pub gateway_controller_name: String,
+    /// `--gateway-base-port` (see [`crate::gateway::translate`]).
+    pub gateway_base_port: u16,
 }
 
 impl Default for BuildOptions {
@@ -88,6 +92,8 @@ impl Default for BuildOptions {
                 webhook: None,
             },
             ssl_passthrough: false,
+            gateway_controller_name: crate::gateway::translate::CONTROLLER_NAME.into(),
+            gateway_base_port: 0,
         }
     }
 }
@@ -217,10 +223,14 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
             b.add_canary(ing, a);
         }
     }
+    let gateways = b.add_gateways();
     let mut model = b.finish();
     if let Some(structure) = &mut model.structure {
-        Arc::make_mut(structure).stream_servers = stream_servers;
+        let structure = Arc::make_mut(structure);
+        structure.stream_servers = stream_servers;
+        structure.gateway_servers = gateways.servers;
     }
+    model.routes = Arc::new(gateways.table);
     model.fingerprints = Arc::new(fingerprints);
     model
 }
@@ -249,6 +259,49 @@ pub fn fingerprint(snap: &Snapshot, ing: &Ingress) -> String {
 }
 
 impl<'s> Builder<'s> {
+    /// The Gateway API objects this controller owns: their route table and
+    /// servers; their Service ports become backends like an Ingress's
+    /// (claimed after every Ingress's, so Ingress backend names carry over).
+    fn add_gateways(&mut self) -> crate::gateway::translate::GatewayModel {
+        let (snap, opts) = (self.snap, self.opts);
+        let listen = &opts.listen;
+        let reserved = [listen.http_port, listen.https_port, listen.api_port];
+        let mut claimed = Vec::new();
+        let names = &mut self.names;
+        let model = crate::gateway::translate::translate(
+            snap,
+            &opts.gateway_controller_name,
+            opts.gateway_base_port,
+            &reserved,
+            |r| {
+                let name = names.claim(BackendId::Service {
+                    namespace: r.namespace.clone(),
+                    service: r.name.clone(),
+                    port: r.port.to_string(),
+                });
+                claimed.push((name.clone(), r.clone()));
+                name
+            },
+        );
+        for (name, r) in claimed {
+            self.backends.entry(name).or_insert_with(|| BackendRef {
+                namespace: r.namespace,
+                service: r.name,
+                port: PortRef::Number(i32::from(r.port)),
+                annotations: Default::default(),
+                canary: false,
+            });
+        }
+        for (object, reason) in &model.problems {
+            self.problems.push(Report {
+                object: object.clone(),
+                what: "gateway".into(),
+                reason: reason.clone(),
+            });
+        }
+        model
+    }
+
     fn report_all(&mut self, object: &str, problems: Vec<Problem>) {
         for p in problems {
             self.problems.push(Report {
@@ -1206,6 +1259,7 @@ impl<'s> Builder<'s> {
                 server_names_hash,
                 redirect_servers,
                 stream_servers: Vec::new(),
+                gateway_servers: Vec::new(),
                 passthrough,
                 auth_files: self.auth_files,
             })),
@@ -1218,6 +1272,7 @@ impl<'s> Builder<'s> {
             backend_problems,
             structure_problems: Arc::new(self.problems),
             snapshot: None,
+            routes: Arc::default(),
         };
         model.problems = all_problems(&model.structure_problems, &model.backend_problems);
         model
@@ -1256,6 +1311,7 @@ pub fn update_endpoints(
         backend_problems: prev.backend_problems.clone(),
         structure_problems: prev.structure_problems.clone(),
         snapshot: None,
+        routes: prev.routes.clone(),
     };
     if !names.is_empty() {
         backends::resolve(

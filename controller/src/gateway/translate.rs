@@ -1,0 +1,530 @@
+//! Gateways and HTTPRoutes into the module's route table.
+//!
+//! Only what this controller owns is read: GatewayClasses whose
+//! `controllerName` is ours, their Gateways, and the HTTPRoutes that name
+//! those Gateways as parents and that the listeners' `allowedRoutes`
+//! admit. Every value a route carries is checked with the module's own
+//! validator one route at a time, so one tenant's bad route is left out
+//! (and reported) without holding back anyone else's. A backend in
+//! another namespace needs a ReferenceGrant there.
+
+use std::collections::BTreeMap;
+
+use gateway_api_types::gateways::{Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom as From};
+use gateway_api_types::httproutes::{
+    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType,
+    HttpRouteRulesMatches,
+};
+use lua_compat::routes::validate::validate_routes;
+use lua_compat::routes::{
+    Filters, Header, HeaderModifier, ListenerRoutes, PathMatch, PathModifier, Redirect, Rewrite, RouteMatch,
+    RouteTable, Rule, ValueMatch, WeightedBackend,
+};
+
+use super::hostnames::intersect;
+use super::precedence::{host_groups, Candidate};
+use crate::snapshot::{key, Snapshot};
+
+/// The `controllerName` of GatewayClasses this controller serves.
+pub const CONTROLLER_NAME: &str = "dynamic-balancer.dev/gateway-controller";
+const GROUP: &str = "gateway.networking.k8s.io";
+
+/// A Service port a route sends to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceRef {
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+}
+
+/// One nginx `server` for Gateway traffic: a Gateway's port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct GatewayServer {
+    /// `namespace/gateway/port`: the route table's listener name.
+    pub name: String,
+    /// The port nginx listens on for it.
+    pub nginx_port: u16,
+}
+
+/// What the Gateway objects come to.
+#[derive(Debug, Default)]
+pub struct GatewayModel {
+    pub servers: Vec<GatewayServer>,
+    pub table: RouteTable,
+    /// `(object, reason)`: what was refused or left out.
+    pub problems: Vec<(String, String)>,
+}
+
+/// Translates the snapshot's Gateway objects. `base_port` 0: nginx listens
+/// on each Gateway port itself (two Gateways on one port: the older keeps
+/// it); otherwise the Gateway ports, oldest Gateway first, get `base_port`,
+/// `base_port + 1`, ... `backend` names the backend of a Service port that
+/// exists (and records it for the backends push).
+pub fn translate(
+    snap: &Snapshot,
+    controller_name: &str,
+    base_port: u16,
+    reserved: &[u16],
+    mut backend: impl FnMut(&ServiceRef) -> String,
+) -> GatewayModel {
+    let mut out = GatewayModel::default();
+    let classes: Vec<&str> = snap
+        .gateway_classes
+        .iter()
+        .filter(|c| c.spec.controller_name == controller_name)
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
+    let mut gateways: Vec<&Gateway> = snap
+        .gateways
+        .iter()
+        .map(|g| &**g)
+        .filter(|g| classes.contains(&g.spec.gateway_class_name.as_str()))
+        .collect();
+    gateways.sort_by_key(|g| (g.metadata.creation_timestamp.clone(), key(&g.metadata)));
+
+    // Each Gateway port is one server; its HTTP listeners share it.
+    let mut servers: BTreeMap<String, (u16, Vec<&GatewayListeners>, &Gateway)> = BTreeMap::new();
+    let mut taken: BTreeMap<u16, String> = reserved
+        .iter()
+        .map(|p| (*p, "the controller's own listeners".to_string()))
+        .collect();
+    for g in &gateways {
+        let gw_key = key(&g.metadata);
+        for l in &g.spec.listeners {
+            if l.protocol != "HTTP" {
+                out.problems.push((
+                    format!("Gateway {gw_key}"),
+                    format!(
+                        "listener {:?}: protocol {} is not supported yet; only HTTP listeners are served",
+                        l.name, l.protocol
+                    ),
+                ));
+                continue;
+            }
+            let Ok(port) = u16::try_from(l.port).map(|p| p.max(1)) else {
+                continue;
+            };
+            let name = format!("{gw_key}/{port}");
+            if let Some(entry) = servers.get_mut(&name) {
+                entry.1.push(l);
+                continue;
+            }
+            let nginx_port = if base_port == 0 {
+                port
+            } else {
+                base_port.saturating_add(servers.len() as u16)
+            };
+            if let Some(owner) = taken.get(&nginx_port) {
+                out.problems.push((
+                    format!("Gateway {gw_key}"),
+                    format!("nginx port {nginx_port} (for Gateway port {port}) is already taken by {owner}; set --gateway-base-port to give each Gateway its own ports"),
+                ));
+                continue;
+            }
+            taken.insert(nginx_port, format!("Gateway {gw_key}"));
+            servers.insert(name, (nginx_port, vec![l], g));
+        }
+    }
+
+    let mut routes: Vec<&HttpRoute> = snap.http_routes.iter().map(|r| &**r).collect();
+    routes.sort_by_key(|r| (r.metadata.creation_timestamp.clone(), key(&r.metadata)));
+    for (name, (nginx_port, listeners, gateway)) in &servers {
+        let port = listeners[0].port as u16;
+        let mut candidates = Vec::new();
+        let mut rules: Vec<Rule> = Vec::new();
+        for route in &routes {
+            let hostnames = attached_hostnames(route, gateway, listeners, port);
+            if hostnames.is_empty() {
+                continue;
+            }
+            let (route_rules, route_candidates) =
+                route_entries(snap, route, &hostnames, &mut backend, &mut out.problems);
+            // The module's validator, on this route alone: a bad value
+            // leaves out this route, never the table.
+            let alone = RouteTable {
+                listeners: vec![ListenerRoutes {
+                    name: name.clone(),
+                    port,
+                    hosts: host_groups(&route_candidates),
+                    rules: route_rules.clone(),
+                }],
+            };
+            if let Err(e) = validate_routes(&alone) {
+                out.problems.push((
+                    format!("HTTPRoute {}", key(&route.metadata)),
+                    format!("left out: {}: {}", e.path, e.message),
+                ));
+                continue;
+            }
+            let offset = rules.len() as u32;
+            rules.extend(route_rules);
+            candidates.extend(route_candidates.into_iter().map(|mut c| {
+                c.route_match.rule += offset;
+                c
+            }));
+        }
+        out.table.listeners.push(ListenerRoutes {
+            name: name.clone(),
+            port,
+            hosts: host_groups(&candidates),
+            rules,
+        });
+        out.servers.push(GatewayServer {
+            name: name.clone(),
+            nginx_port: *nginx_port,
+        });
+    }
+    out
+}
+
+/// The hostnames `route` serves on the server of `listeners` (one Gateway
+/// port), or none when it does not attach there.
+fn attached_hostnames(route: &HttpRoute, gateway: &Gateway, listeners: &[&GatewayListeners], port: u16) -> Vec<String> {
+    let route_ns = route.metadata.namespace.as_deref().unwrap_or("default");
+    let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
+    let gw_name = gateway.metadata.name.as_deref().unwrap_or("");
+    let route_hosts = route.spec.hostnames.clone().unwrap_or_default();
+    let mut hosts = Vec::new();
+    for parent in route.spec.parent_refs.iter().flatten() {
+        if !names_gateway(parent, route_ns, gw_ns, gw_name) {
+            continue;
+        }
+        if parent.port.is_some_and(|p| p != i32::from(port)) {
+            continue;
+        }
+        for l in listeners {
+            if parent.section_name.as_ref().is_some_and(|s| *s != l.name) || !admits(l, route_ns, gw_ns) {
+                continue;
+            }
+            hosts.extend(intersect(l.hostname.as_deref(), &route_hosts));
+        }
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns: &str, gw_name: &str) -> bool {
+    parent.group.as_deref().unwrap_or(GROUP) == GROUP
+        && parent.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+        && parent.name == gw_name
+        && parent.namespace.as_deref().unwrap_or(route_ns) == gw_ns
+}
+
+/// Whether the listener's `allowedRoutes` admits an HTTPRoute of
+/// `route_ns`. A namespace selector needs the Namespaces' labels, which are
+/// not watched yet: it admits nothing.
+fn admits(l: &GatewayListeners, route_ns: &str, gw_ns: &str) -> bool {
+    let allowed = l.allowed_routes.as_ref();
+    let kinds_ok = allowed.and_then(|a| a.kinds.as_ref()).is_none_or(|kinds| {
+        kinds
+            .iter()
+            .any(|k| k.kind == "HTTPRoute" && k.group.as_deref().unwrap_or(GROUP) == GROUP)
+    });
+    let from = allowed
+        .and_then(|a| a.namespaces.as_ref())
+        .and_then(|n| n.from.clone())
+        .unwrap_or(From::Same);
+    kinds_ok
+        && match from {
+            From::All => true,
+            From::Same => route_ns == gw_ns,
+            From::Selector => false,
+        }
+}
+
+/// The rules and candidate matches of one route (rule indexes local).
+fn route_entries(
+    snap: &Snapshot,
+    route: &HttpRoute,
+    hostnames: &[String],
+    backend: &mut impl FnMut(&ServiceRef) -> String,
+    problems: &mut Vec<(String, String)>,
+) -> (Vec<Rule>, Vec<Candidate>) {
+    let route_key = key(&route.metadata);
+    let ns = route.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = route.metadata.name.clone().unwrap_or_default();
+    let created = route
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second());
+    let mut report = |reason: String| problems.push((format!("HTTPRoute {route_key}"), reason));
+    let mut rules = Vec::new();
+    let mut candidates = Vec::new();
+    for (rule_index, r) in route.spec.rules.iter().flatten().enumerate() {
+        let rule = translate_rule(snap, &ns, &route_key, r, backend, &mut report);
+        let rule_id = rules.len() as u32;
+        rules.push(rule);
+        let default_match = [HttpRouteRulesMatches {
+            headers: None,
+            method: None,
+            path: None,
+            query_params: None,
+        }];
+        let matches = r.matches.as_deref().filter(|m| !m.is_empty()).unwrap_or(&default_match);
+        for (match_index, m) in matches.iter().enumerate() {
+            let route_match = translate_match(m, rule_id);
+            for h in hostnames {
+                candidates.push(Candidate {
+                    hostname: h.clone(),
+                    route_match: route_match.clone(),
+                    created,
+                    route: (ns.clone(), name.clone()),
+                    rule_index,
+                    match_index,
+                });
+            }
+        }
+    }
+    (rules, candidates)
+}
+
+fn translate_match(m: &HttpRouteRulesMatches, rule: u32) -> RouteMatch {
+    use gateway_api_types::httproutes::HttpRouteRulesMatchesHeadersType as HeaderType;
+    use gateway_api_types::httproutes::HttpRouteRulesMatchesPathType as PathType;
+    use gateway_api_types::httproutes::HttpRouteRulesMatchesQueryParamsType as QueryType;
+    let value = m
+        .path
+        .as_ref()
+        .and_then(|p| p.value.clone())
+        .unwrap_or_else(|| "/".into());
+    let path = match m.path.as_ref().and_then(|p| p.r#type.clone()) {
+        Some(PathType::Exact) => PathMatch::Exact(value),
+        Some(PathType::RegularExpression) => PathMatch::RegularExpression(value),
+        Some(PathType::PathPrefix) | None => PathMatch::PathPrefix(value),
+    };
+    let method = m
+        .method
+        .as_ref()
+        .and_then(|x| serde_json::to_value(x).ok())
+        .and_then(|v| v.as_str().map(str::to_string));
+    RouteMatch {
+        path,
+        method,
+        headers: m
+            .headers
+            .iter()
+            .flatten()
+            .map(|h| ValueMatch {
+                name: h.name.clone(),
+                value: h.value.clone(),
+                regex: matches!(h.r#type, Some(HeaderType::RegularExpression)),
+            })
+            .collect(),
+        query: m
+            .query_params
+            .iter()
+            .flatten()
+            .map(|q| ValueMatch {
+                name: q.name.clone(),
+                value: q.value.clone(),
+                regex: matches!(q.r#type, Some(QueryType::RegularExpression)),
+            })
+            .collect(),
+        rule,
+    }
+}
+
+fn translate_rule(
+    snap: &Snapshot,
+    ns: &str,
+    route_key: &str,
+    r: &HttpRouteRules,
+    backend: &mut impl FnMut(&ServiceRef) -> String,
+    report: &mut impl FnMut(String),
+) -> Rule {
+    let mut filters = Filters::default();
+    let mut unsupported = false;
+    for f in r.filters.iter().flatten() {
+        if let Err(why) = apply_filter(&mut filters, f) {
+            report(why);
+            unsupported = true;
+        }
+    }
+    if r.timeouts.is_some() || r.retry.is_some() {
+        report("timeouts and retry are not supported yet; ignored".into());
+    }
+    let mut backends = Vec::new();
+    for b in r.backend_refs.iter().flatten() {
+        let weight = b.weight.unwrap_or(1).clamp(0, 1_000_000) as u32;
+        let target_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+        let resolved = (|| {
+            if b.group.as_deref().is_some_and(|g| !g.is_empty() && g != "core")
+                || b.kind.as_deref().is_some_and(|k| k != "Service")
+            {
+                return Err(format!("backend {}: only Services are supported", b.name));
+            }
+            let port = b
+                .port
+                .and_then(|p| u16::try_from(p).ok())
+                .ok_or_else(|| format!("backend {}: a Service needs a port", b.name))?;
+            if target_ns != ns && !granted(snap, ns, &target_ns, &b.name) {
+                return Err(format!(
+                    "backend {target_ns}/{}: no ReferenceGrant in {target_ns} lets HTTPRoutes of {ns} refer to it",
+                    b.name
+                ));
+            }
+            let service = snap
+                .services
+                .iter()
+                .find(|s| {
+                    s.metadata.namespace.as_deref().unwrap_or("default") == target_ns
+                        && s.metadata.name.as_deref() == Some(&b.name)
+                })
+                .ok_or_else(|| format!("backend {target_ns}/{}: Service not found", b.name))?;
+            let has_port = service
+                .spec
+                .iter()
+                .flat_map(|s| s.ports.iter().flatten())
+                .any(|p| p.port == i32::from(port));
+            if !has_port {
+                return Err(format!(
+                    "backend {target_ns}/{}: the Service has no port {port}",
+                    b.name
+                ));
+            }
+            Ok(backend(&ServiceRef {
+                namespace: target_ns.clone(),
+                name: b.name.clone(),
+                port,
+            }))
+        })();
+        let name = match resolved {
+            Ok(name) => Some(name),
+            Err(why) => {
+                report(format!("{why}; its share of the requests gets 500"));
+                None
+            }
+        };
+        backends.push(WeightedBackend { backend: name, weight });
+    }
+    if unsupported {
+        // The spec: a rule whose filters cannot be applied is not served
+        // as if they were absent; its requests get 500.
+        backends.clear();
+        filters.redirect = None;
+    }
+    Rule {
+        route: route_key.to_string(),
+        name: r.name.clone(),
+        filters,
+        backends,
+    }
+}
+
+fn modifier(
+    set: impl Iterator<Item = (String, String)>,
+    add: impl Iterator<Item = (String, String)>,
+    remove: Option<&Vec<String>>,
+) -> HeaderModifier {
+    let header = |(name, value)| Header { name, value };
+    HeaderModifier {
+        set: set.map(header).collect(),
+        add: add.map(header).collect(),
+        remove: remove.cloned().unwrap_or_default(),
+    }
+}
+
+fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), String> {
+    match f.r#type {
+        FilterType::RequestHeaderModifier => {
+            let m = f
+                .request_header_modifier
+                .as_ref()
+                .ok_or("RequestHeaderModifier without its settings")?;
+            filters.request_headers = Some(modifier(
+                m.set.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
+                m.add.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
+                m.remove.as_ref(),
+            ));
+        }
+        FilterType::ResponseHeaderModifier => {
+            let m = f
+                .response_header_modifier
+                .as_ref()
+                .ok_or("ResponseHeaderModifier without its settings")?;
+            filters.response_headers = Some(modifier(
+                m.set.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
+                m.add.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
+                m.remove.as_ref(),
+            ));
+        }
+        FilterType::RequestRedirect => {
+            use gateway_api_types::httproutes::HttpRouteRulesFiltersRequestRedirectPathType as T;
+            use gateway_api_types::httproutes::HttpRouteRulesFiltersRequestRedirectScheme as S;
+            let r = f
+                .request_redirect
+                .as_ref()
+                .ok_or("RequestRedirect without its settings")?;
+            let path = match &r.path {
+                None => None,
+                Some(p) => Some(match p.r#type {
+                    T::ReplaceFullPath => {
+                        PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default())
+                    }
+                    T::ReplacePrefixMatch => {
+                        PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
+                    }
+                }),
+            };
+            filters.redirect = Some(Redirect {
+                scheme: r.scheme.as_ref().map(|s| match s {
+                    S::Http => "http".into(),
+                    S::Https => "https".into(),
+                }),
+                hostname: r.hostname.clone(),
+                port: r.port.and_then(|p| u16::try_from(p).ok()),
+                path,
+                status_code: r.status_code.and_then(|c| u16::try_from(c).ok()).unwrap_or(302),
+            });
+        }
+        FilterType::UrlRewrite => {
+            use gateway_api_types::httproutes::HttpRouteRulesFiltersUrlRewritePathType as T;
+            let r = f.url_rewrite.as_ref().ok_or("URLRewrite without its settings")?;
+            let path = match &r.path {
+                None => None,
+                Some(p) => Some(match p.r#type {
+                    T::ReplaceFullPath => {
+                        PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default())
+                    }
+                    T::ReplacePrefixMatch => {
+                        PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
+                    }
+                }),
+            };
+            filters.rewrite = Some(Rewrite {
+                hostname: r.hostname.clone(),
+                path,
+            });
+        }
+        FilterType::RequestMirror | FilterType::Cors | FilterType::ExtensionRef => {
+            return Err(format!(
+                "filter {:?} is not supported yet; the rule answers 500",
+                serde_json::to_value(&f.r#type)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a ReferenceGrant in `target_ns` lets HTTPRoutes of `from_ns`
+/// refer to the Service `name`.
+fn granted(snap: &Snapshot, from_ns: &str, target_ns: &str, name: &str) -> bool {
+    snap.reference_grants
+        .iter()
+        .filter(|g| g.metadata.namespace.as_deref().unwrap_or("default") == target_ns)
+        .any(|g| {
+            g.spec
+                .from
+                .iter()
+                .any(|f| f.group == GROUP && f.kind == "HTTPRoute" && f.namespace == from_ns)
+                && g.spec
+                    .to
+                    .iter()
+                    .any(|t| t.group.is_empty() && t.kind == "Service" && t.name.as_deref().is_none_or(|n| n == name))
+        })
+}

@@ -1,0 +1,139 @@
+//! Gateway API through the controller (manifest mode): a GatewayClass of
+//! ours, a Gateway with an HTTP listener, HTTPRoutes with matches, weights
+//! and filters. Route edits reach traffic with no reload; routes that the
+//! listener's `allowedRoutes` does not admit, or backends in another
+//! namespace without a ReferenceGrant, do not route.
+
+use std::time::Duration;
+
+use tests::controller::{service, wait_until, Controller};
+use tests::{free_port, Upstream};
+
+fn gateway_class() -> String {
+    "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: dynamic}\nspec: {controllerName: dynamic-balancer.dev/gateway-controller}\n".into()
+}
+
+fn gateway(name: &str, port: u16, allowed_from: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: demo, name: {name}}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: http, protocol: HTTP, port: {port}, allowedRoutes: {{namespaces: {{from: {allowed_from}}}}}}}\n"
+    )
+}
+
+/// An HTTPRoute of namespace `ns` on Gateway `demo/gw` for `host`: a
+/// header match `X-Version: 2` to `v2`, and a weighted split of the rest.
+fn route(ns: &str, name: &str, host: &str, split: &[(&str, u32)], v2: &str) -> String {
+    let backends: Vec<String> = split
+        .iter()
+        .map(|(svc, w)| format!("{{name: {svc}, port: 80, weight: {w}}}"))
+        .collect();
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{namespace: {ns}, name: {name}}}\nspec:\n  parentRefs: [{{name: gw, namespace: demo}}]\n  hostnames: [{host}]\n  rules:\n  - matches: [{{headers: [{{name: X-Version, value: \"2\"}}]}}]\n    backendRefs: [{{name: {v2}, namespace: demo, port: 80}}]\n  - backendRefs: [{}]\n    filters:\n    - type: ResponseHeaderModifier\n      responseHeaderModifier: {{set: [{{name: X-Route, value: {name}}}]}}\n",
+        backends.join(", ")
+    )
+}
+
+/// The identity of the upstream that answers a request to the Gateway.
+fn via(port: u16, host: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = tests::agent().get(&format!("http://127.0.0.1:{port}/"));
+    req = req.header("Host", host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    match req.call() {
+        Ok(r) => (
+            r.status().as_u16(),
+            r.headers()
+                .get("x-upstream")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+                + r.headers()
+                    .get("x-route")
+                    .map(|v| format!("+{}", v.to_str().unwrap_or_default()))
+                    .unwrap_or_default()
+                    .as_str(),
+        ),
+        Err(_) => (0, String::new()),
+    }
+}
+
+#[test]
+fn http_routes_route_and_change_without_reload() {
+    let (a, b) = (Upstream::start(), Upstream::start());
+    let gw = free_port();
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gateway.yaml", gateway("gw", gw, "Same")),
+        ("a.yaml", service("web-a", &[a.port])),
+        ("b.yaml", service("web-b", &[b.port])),
+        ("route.yaml", route("demo", "web", "web.test", &[("web-a", 1)], "web-b")),
+    ];
+    let c = Controller::start(&files, &[]);
+    assert!(c.conf().contains("dynamic_balancer_routes demo/gw/"), "{}", c.conf());
+    let (a_id, b_id) = (a.identity.clone(), b.identity.clone());
+    assert!(wait_until(Duration::from_secs(10), || via(gw, "web.test", &[]).1
+        == format!("{a_id}+web")));
+    assert_eq!(via(gw, "web.test", &[("X-Version", "2")]), (200, b_id.clone()));
+    assert_eq!(via(gw, "other.test", &[]).0, 404, "no route for the host");
+    let reloads = c.reloads();
+    let pids = c.worker_pids();
+
+    // The split moves to b, then the route takes a second host: each edit
+    // reaches traffic without a reload.
+    c.write(
+        "route.yaml",
+        &route("demo", "web", "web.test", &[("web-a", 0), ("web-b", 1)], "web-b"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || via(gw, "web.test", &[]).1
+        == format!("{b_id}+web")));
+    c.write(
+        "route.yaml",
+        &route("demo", "web", "web.test, www.web.test", &[("web-a", 1)], "web-b"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || via(gw, "www.web.test", &[]).0 == 200));
+    assert_eq!(c.reloads(), reloads, "route edits never reload");
+    assert_eq!(c.worker_pids(), pids);
+
+    // Another namespace's route is not admitted (allowedRoutes: Same), and
+    // a backend in another namespace needs a ReferenceGrant.
+    c.write(
+        "tenant.yaml",
+        &route("tenant", "intruder", "web.test", &[("web-a", 1)], "web-a").replace("web.test", "tenant.test"),
+    );
+    c.write(
+        "cross.yaml",
+        &route("demo", "cross", "cross.test", &[("web-a", 1)], "web-a")
+            .replace("namespace: demo, port: 80", "namespace: elsewhere, port: 80"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || via(
+        gw,
+        "cross.test",
+        &[("X-Version", "2")]
+    )
+    .0 == 500));
+    assert_eq!(via(gw, "tenant.test", &[]).0, 404);
+    assert!(c.log().contains("no ReferenceGrant in elsewhere"), "{}", c.log());
+}
+
+#[test]
+fn each_gateway_gets_its_own_port_from_the_base() {
+    let up = Upstream::start();
+    let base = free_port();
+    let (g1, g2) = (free_port(), free_port());
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gw1.yaml", gateway("gw", g1, "Same")),
+        ("gw2.yaml", gateway("gw2", g2, "Same")),
+        ("svc.yaml", service("web-a", &[up.port])),
+        ("route.yaml", route("demo", "web", "web.test", &[("web-a", 1)], "web-a")),
+    ];
+    let c = Controller::start(&files, &[&format!("--gateway-base-port={base}")]);
+    let conf = c.conf();
+    assert!(
+        conf.contains(&format!(":{base};")) && conf.contains(&format!(":{};", base + 1)),
+        "{conf}"
+    );
+    // The route names gw only: gw's port serves it, gw2's answers 404.
+    assert!(wait_until(Duration::from_secs(10), || via(base, "web.test", &[]).0 == 200));
+    assert_eq!(via(base + 1, "web.test", &[]).0, 404);
+}
