@@ -27,6 +27,8 @@ const DEFAULT_TESTS: &[&str] = &[
     "stream_balancer",
     "l4_services",
     "ssl_passthrough",
+    "gateway_routes",
+    "gateway_api",
 ];
 
 pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
