@@ -116,6 +116,12 @@ pub struct Args {
     #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_ssl_passthrough: bool,
 
+    /// Watch Gateway API objects (GatewayClass, Gateway, HTTPRoute,
+    /// ReferenceGrant) in cluster mode; their v1.7.0 CRDs must be
+    /// installed. A manifest directory's Gateway objects are always read.
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_gateway_api: bool,
+
     /// The `controllerName` of the GatewayClasses this controller serves
     /// (Gateway API): their Gateways get nginx servers, their HTTPRoutes
     /// the module's route table.

@@ -34,6 +34,7 @@ async fn check(args: &Args) -> anyhow::Result<()> {
                 config_map: config_map.config_map,
                 tcp_services: config_map.tcp_services,
                 udp_services: config_map.udp_services,
+                gateway_api: args.enable_gateway_api,
             };
             (cluster::list_once(args.kube_client().await?, &opts).await?, Vec::new())
         }

@@ -244,6 +244,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 config_map: config_map.config_map,
                 tcp_services: config_map.tcp_services,
                 udp_services: config_map.udp_services,
+                gateway_api: args.enable_gateway_api,
             };
             tokio::spawn(cluster::run(client.expect("a client in cluster mode"), opts, tx))
         }

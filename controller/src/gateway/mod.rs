@@ -12,4 +12,5 @@
 
 pub mod hostnames;
 pub mod precedence;
+pub mod status;
 pub mod translate;

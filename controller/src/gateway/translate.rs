@@ -53,6 +53,14 @@ pub struct GatewayModel {
     pub table: RouteTable,
     /// `(object, reason)`: what was refused or left out.
     pub problems: Vec<(String, String)>,
+    /// Each listener of our Gateways, by `(namespace/gateway, listener)`:
+    /// served, or why not (a condition reason and message).
+    pub listeners: BTreeMap<(String, String), Result<(), (String, String)>>,
+    /// HTTPRoutes with a backend ref that does not resolve, or a filter
+    /// that is not supported: the first such reason, by `namespace/name`.
+    pub unresolved: BTreeMap<String, (String, String)>,
+    /// HTTPRoutes left out because a value failed validation.
+    pub invalid: BTreeMap<String, String>,
 }
 
 /// Translates the snapshot's Gateway objects. `base_port` 0: nginx listens
@@ -91,7 +99,15 @@ pub fn translate(
     for g in &gateways {
         let gw_key = key(&g.metadata);
         for l in &g.spec.listeners {
+            let lkey = (gw_key.clone(), l.name.clone());
             if l.protocol != "HTTP" {
+                out.listeners.insert(
+                    lkey,
+                    Err((
+                        "UnsupportedProtocol".into(),
+                        format!("protocol {} is not supported yet", l.protocol),
+                    )),
+                );
                 out.problems.push((
                     format!("Gateway {gw_key}"),
                     format!(
@@ -102,11 +118,14 @@ pub fn translate(
                 continue;
             }
             let Ok(port) = u16::try_from(l.port).map(|p| p.max(1)) else {
+                out.listeners
+                    .insert(lkey, Err(("PortUnavailable".into(), "not a port".into())));
                 continue;
             };
             let name = format!("{gw_key}/{port}");
             if let Some(entry) = servers.get_mut(&name) {
                 entry.1.push(l);
+                out.listeners.insert(lkey, Ok(()));
                 continue;
             }
             let nginx_port = if base_port == 0 {
@@ -115,6 +134,13 @@ pub fn translate(
                 base_port.saturating_add(servers.len() as u16)
             };
             if let Some(owner) = taken.get(&nginx_port) {
+                out.listeners.insert(
+                    lkey,
+                    Err((
+                        "PortUnavailable".into(),
+                        format!("nginx port {nginx_port} is taken by {owner}"),
+                    )),
+                );
                 out.problems.push((
                     format!("Gateway {gw_key}"),
                     format!("nginx port {nginx_port} (for Gateway port {port}) is already taken by {owner}; set --gateway-base-port to give each Gateway its own ports"),
@@ -122,6 +148,7 @@ pub fn translate(
                 continue;
             }
             taken.insert(nginx_port, format!("Gateway {gw_key}"));
+            out.listeners.insert(lkey, Ok(()));
             servers.insert(name, (nginx_port, vec![l], g));
         }
     }
@@ -137,8 +164,18 @@ pub fn translate(
             if hostnames.is_empty() {
                 continue;
             }
+            let mut route_problems = Vec::new();
             let (route_rules, route_candidates) =
-                route_entries(snap, route, &hostnames, &mut backend, &mut out.problems);
+                route_entries(snap, route, &hostnames, &mut backend, &mut route_problems);
+            if let Some((reason, message)) = route_problems.first() {
+                out.unresolved
+                    .entry(key(&route.metadata))
+                    .or_insert_with(|| (reason.clone(), message.clone()));
+            }
+            for (_, message) in route_problems {
+                out.problems
+                    .push((format!("HTTPRoute {}", key(&route.metadata)), message));
+            }
             // The module's validator, on this route alone: a bad value
             // leaves out this route, never the table.
             let alone = RouteTable {
@@ -150,6 +187,8 @@ pub fn translate(
                 }],
             };
             if let Err(e) = validate_routes(&alone) {
+                out.invalid
+                    .insert(key(&route.metadata), format!("{}: {}", e.path, e.message));
                 out.problems.push((
                     format!("HTTPRoute {}", key(&route.metadata)),
                     format!("left out: {}: {}", e.path, e.message),
@@ -204,7 +243,7 @@ fn attached_hostnames(route: &HttpRoute, gateway: &Gateway, listeners: &[&Gatewa
     hosts
 }
 
-fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns: &str, gw_name: &str) -> bool {
+pub(crate) fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns: &str, gw_name: &str) -> bool {
     parent.group.as_deref().unwrap_or(GROUP) == GROUP
         && parent.kind.as_deref().unwrap_or("Gateway") == "Gateway"
         && parent.name == gw_name
@@ -214,7 +253,7 @@ fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns: &str, gw_n
 /// Whether the listener's `allowedRoutes` admits an HTTPRoute of
 /// `route_ns`. A namespace selector needs the Namespaces' labels, which are
 /// not watched yet: it admits nothing.
-fn admits(l: &GatewayListeners, route_ns: &str, gw_ns: &str) -> bool {
+pub(crate) fn admits(l: &GatewayListeners, route_ns: &str, gw_ns: &str) -> bool {
     let allowed = l.allowed_routes.as_ref();
     let kinds_ok = allowed.and_then(|a| a.kinds.as_ref()).is_none_or(|kinds| {
         kinds
@@ -249,7 +288,8 @@ fn route_entries(
         .creation_timestamp
         .as_ref()
         .map_or(0, |t| t.0.as_second());
-    let mut report = |reason: String| problems.push((format!("HTTPRoute {route_key}"), reason));
+    // `(condition reason, message)`.
+    let mut report = |reason: &str, message: String| problems.push((reason.to_string(), message));
     let mut rules = Vec::new();
     let mut candidates = Vec::new();
     for (rule_index, r) in route.spec.rules.iter().flatten().enumerate() {
@@ -332,18 +372,21 @@ fn translate_rule(
     route_key: &str,
     r: &HttpRouteRules,
     backend: &mut impl FnMut(&ServiceRef) -> String,
-    report: &mut impl FnMut(String),
+    report: &mut impl FnMut(&str, String),
 ) -> Rule {
     let mut filters = Filters::default();
     let mut unsupported = false;
     for f in r.filters.iter().flatten() {
         if let Err(why) = apply_filter(&mut filters, f) {
-            report(why);
+            report("UnsupportedValue", why);
             unsupported = true;
         }
     }
     if r.timeouts.is_some() || r.retry.is_some() {
-        report("timeouts and retry are not supported yet; ignored".into());
+        report(
+            "UnsupportedValue",
+            "timeouts and retry are not supported yet; ignored".into(),
+        );
     }
     let mut backends = Vec::new();
     for b in r.backend_refs.iter().flatten() {
@@ -353,16 +396,24 @@ fn translate_rule(
             if b.group.as_deref().is_some_and(|g| !g.is_empty() && g != "core")
                 || b.kind.as_deref().is_some_and(|k| k != "Service")
             {
-                return Err(format!("backend {}: only Services are supported", b.name));
+                return Err((
+                    "InvalidKind",
+                    format!("backend {}: only Services are supported", b.name),
+                ));
             }
-            let port = b
-                .port
-                .and_then(|p| u16::try_from(p).ok())
-                .ok_or_else(|| format!("backend {}: a Service needs a port", b.name))?;
+            let port = b.port.and_then(|p| u16::try_from(p).ok()).ok_or_else(|| {
+                (
+                    "UnsupportedValue",
+                    format!("backend {}: a Service needs a port", b.name),
+                )
+            })?;
             if target_ns != ns && !granted(snap, ns, &target_ns, &b.name) {
-                return Err(format!(
-                    "backend {target_ns}/{}: no ReferenceGrant in {target_ns} lets HTTPRoutes of {ns} refer to it",
-                    b.name
+                return Err((
+                    "RefNotPermitted",
+                    format!(
+                        "backend {target_ns}/{}: no ReferenceGrant in {target_ns} lets HTTPRoutes of {ns} refer to it",
+                        b.name
+                    ),
                 ));
             }
             let service = snap
@@ -372,16 +423,21 @@ fn translate_rule(
                     s.metadata.namespace.as_deref().unwrap_or("default") == target_ns
                         && s.metadata.name.as_deref() == Some(&b.name)
                 })
-                .ok_or_else(|| format!("backend {target_ns}/{}: Service not found", b.name))?;
+                .ok_or_else(|| {
+                    (
+                        "BackendNotFound",
+                        format!("backend {target_ns}/{}: Service not found", b.name),
+                    )
+                })?;
             let has_port = service
                 .spec
                 .iter()
                 .flat_map(|s| s.ports.iter().flatten())
                 .any(|p| p.port == i32::from(port));
             if !has_port {
-                return Err(format!(
-                    "backend {target_ns}/{}: the Service has no port {port}",
-                    b.name
+                return Err((
+                    "BackendNotFound",
+                    format!("backend {target_ns}/{}: the Service has no port {port}", b.name),
                 ));
             }
             Ok(backend(&ServiceRef {
@@ -392,8 +448,8 @@ fn translate_rule(
         })();
         let name = match resolved {
             Ok(name) => Some(name),
-            Err(why) => {
-                report(format!("{why}; its share of the requests gets 500"));
+            Err((reason, why)) => {
+                report(reason, format!("{why}; its share of the requests gets 500"));
                 None
             }
         };

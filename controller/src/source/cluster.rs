@@ -17,6 +17,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 
 use crate::snapshot::Snapshot;
+use gateway_api_types::gatewayclasses::GatewayClass;
+use gateway_api_types::gateways::Gateway;
+use gateway_api_types::httproutes::HttpRoute;
+use gateway_api_types::referencegrants::ReferenceGrant;
 
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -27,6 +31,9 @@ pub struct ClusterOptions {
     /// `--tcp-services-configmap` and `--udp-services-configmap`.
     pub tcp_services: Option<(String, String)>,
     pub udp_services: Option<(String, String)>,
+    /// `--enable-gateway-api`: also watch GatewayClasses, Gateways,
+    /// HTTPRoutes and ReferenceGrants (their CRDs must be installed).
+    pub gateway_api: bool,
 }
 
 struct Stores {
@@ -44,6 +51,16 @@ struct Stores {
     /// namespace).
     tcp_services: Option<Store<ConfigMap>>,
     udp_services: Option<Store<ConfigMap>>,
+    /// With `--enable-gateway-api`.
+    gateway: Option<GatewayStores>,
+}
+
+/// The Gateway API kinds' stores.
+struct GatewayStores {
+    classes: Store<GatewayClass>,
+    gateways: Store<Gateway>,
+    routes: Store<HttpRoute>,
+    grants: Store<ReferenceGrant>,
 }
 
 /// The one object a by-name store holds.
@@ -81,6 +98,10 @@ impl Stores {
                 .collect(),
             tcp_services: self.tcp_services.as_ref().and_then(first),
             udp_services: self.udp_services.as_ref().and_then(first),
+            gateway_classes: self.gateway.as_ref().map(|g| all(&g.classes)).unwrap_or_default(),
+            gateways: self.gateway.as_ref().map(|g| all(&g.gateways)).unwrap_or_default(),
+            http_routes: self.gateway.as_ref().map(|g| all(&g.routes)).unwrap_or_default(),
+            reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
             ..Default::default()
         }
     }
@@ -94,6 +115,12 @@ impl Stores {
         self.opaque_secrets.wait_until_ready().await?;
         for store in [&self.tcp_services, &self.udp_services].into_iter().flatten() {
             store.wait_until_ready().await?;
+        }
+        if let Some(g) = &self.gateway {
+            g.classes.wait_until_ready().await?;
+            g.gateways.wait_until_ready().await?;
+            g.routes.wait_until_ready().await?;
+            g.grants.wait_until_ready().await?;
         }
         self.config_maps.wait_until_ready().await
     }
@@ -186,6 +213,22 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
     };
     let tcp_services = by_name(&opts.tcp_services);
     let udp_services = by_name(&opts.udp_services);
+    let gateway = if opts.gateway_api {
+        gateway_crds_installed(&client).await?;
+        let (classes, g1) = reflect(Api::<GatewayClass>::all(client.clone()), watcher::Config::default());
+        let (gateways, g2) = reflect(api::<Gateway>(&client, ns), watcher::Config::default());
+        let (routes, g3) = reflect(api::<HttpRoute>(&client, ns), watcher::Config::default());
+        let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
+        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed()]);
+        Some(GatewayStores {
+            classes,
+            gateways,
+            routes,
+            grants,
+        })
+    } else {
+        None
+    };
     let stores = Stores {
         ingresses,
         classes,
@@ -197,6 +240,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         config_map_name: cm_name.clone(),
         tcp_services,
         udp_services,
+        gateway,
     };
 
     let changed = Arc::new(Notify::new());
@@ -233,6 +277,19 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
     }
     driver.abort();
     Ok(())
+}
+
+/// Fails, with what to do, when `--enable-gateway-api` is given but the
+/// Gateway API CRDs are not installed (their watchers would retry forever
+/// and no snapshot would ever come).
+async fn gateway_crds_installed(client: &Client) -> anyhow::Result<()> {
+    let params = kube::api::ListParams::default().limit(1);
+    match Api::<GatewayClass>::all(client.clone()).list(&params).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
+            "--enable-gateway-api: the Gateway API CRDs (gateway.networking.k8s.io/v1) are not installed; install the v1.7.0 standard CRDs (the chart's gatewayAPI.installCRDs) or drop the flag"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Fails when RBAC forbids reading a layer-4 ConfigMap: its watcher would
