@@ -300,11 +300,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 rx.clone(),
                 leading_rx.clone(),
             ));
+            let mut tasks = vec![elector, status_task];
+            if args.enable_gateway_api {
+                let opts = controller::gateway_status::GatewayStatusOptions {
+                    controller_name: args.gateway_controller_name.clone(),
+                    base_port: args.gateway_base_port,
+                    reserved: vec![args.http_port, args.https_port, args.api_port],
+                    addresses: args.publish_status_address.clone(),
+                    period: Duration::from_secs(60),
+                };
+                tasks.push(tokio::spawn(controller::gateway_status::task(
+                    client.clone(),
+                    opts,
+                    rx.clone(),
+                    leading_rx.clone(),
+                )));
+            }
             Some(Election {
                 client: client.clone(),
                 lease: cfg,
                 status: status_opts,
-                tasks: [elector, status_task],
+                tasks,
             })
         }
         None => None,
@@ -329,7 +345,7 @@ struct Election {
     client: kube::Client,
     lease: leader::LeaseConfig,
     status: ingress_status::StatusOptions,
-    tasks: [tokio::task::JoinHandle<()>; 2],
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The graceful stop, in the order a rolling update needs: /readyz fails

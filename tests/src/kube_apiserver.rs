@@ -118,6 +118,10 @@ fn collection(kind: &str, namespace: &str) -> String {
         "EndpointSlice" => ns("/apis/discovery.k8s.io/v1", "endpointslices"),
         "Namespace" => "/api/v1/namespaces".into(),
         "Pod" => ns("/api/v1", "pods"),
+        "GatewayClass" => "/apis/gateway.networking.k8s.io/v1/gatewayclasses".into(),
+        "Gateway" => ns("/apis/gateway.networking.k8s.io/v1", "gateways"),
+        "HTTPRoute" => ns("/apis/gateway.networking.k8s.io/v1", "httproutes"),
+        "ReferenceGrant" => ns("/apis/gateway.networking.k8s.io/v1", "referencegrants"),
         other => panic!("no collection for {other}"),
     }
 }
@@ -380,6 +384,45 @@ impl RealApiServer {
         }
     }
 
+    /// Installs Gateway API v1.7.0's standard CRDs (from the
+    /// `sigs.k8s.io/gateway-api@v1.7.0` Go module, which the Go module
+    /// proxy serves; v1.7 needs Go 1.27) and waits until they are served.
+    pub fn install_gateway_crds(&self) {
+        let out = Command::new("go")
+            .args(["mod", "download", "-json", "sigs.k8s.io/gateway-api@v1.7.0"])
+            .current_dir(std::env::temp_dir())
+            .env("GOTOOLCHAIN", "go1.27.3")
+            .output()
+            .expect("go (the Gateway API CRDs come from its module cache)");
+        assert!(
+            out.status.success(),
+            "go mod download: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let dir = PathBuf::from(info["Dir"].as_str().unwrap()).join("config/crd/standard");
+        for kind in [
+            "gatewayclasses",
+            "gateways",
+            "httproutes",
+            "grpcroutes",
+            "referencegrants",
+        ] {
+            let yaml = std::fs::read_to_string(dir.join(format!("gateway.networking.k8s.io_{kind}.yaml"))).unwrap();
+            self.apply_manifests(&yaml);
+        }
+        let served = (0..100).any(|_| {
+            let ok = ["gatewayclasses", "httproutes", "referencegrants"]
+                .iter()
+                .all(|k| self.get(&format!("/apis/gateway.networking.k8s.io/v1/{k}")).0 == 200);
+            if !ok {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            ok
+        });
+        assert!(served, "the Gateway API CRDs were not served within 10 s");
+    }
+
     /// The admin kubeconfig as a file, for kubectl.
     pub fn kubeconfig_file(&self) -> PathBuf {
         let path = self.dir.path().join("admin.kubeconfig");
@@ -464,7 +507,7 @@ impl RealApiServer {
     pub fn apply(&self, obj: Value) {
         let kind = obj["kind"].as_str().unwrap().to_string();
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
-        if kind != "Namespace" && kind != "IngressClass" {
+        if kind != "Namespace" && kind != "IngressClass" && kind != "GatewayClass" {
             self.call(
                 "POST",
                 "/api/v1/namespaces",

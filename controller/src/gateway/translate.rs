@@ -513,17 +513,12 @@ fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), 
                 .request_redirect
                 .as_ref()
                 .ok_or("RequestRedirect without its settings")?;
-            let path = match &r.path {
-                None => None,
-                Some(p) => Some(match p.r#type {
-                    T::ReplaceFullPath => {
-                        PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default())
-                    }
-                    T::ReplacePrefixMatch => {
-                        PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
-                    }
-                }),
-            };
+            let path = r.path.as_ref().map(|p| match p.r#type {
+                T::ReplaceFullPath => PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default()),
+                T::ReplacePrefixMatch => {
+                    PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
+                }
+            });
             filters.redirect = Some(Redirect {
                 scheme: r.scheme.as_ref().map(|s| match s {
                     S::Http => "http".into(),
@@ -538,17 +533,12 @@ fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), 
         FilterType::UrlRewrite => {
             use gateway_api_types::httproutes::HttpRouteRulesFiltersUrlRewritePathType as T;
             let r = f.url_rewrite.as_ref().ok_or("URLRewrite without its settings")?;
-            let path = match &r.path {
-                None => None,
-                Some(p) => Some(match p.r#type {
-                    T::ReplaceFullPath => {
-                        PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default())
-                    }
-                    T::ReplacePrefixMatch => {
-                        PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
-                    }
-                }),
-            };
+            let path = r.path.as_ref().map(|p| match p.r#type {
+                T::ReplaceFullPath => PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default()),
+                T::ReplacePrefixMatch => {
+                    PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
+                }
+            });
             filters.rewrite = Some(Rewrite {
                 hostname: r.hostname.clone(),
                 path,

@@ -102,7 +102,6 @@ impl Stores {
             gateways: self.gateway.as_ref().map(|g| all(&g.gateways)).unwrap_or_default(),
             http_routes: self.gateway.as_ref().map(|g| all(&g.routes)).unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
-            ..Default::default()
         }
     }
 

@@ -84,6 +84,9 @@ spec:
         {{- if .Values.udp }}
         - --udp-services-configmap={{ include "db.namespace" . }}/{{ include "db.controller.fullname" . }}-udp
         {{- end }}
+        {{- if .Values.gatewayAPI.enabled }}
+        - --enable-gateway-api
+        {{- end }}
         {{- range $key, $value := $c.extraArgs }}
         {{- if eq (toString $value) "" }}
         - --{{ $key }}

@@ -19,4 +19,12 @@
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.gatewayAPI.enabled }}
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gateways", "httproutes", "referencegrants"]
+  verbs: ["list", "watch"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gateways/status", "httproutes/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- end -}}

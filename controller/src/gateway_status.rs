@@ -1,0 +1,254 @@
+//! Gateway API status, written by the leader only (see [`crate::leader`]):
+//! GatewayClasses of our `controllerName`, their Gateways, and our parent
+//! entries of HTTPRoutes (other controllers' entries are kept). What to
+//! write is pure ([`crate::gateway::status`]); this task compares it with
+//! what the objects hold and patches the `status` subresource only where
+//! it differs, with the object's `resourceVersion` so that a concurrent
+//! write is retried on the next round rather than overwritten.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_api_types::gatewayclasses::GatewayClass;
+use gateway_api_types::gateways::Gateway;
+use gateway_api_types::httproutes::HttpRoute;
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::gateway::status::{conditions_json, desired, Desired, SUPPORTED_FEATURES};
+use crate::gateway::translate::translate;
+use crate::snapshot::{key, Snapshot};
+
+#[derive(Debug, Clone)]
+pub struct GatewayStatusOptions {
+    pub controller_name: String,
+    pub base_port: u16,
+    /// The controller's own ports (never Gateway ports).
+    pub reserved: Vec<u16>,
+    /// `status.addresses` of every Gateway (`--publish-status-address`).
+    pub addresses: Vec<String>,
+    pub period: Duration,
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map_or_else(|_| "1970-01-01T00:00:00Z".to_string(), |t| t.to_string())
+}
+
+fn address_json(a: &str) -> Value {
+    let kind = if a.parse::<std::net::IpAddr>().is_ok() {
+        "IPAddress"
+    } else {
+        "Hostname"
+    };
+    json!({"type": kind, "value": a})
+}
+
+/// The status `want` gives an object whose current status is `have`
+/// (times kept where a condition did not change).
+fn class_status(conds: &[crate::gateway::status::Cond], generation: i64, have: &Value, now: &str) -> Value {
+    json!({
+        "conditions": conditions_json(conds, generation, have.get("conditions"), now),
+        "supportedFeatures": SUPPORTED_FEATURES.iter().map(|f| json!({"name": f})).collect::<Vec<_>>(),
+    })
+}
+
+fn gateway_status(want: &crate::gateway::status::GatewayStatus, generation: i64, have: &Value, now: &str) -> Value {
+    let old_listeners = have.get("listeners").and_then(Value::as_array);
+    json!({
+        "conditions": conditions_json(&want.conditions, generation, have.get("conditions"), now),
+        "addresses": want.addresses.iter().map(|a| address_json(a)).collect::<Vec<_>>(),
+        "listeners": want.listeners.iter().map(|l| {
+            let old = old_listeners.and_then(|o| o.iter().find(|e| e["name"] == l.name.as_str()));
+            json!({
+                "name": l.name,
+                "attachedRoutes": l.attached,
+                "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+                "conditions": conditions_json(&l.conditions, generation, old.and_then(|o| o.get("conditions")), now),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn route_status(
+    want: &[crate::gateway::status::ParentStatus],
+    controller_name: &str,
+    generation: i64,
+    have: &Value,
+    now: &str,
+) -> Value {
+    let old: Vec<Value> = have
+        .get("parents")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut parents: Vec<Value> = old
+        .iter()
+        .filter(|p| p["controllerName"] != controller_name)
+        .cloned()
+        .collect();
+    for p in want {
+        let previous = old
+            .iter()
+            .find(|o| o["controllerName"] == controller_name && o["parentRef"] == p.parent_ref);
+        parents.push(json!({
+            "parentRef": p.parent_ref,
+            "controllerName": controller_name,
+            "conditions": conditions_json(&p.conditions, generation, previous.and_then(|o| o.get("conditions")), now),
+        }));
+    }
+    json!({ "parents": parents })
+}
+
+/// Whether `want`'s keys hold the same values in `have`.
+fn differs(want: &Value, have: &Value) -> bool {
+    want.as_object()
+        .is_some_and(|w| w.iter().any(|(k, v)| have.get(k) != Some(v)))
+}
+
+async fn patch<K>(api: Api<K>, name: &str, resource_version: Option<&str>, status: Value) -> kube::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let body = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(drop)
+}
+
+/// Brings every status up to date once; returns how many were written.
+async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Snapshot) -> usize {
+    let model = translate(snap, &opts.controller_name, opts.base_port, &opts.reserved, |r| {
+        format!("{}-{}-{}", r.namespace, r.name, r.port)
+    });
+    let want: Desired = desired(snap, &model, &opts.controller_name, &opts.addresses);
+    let now = now();
+    let mut written = 0;
+    let mut report = |what: String, r: kube::Result<()>| match r {
+        Ok(()) => written += 1,
+        Err(e) => {
+            tracing::warn!(object = %what, error = %e, "writing Gateway API status failed; retried on the next round")
+        }
+    };
+    for c in &snap.gateway_classes {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let Some(conds) = want.classes.get(&name) else { continue };
+        let have = serde_json::to_value(&c.status).unwrap_or(Value::Null);
+        let status = class_status(conds, c.metadata.generation.unwrap_or(0), &have, &now);
+        if differs(&status, &have) {
+            let r = patch(
+                Api::<GatewayClass>::all(client.clone()),
+                &name,
+                c.metadata.resource_version.as_deref(),
+                status,
+            )
+            .await;
+            report(format!("GatewayClass {name}"), r);
+        }
+    }
+    for g in &snap.gateways {
+        let k = key(&g.metadata);
+        let Some(w) = want.gateways.get(&k) else { continue };
+        let have = serde_json::to_value(&g.status).unwrap_or(Value::Null);
+        let status = gateway_status(w, g.metadata.generation.unwrap_or(0), &have, &now);
+        if differs(&status, &have) {
+            let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+            let api = Api::<Gateway>::namespaced(client.clone(), ns);
+            let r = patch(
+                api,
+                g.metadata.name.as_deref().unwrap_or(""),
+                g.metadata.resource_version.as_deref(),
+                status,
+            )
+            .await;
+            report(format!("Gateway {k}"), r);
+        }
+    }
+    for route in &snap.http_routes {
+        let k = key(&route.metadata);
+        let Some(w) = want.routes.get(&k) else { continue };
+        let have = serde_json::to_value(&route.status).unwrap_or(Value::Null);
+        let status = route_status(
+            w,
+            &opts.controller_name,
+            route.metadata.generation.unwrap_or(0),
+            &have,
+            &now,
+        );
+        if differs(&status, &have) {
+            let ns = route.metadata.namespace.as_deref().unwrap_or("default");
+            let api = Api::<HttpRoute>::namespaced(client.clone(), ns);
+            let r = patch(
+                api,
+                route.metadata.name.as_deref().unwrap_or(""),
+                route.metadata.resource_version.as_deref(),
+                status,
+            )
+            .await;
+            report(format!("HTTPRoute {k}"), r);
+        }
+    }
+    written
+}
+
+/// Runs until the process ends: whenever this replica leads and the
+/// snapshot changes (or every `period`), brings status up to date.
+pub async fn task(
+    client: kube::Client,
+    opts: GatewayStatusOptions,
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    mut leading: watch::Receiver<bool>,
+) {
+    loop {
+        if *leading.borrow_and_update() {
+            let snap = snapshots.borrow_and_update().clone();
+            let n = sync_once(&client, &opts, &snap).await;
+            if n > 0 {
+                tracing::info!(objects = n, "updated Gateway API status");
+            }
+        }
+        tokio::select! {
+            r = snapshots.changed() => if r.is_err() { return },
+            r = leading.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(opts.period) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::status::{Cond, ParentStatus};
+
+    #[test]
+    fn other_controllers_parent_entries_are_kept() {
+        let have = json!({"parents": [
+            {"parentRef": {"name": "other"}, "controllerName": "example.com/x", "conditions": []},
+            {"parentRef": {"name": "gw"}, "controllerName": "me", "conditions": [
+                {"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        ]});
+        let want = [ParentStatus {
+            parent_ref: json!({"name": "gw"}),
+            conditions: vec![Cond {
+                type_: "Accepted",
+                status: true,
+                reason: "Accepted".into(),
+                message: "ok".into(),
+            }],
+        }];
+        let status = route_status(&want, "me", 4, &have, "2026-11-28T00:00:00Z");
+        let parents = status["parents"].as_array().unwrap();
+        assert_eq!(parents.len(), 2);
+        assert_eq!(parents[0]["controllerName"], "example.com/x");
+        assert_eq!(
+            parents[1]["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        // Written once, the same status does not differ any more.
+        let again = route_status(&want, "me", 4, &status, "2026-11-28T05:00:00Z");
+        assert!(!differs(&again, &status));
+    }
+}

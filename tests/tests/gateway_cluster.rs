@@ -1,0 +1,107 @@
+//! Gateway API on a real kube-apiserver with the v1.7.0 CRDs and the
+//! chart's RBAC (`gatewayAPI.enabled=true`): the controller watches
+//! GatewayClasses, Gateways and HTTPRoutes, routes through the module's
+//! route table, and writes the status the spec asks for (GatewayClass
+//! Accepted and supportedFeatures, Gateway Accepted/Programmed with its
+//! listeners and address, route parents Accepted/ResolvedRefs).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tests::controller::{request, service_at, wait_until, Cluster, Controller, STRICT};
+use tests::free_port;
+use tests::kube_apiserver::RealApiServer;
+use tests::pod_network::POD_IP;
+use tests::upstream::Upstream;
+
+const GROUP: &str = "/apis/gateway.networking.k8s.io/v1";
+
+fn condition<'a>(conditions: &'a Value, type_: &str) -> Option<&'a Value> {
+    conditions.as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+fn is_true(conditions: &Value, type_: &str) -> bool {
+    condition(conditions, type_).is_some_and(|c| c["status"] == "True")
+}
+
+fn route(backend: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{namespace: app, name: web}}\nspec:\n  parentRefs: [{{name: public, namespace: infra}}]\n  hostnames: [web.test]\n  rules:\n  - backendRefs: [{{name: {backend}, port: 80}}]\n"
+    )
+}
+
+#[test]
+fn gateway_api_on_a_real_apiserver() {
+    let api = RealApiServer::start();
+    api.install_gateway_crds();
+    let id = api.install_chart(&["gatewayAPI.enabled=true"]);
+    let ups: Vec<Upstream> = (0..2).map(|_| Upstream::start_in_pod_network()).collect();
+    let gw = free_port();
+    api.apply_yaml(&service_at(POD_IP, "web", &[ups[0].port]).replace("namespace: demo", "namespace: app"));
+    api.apply_yaml(&service_at(POD_IP, "web2", &[ups[1].port]).replace("namespace: demo", "namespace: app"));
+    api.apply_yaml(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: dynamic}\nspec: {controllerName: dynamic-balancer.dev/gateway-controller}\n",
+    );
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: infra, name: public}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: http, protocol: HTTP, port: {gw}, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"
+    ));
+    api.apply_yaml(&route("web"));
+    let mut flags = id.args();
+    flags.extend([STRICT, "--enable-gateway-api", "--publish-status-address=192.0.2.10"]);
+    let c = Controller::start_on_cluster(&id.kubeconfig, &flags);
+
+    let via = || request(gw, "web.test", "/").unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(20), || via().1 == ups[0].identity),
+        "{}",
+        c.log()
+    );
+    // The status, written with the chart's RBAC.
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let (_, class) = api.get(&format!("{GROUP}/gatewayclasses/dynamic"));
+            let (_, gateway) = api.get(&format!("{GROUP}/namespaces/infra/gateways/public"));
+            let (_, r) = api.get(&format!("{GROUP}/namespaces/app/httproutes/web"));
+            let parent = &r["status"]["parents"][0];
+            is_true(&class["status"]["conditions"], "Accepted")
+                && class["status"]["supportedFeatures"]
+                    .as_array()
+                    .is_some_and(|f| f.len() > 3)
+                && is_true(&gateway["status"]["conditions"], "Programmed")
+                && gateway["status"]["addresses"][0]["value"] == "192.0.2.10"
+                && gateway["status"]["listeners"][0]["attachedRoutes"] == 1
+                && parent["controllerName"] == "dynamic-balancer.dev/gateway-controller"
+                && is_true(&parent["conditions"], "Accepted")
+                && is_true(&parent["conditions"], "ResolvedRefs")
+        }),
+        "status not written:\n{}",
+        c.log()
+    );
+    let reloads = c.reloads();
+
+    // The route moves to web2: traffic follows with no reload.
+    api.apply_yaml(&route("web2"));
+    assert!(
+        wait_until(Duration::from_secs(20), || via().1 == ups[1].identity),
+        "{}",
+        c.log()
+    );
+    // A backend that does not exist: 500, and ResolvedRefs says why.
+    api.apply_yaml(&route("missing"));
+    assert!(wait_until(Duration::from_secs(20), || via().0 == 500), "{}", c.log());
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let (_, r) = api.get(&format!("{GROUP}/namespaces/app/httproutes/web"));
+            condition(&r["status"]["parents"][0]["conditions"], "ResolvedRefs")
+                .is_some_and(|c| c["status"] == "False" && c["reason"] == "BackendNotFound")
+        }),
+        "{}",
+        c.log()
+    );
+    assert_eq!(c.reloads(), reloads, "route edits never reload");
+    assert!(
+        !c.log().contains("forbidden"),
+        "the chart's RBAC refused something:\n{}",
+        c.log()
+    );
+}
