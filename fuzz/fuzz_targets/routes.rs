@@ -41,14 +41,14 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again, table);
     let compiled = Compiled::new(&table).expect("a validated table compiles");
     // Requests made of the table's own strings reach its matches.
-    let names: Vec<&str> = table.listeners.iter().map(|l| l.name.as_str()).collect();
+    let names: Vec<&[u8]> = table.listeners.iter().map(|l| l.name.as_bytes()).collect();
     let hosts: Vec<&str> = table
         .listeners
         .iter()
         .flat_map(|l| l.hosts.iter().map(|h| h.hostname.trim_start_matches('*')))
         .chain(["", "a.b", "x"])
         .collect();
-    for name in names.iter().chain(&["none"]) {
+    for name in names.iter().chain(&[b"none".as_slice()]) {
         for host in &hosts {
             for path in ["/", "/a", "/a/b", "//", ""] {
                 let req = Req {

@@ -266,6 +266,22 @@ pub fn keepalive_requests(port: u16, headers: &str, count: usize) {
 /// `body` is POSTed to the API on `api`, then `count` requests with
 /// `headers` are served on `port` (after one warm-up request if `warm`).
 pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &str, warm: bool, count: usize) -> u64 {
+    callgrind_total_with_routes(conf, body, None, port, api, headers, warm, count)
+}
+
+/// As [`callgrind_total`], with a Gateway API route table PUT after the
+/// backends (`routes`).
+#[allow(clippy::too_many_arguments)]
+pub fn callgrind_total_with_routes(
+    conf: &str,
+    body: &str,
+    routes: Option<&str>,
+    port: u16,
+    api: u16,
+    headers: &str,
+    warm: bool,
+    count: usize,
+) -> u64 {
     let (nginx, _) = artifacts();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("logs")).unwrap();
@@ -301,6 +317,10 @@ pub fn callgrind_total(conf: &str, body: &str, port: u16, api: u16, headers: &st
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+    }
+    if let Some(routes) = routes {
+        let r = ureq::put(&format!("http://127.0.0.1:{api}/configuration/routes")).send(routes);
+        assert!(r.is_ok_and(|r| r.status() == 200), "PUT /configuration/routes failed");
     }
     if warm {
         keepalive_requests(port, headers, 1); // builds the backend in the worker

@@ -7,7 +7,7 @@
 //! matches. Nothing here allocates per request.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use regex::bytes::Regex;
 
@@ -31,7 +31,9 @@ pub trait RequestView {
 /// A whole table, compiled.
 #[derive(Debug, Default)]
 pub struct Compiled {
-    listeners: HashMap<String, CompiledListener>,
+    /// By name. Fx hashing: a request hashes its listener and host with
+    /// it, and SipHash's cost per lookup showed in the instruction count.
+    listeners: HashMap<Box<[u8]>, CompiledListener>,
 }
 
 #[derive(Debug)]
@@ -68,11 +70,63 @@ enum ValueTest {
     Regex(Regex),
 }
 
-/// A rule with the sum of its backends' weights.
+/// A rule with the sum of its backends' weights, and its header
+/// modifiers ready for nginx's header lists.
 #[derive(Debug)]
 pub struct CompiledRule {
     pub rule: Rule,
     pub total_weight: u64,
+    pub request_headers: Option<CompiledModifier>,
+    pub response_headers: Option<CompiledModifier>,
+    /// `URLRewrite`'s hostname, as the `Host` header it sets.
+    pub rewrite_host: Option<CompiledHeader>,
+}
+
+/// A header modifier whose names are lower-cased and hashed once per
+/// table, as nginx's parser does per request (`ngx_hash` over the lower
+/// case name), so applying it copies and computes nothing.
+#[derive(Debug, Default)]
+pub struct CompiledModifier {
+    pub set: Vec<CompiledHeader>,
+    pub add: Vec<CompiledHeader>,
+    /// Values empty.
+    pub remove: Vec<CompiledHeader>,
+}
+
+#[derive(Debug)]
+pub struct CompiledHeader {
+    pub name: Box<str>,
+    pub lower: Box<str>,
+    /// nginx's `ngx_hash_key` of `lower` (`hash * 31 + byte`).
+    pub hash: u64,
+    pub value: Box<str>,
+}
+
+impl CompiledHeader {
+    fn new(name: &str, value: &str) -> Self {
+        let lower = name.to_ascii_lowercase();
+        CompiledHeader {
+            name: name.into(),
+            hash: ngx_hash_key(lower.as_bytes()),
+            lower: lower.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// nginx's `ngx_hash_key`: `key * 31 + byte`, wrapping.
+pub fn ngx_hash_key(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0u64, |k, b| k.wrapping_mul(31).wrapping_add(u64::from(*b)))
+}
+
+impl CompiledModifier {
+    fn new(m: &super::HeaderModifier) -> Self {
+        CompiledModifier {
+            set: m.set.iter().map(|h| CompiledHeader::new(&h.name, &h.value)).collect(),
+            add: m.add.iter().map(|h| CompiledHeader::new(&h.name, &h.value)).collect(),
+            remove: m.remove.iter().map(|n| CompiledHeader::new(n, "")).collect(),
+        }
+    }
 }
 
 /// The match a request found.
@@ -98,21 +152,21 @@ impl Compiled {
     /// Compiles a validated table. Fails only on a regular expression that
     /// no longer compiles (validation compiled it already).
     pub fn new(table: &RouteTable) -> Result<Compiled, ValidationError> {
-        let mut listeners = HashMap::with_capacity(table.listeners.len());
+        let mut listeners = HashMap::default();
         for (i, l) in table.listeners.iter().enumerate() {
             let compiled =
                 compile_listener(l).map_err(|(path, e)| ValidationError::at(format!("listeners[{i}].{path}"), e))?;
-            listeners.insert(l.name.clone(), compiled);
+            listeners.insert(l.name.as_bytes().into(), compiled);
         }
         Ok(Compiled { listeners })
     }
 
-    pub fn listener(&self, name: &str) -> Option<&CompiledListener> {
+    pub fn listener(&self, name: &[u8]) -> Option<&CompiledListener> {
         self.listeners.get(name)
     }
 
     /// The rule for a request on listener `name`.
-    pub fn find<R: RequestView>(&self, name: &str, req: &R) -> Lookup<'_> {
+    pub fn find<R: RequestView>(&self, name: &[u8], req: &R) -> Lookup<'_> {
         match self.listeners.get(name) {
             None => Lookup::NoListener,
             Some(l) => l.find(req).map_or(Lookup::NoRoute, Lookup::Found),
@@ -121,7 +175,7 @@ impl Compiled {
 }
 
 fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, String)> {
-    let mut exact = HashMap::new();
+    let mut exact = HashMap::default();
     let mut wildcards = Vec::new();
     let mut any = None;
     let mut groups = Vec::with_capacity(l.hosts.len());
@@ -176,6 +230,14 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
         .map(|r| CompiledRule {
             rule: r.clone(),
             total_weight: r.backends.iter().map(|b| u64::from(b.weight)).sum(),
+            request_headers: r.filters.request_headers.as_ref().map(CompiledModifier::new),
+            response_headers: r.filters.response_headers.as_ref().map(CompiledModifier::new),
+            rewrite_host: r
+                .filters
+                .rewrite
+                .as_ref()
+                .and_then(|w| w.hostname.as_deref())
+                .map(|h| CompiledHeader::new("Host", h)),
         })
         .collect();
     Ok(CompiledListener {
@@ -362,7 +424,7 @@ mod tests {
     }
 
     fn route_of(c: &Compiled, req: &Req) -> Option<String> {
-        match c.find("ns/gw/80", req) {
+        match c.find(b"ns/gw/80", req) {
             Lookup::Found(f) => Some(f.rule.rule.route.clone()),
             _ => None,
         }
@@ -392,7 +454,7 @@ mod tests {
         assert_eq!(route_of(&c, &get("bar.example.com", "/apix")), None);
         assert_eq!(route_of(&c, &get("example.com", "/re/12")).as_deref(), Some("ns/r5"));
         assert_eq!(route_of(&c, &get("example.com", "/re/12x")), None);
-        assert!(matches!(c.find("other", &get("x", "/")), Lookup::NoListener));
+        assert!(matches!(c.find(b"other", &get("x", "/")), Lookup::NoListener));
     }
 
     #[test]

@@ -19,10 +19,9 @@
 
 use std::rc::Rc;
 
-use lua_compat::routes::matcher::{Compiled, CompiledRule, Lookup, RequestView};
+use lua_compat::routes::matcher::{Compiled, CompiledModifier, CompiledRule, Lookup, RequestView};
 use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::weighted;
-use lua_compat::routes::HeaderModifier;
 use ngx::ffi::{
     ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_LOG_ERR,
 };
@@ -36,20 +35,21 @@ use crate::nginx::guard::ffi_guard;
 use crate::nginx::headers::{self, Side};
 use crate::nginx::module::Module;
 use crate::nginx::request::{header_in, pool_box};
+
 use crate::nginx::variables::{self, Own, Read};
 
-/// The rule a request matched, kept for the response header filter. The
-/// table is held so that the rule outlives a table change.
+/// The rule a request matched, in the request's pool for its whole life:
+/// it holds the table, so the backend name and the header strings the
+/// request points at stay valid even if the table is replaced meanwhile.
 pub struct Matched {
     _table: Rc<Compiled>,
     rule: *const CompiledRule,
 }
 
 impl Matched {
-    /// The rule's response header modifier, if it has one.
-    pub fn response_headers(&self) -> Option<&HeaderModifier> {
+    pub fn rule(&self) -> &CompiledRule {
         // SAFETY: `rule` points into `_table`, which this value keeps alive.
-        unsafe { &*self.rule }.rule.filters.response_headers.as_ref()
+        unsafe { &*self.rule }
     }
 }
 
@@ -97,12 +97,11 @@ pub unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_
         // SAFETY: the directive stored an argument in the configuration
         // pool, which outlives the request.
         let listener = unsafe { std::slice::from_raw_parts(listener.data, listener.len) };
-        let listener = std::str::from_utf8(listener).unwrap_or_default();
         route(req, listener)
     })
 }
 
-fn route(req: &mut Request, listener: &str) -> ngx_int_t {
+fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     let log = req.log();
     let Some(zone) = zone_of(req) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
@@ -124,6 +123,7 @@ fn route(req: &mut Request, listener: &str) -> ngx_int_t {
         }
     };
     let rule = &found.rule.rule;
+    let found_prefix = found.prefix_len;
     if let Some(redirect) = &rule.filters.redirect {
         let raw = read_variable(req, Read::RequestUri).unwrap_or(b"/");
         let raw_path = raw.split(|b| *b == b'?').next().unwrap_or(raw);
@@ -152,57 +152,65 @@ fn route(req: &mut Request, listener: &str) -> ngx_int_t {
     let Some(index) = Module::main_conf(req).map(|m| m.read_variables[Read::UpstreamName as usize]) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    variables::set(req, index, backend.as_bytes());
-    if let Some(m) = &rule.filters.request_headers {
-        modify(req, Side::Request, m);
+    let compiled: *const CompiledRule = found.rule;
+    let matched = Matched {
+        _table: table.clone(),
+        rule: compiled,
+    };
+    // SAFETY: a live request's pool is live; the value is dropped by the
+    // pool's cleanup, when the request ends.
+    let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    if let Some(slot) = own_variable(req, Own::GatewayRoute) {
+        variables::set_opaque(req, slot, p.as_ptr().cast());
     }
-    if let Some(rewrite) = &rule.filters.rewrite {
-        if let Some(host) = &rewrite.hostname {
-            headers::set(req, Side::Request, "Host", host);
-        }
-        if let Some(m) = &rewrite.path {
-            let path = rewritten_path(m, ngx_bytes(&req.as_ref().uri), found.prefix_len);
-            let Some(data) = variables::pool_copy(req, &path) else {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-            };
-            let r = req.as_mut();
-            r.uri = ngx::ffi::ngx_str_t { len: path.len(), data };
-            // The proxy sends `uri` (escaped) and `args`, not the client's
-            // request line, once the URI changed.
-            r.set_valid_unparsed_uri(0);
-        }
+    // SAFETY: the rule lives in the table that `Matched`, in the request's
+    // pool, keeps alive until the request ends.
+    let compiled = unsafe { &*compiled };
+    // SAFETY: the backend name lives in that table too.
+    unsafe { variables::set_borrowed(req, index, backend.as_bytes()) };
+    if let Some(m) = &compiled.request_headers {
+        // SAFETY: the modifier lives in that table too.
+        unsafe { modify(req, Side::Request, m) };
     }
-    if rule.filters.response_headers.is_some() {
-        let matched = Matched {
-            _table: table.clone(),
-            rule: std::ptr::from_ref(found.rule),
-        };
-        // SAFETY: a live request's pool is live; the value is dropped by
-        // the pool's cleanup, after the header filter ran.
-        let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
+    if let Some(host) = &compiled.rewrite_host {
+        // SAFETY: as above.
+        unsafe { headers::set(req, Side::Request, host) };
+    }
+    if let Some(m) = compiled.rule.filters.rewrite.as_ref().and_then(|w| w.path.as_ref()) {
+        let path = rewritten_path(m, ngx_bytes(&req.as_ref().uri), found_prefix);
+        let Some(data) = variables::pool_copy(req, &path) else {
             return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
         };
-        if let Some(index) = own_variable(req, Own::GatewayRoute) {
-            variables::set_opaque(req, index, p.as_ptr().cast());
-        }
+        let r = req.as_mut();
+        r.uri = ngx::ffi::ngx_str_t { len: path.len(), data };
+        // The proxy sends `uri` (escaped) and `args`, not the client's
+        // request line, once the URI changed.
+        r.set_valid_unparsed_uri(0);
     }
     NGX_DECLINED as ngx_int_t
 }
 
 /// Applies a header modifier in the spec's order: set, add, remove.
-pub fn modify(req: &mut Request, side: Side, m: &HeaderModifier) {
+///
+/// # Safety
+/// `m` lives as long as the request (it is in a table the request holds).
+pub unsafe fn modify(req: &mut Request, side: Side, m: &CompiledModifier) {
     for h in &m.set {
-        headers::set(req, side, &h.name, &h.value);
+        // SAFETY: this function's contract.
+        unsafe { headers::set(req, side, h) };
     }
     for h in &m.add {
-        headers::add(req, side, &h.name, &h.value);
+        // SAFETY: this function's contract.
+        unsafe { headers::add(req, side, h) };
     }
-    for name in &m.remove {
-        headers::remove(req, side, name);
+    for h in &m.remove {
+        headers::remove(req, side, &h.name);
     }
 }
 
-/// The rule the request matched, if it has response headers to change.
+/// The rule the request matched, if it was routed by one.
 pub fn matched(req: &Request) -> Option<&Matched> {
     let p = variables::get_opaque(req, own_variable(req, Own::GatewayRoute)?);
     // SAFETY: only `route` stores this variable's opaque value: a `Matched`

@@ -36,8 +36,11 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // SAFETY: nginx calls header filters with a live request, on the
         // event loop, and holds no reference into it meanwhile.
         let req = unsafe { Request::from_ngx_http_request(r) };
-        if let Some(m) = matched(req).and_then(|m| m.response_headers()).cloned() {
-            modify(req, Side::Response, &m);
+        let modifier = matched(req).and_then(|m| m.rule().response_headers.as_ref());
+        if let Some(m) = modifier.map(std::ptr::from_ref) {
+            // SAFETY: the modifier lives in the route table that the
+            // request's `Matched` (in its pool) keeps alive.
+            unsafe { modify(req, Side::Response, &*m) };
         }
         // SAFETY: the next filter of the chain, with the live request.
         unsafe { next(ptr::from_mut(req.as_mut())) }

@@ -175,6 +175,20 @@ pub fn set(req: &Request, index: usize, value: &[u8]) {
     assign(unsafe { &mut *req.as_ref().variables.add(index) }, data, value.len());
 }
 
+/// Sets variable `index` (one of ours, see `conf::own_variable`) to
+/// `value` without copying it.
+///
+/// # Safety
+/// `value` lives as long as the request.
+pub unsafe fn set_borrowed(req: &Request, index: usize, value: &[u8]) {
+    if req.as_ref().variables.is_null() {
+        return;
+    }
+    // SAFETY: as in `set`; `value` outlives the request (this function's
+    // contract), so nginx may read it until the end.
+    assign(unsafe { &mut *req.as_ref().variables.add(index) }, value.as_ptr().cast_mut(), value.len());
+}
+
 /// The value a request holds in its slot of variable `index` (one of ours,
 /// see `conf::own_variable`), if it was set or computed: no get handler
 /// runs.

@@ -1,0 +1,148 @@
+//! Gateway API benchmarks (docs/src/benchmarks.md, "Gateway API routes").
+//!
+//! - `instructions [N]`: instructions per request (callgrind, one nginx
+//!   process; (Ir(11·N) − Ir(N)) / 10·N) for a plain `proxy_pass` to a
+//!   stock upstream, an Ingress-style location (the backend named per
+//!   request, as the controller's locations do), and an HTTPRoute through
+//!   `dynamic_balancer_routes` with a header match, a weighted split of two
+//!   backends and a request header modifier.
+//! - `latency [EDITS]`: on a real kube-apiserver with the v1.7.0 CRDs and
+//!   the controller, the time from the apiserver's answer to an HTTPRoute
+//!   edit (its backend flipped between two Services) to the first request
+//!   the Gateway routes by it, p50/p99 over EDITS edits (default 200), and
+//!   the reloads meanwhile.
+//!
+//! `cargo run --release -p tests --bin bench-gateway -- instructions 200`
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tests::bench::{alternating_backend, callgrind_total_with_routes, single_process_conf, upstream_pair, Front};
+use tests::free_port;
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_else(|| "instructions".into());
+    let n: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(200);
+    match mode.as_str() {
+        "instructions" => instructions(n),
+        "latency" => latency(n),
+        other => panic!("unknown mode {other:?}: instructions [N] | latency [EDITS]"),
+    }
+}
+
+fn instructions(n: usize) {
+    let (_upstreams, a, b) = upstream_pair();
+    let (port, stock_port, gw_port, api) = (free_port(), free_port(), free_port(), free_port());
+    let extra = format!(
+        r#" keepalive_requests 1000000;
+    upstream stock {{ server 127.0.0.1:{a}; server 127.0.0.1:{b}; keepalive 32; }}
+    server {{ listen 127.0.0.1:{stock_port}; location / {{ proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://stock; }} }}
+    upstream gateway {{ server 0.0.0.1; dynamic_balancer; keepalive 32; }}
+    server {{ listen 127.0.0.1:{gw_port}; location / {{ dynamic_balancer_routes bench/gw/80; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $http_host; proxy_pass http://gateway; }} }}"#
+    );
+    let conf = single_process_conf(
+        &Front {
+            port,
+            api_port: api,
+            extra: &extra,
+            ..Front::default()
+        }
+        .http_block(),
+    );
+    let none = json!({});
+    let body = json!([
+        alternating_backend("web-a", 2, a, b, &none),
+        alternating_backend("web-b", 2, b, a, &none),
+    ])
+    .to_string();
+    let routes = json!({"listeners": [{
+        "name": "bench/gw/80", "port": 80,
+        "hosts": [{"hostname": "x", "matches": [
+            {"path": {"type": "PathPrefix", "value": "/"}, "headers": [{"name": "X-Version", "value": "2"}], "rule": 0},
+            {"path": {"type": "PathPrefix", "value": "/"}, "rule": 1}]}],
+        "rules": [
+            {"route": "bench/web", "filters": {"requestHeaders": {"set": [{"name": "X-Env", "value": "bench"}]}},
+             "backends": [{"backend": "web-a", "weight": 50}, {"backend": "web-b", "weight": 50}]},
+            {"route": "bench/web", "backends": [{"backend": "web-a", "weight": 1}]}]
+    }]})
+    .to_string();
+    let measure = |target: u16, headers: &str, routes: Option<&str>, warm: bool| {
+        let small = callgrind_total_with_routes(&conf, &body, routes, target, api, headers, warm, n);
+        let large = callgrind_total_with_routes(&conf, &body, routes, target, api, headers, warm, 11 * n);
+        (large - small) as f64 / (10 * n) as f64
+    };
+    let stock = measure(stock_port, "Host: x\r\n", None, false);
+    let ingress = measure(port, "Host: x\r\nX-Backend: web-a\r\n", None, true);
+    let route = measure(gw_port, "Host: x\r\nX-Version: 2\r\n", Some(&routes), true);
+    println!(
+        "instructions per request (callgrind, one process), {n} and {} requests",
+        11 * n
+    );
+    println!("plain proxy_pass, stock upstream   {stock:>8.0}");
+    println!(
+        "Ingress-style location             {ingress:>8.0}   stock/this {:.3}",
+        stock / ingress
+    );
+    println!(
+        "HTTPRoute (header match, 50/50 split, header modifier) {route:>8.0}   stock/this {:.3}",
+        stock / route
+    );
+}
+
+fn latency(edits: usize) {
+    use tests::controller::{request, service_at, Cluster, Controller, STRICT};
+    use tests::kube_apiserver::RealApiServer;
+    use tests::pod_network::POD_IP;
+    use tests::upstream::Upstream;
+    let api = RealApiServer::start();
+    api.install_gateway_crds();
+    let id = api.install_chart(&["gatewayAPI.enabled=true"]);
+    let ups: Vec<Upstream> = (0..2).map(|_| Upstream::start_in_pod_network()).collect();
+    let gw = free_port();
+    for (name, up) in ["one", "two"].iter().zip(&ups) {
+        api.apply_yaml(&service_at(POD_IP, name, &[up.port]).replace("namespace: demo", "namespace: app"));
+    }
+    api.apply_yaml("apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: dynamic}\nspec: {controllerName: dynamic-balancer.dev/gateway-controller}\n");
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: app, name: gw}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: http, protocol: HTTP, port: {gw}}}\n"
+    ));
+    let route = |backend: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"namespace": "app", "name": "web"},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["web.test"],
+                        "rules": [{"backendRefs": [{"name": backend, "port": 80}]}]}})
+    };
+    api.apply_object(route("one"));
+    let mut flags = id.args();
+    flags.extend([STRICT, "--enable-gateway-api"]);
+    let c = Controller::start_on_cluster(&id.kubeconfig, &flags);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while request(gw, "web.test", "/").map(|a| a.1) != Some(ups[0].identity.clone()) {
+        assert!(Instant::now() < deadline, "the route never served: {}", c.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let reloads = c.reloads();
+    let mut samples = Vec::with_capacity(edits);
+    for i in 0..edits {
+        let (backend, want) = if i % 2 == 0 { ("two", &ups[1]) } else { ("one", &ups[0]) };
+        api.apply_object(route(backend));
+        let acked = Instant::now();
+        let limit = acked + Duration::from_secs(10);
+        loop {
+            if request(gw, "web.test", "/").map(|a| a.1).as_deref() == Some(want.identity.as_str()) {
+                break;
+            }
+            assert!(Instant::now() < limit, "edit {i} never reached traffic: {}", c.log());
+        }
+        samples.push(acked.elapsed());
+    }
+    samples.sort();
+    let q = |p: f64| samples[((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1];
+    println!(
+        "HTTPRoute edit -> first request routed by it, {edits} edits: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; reloads during the edits: {}",
+        q(0.50).as_secs_f64() * 1e3,
+        q(0.99).as_secs_f64() * 1e3,
+        samples.last().unwrap().as_secs_f64() * 1e3,
+        c.reloads() - reloads
+    );
+}
