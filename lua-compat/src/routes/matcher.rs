@@ -6,8 +6,8 @@
 //! precedence order the controller gave them, stopping at the first that
 //! matches. Nothing here allocates per request.
 
-use std::borrow::Cow;
 use rustc_hash::FxHashMap as HashMap;
+use std::borrow::Cow;
 
 use regex::bytes::Regex;
 
@@ -116,7 +116,9 @@ impl CompiledHeader {
 
 /// nginx's `ngx_hash_key`: `key * 31 + byte`, wrapping.
 pub fn ngx_hash_key(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0u64, |k, b| k.wrapping_mul(31).wrapping_add(u64::from(*b)))
+    bytes
+        .iter()
+        .fold(0u64, |k, b| k.wrapping_mul(31).wrapping_add(u64::from(*b)))
 }
 
 impl CompiledModifier {

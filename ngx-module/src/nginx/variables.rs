@@ -186,7 +186,8 @@ pub unsafe fn set_borrowed(req: &Request, index: usize, value: &[u8]) {
     }
     // SAFETY: as in `set`; `value` outlives the request (this function's
     // contract), so nginx may read it until the end.
-    assign(unsafe { &mut *req.as_ref().variables.add(index) }, value.as_ptr().cast_mut(), value.len());
+    let slot = unsafe { &mut *req.as_ref().variables.add(index) };
+    assign(slot, value.as_ptr().cast_mut(), value.len());
 }
 
 /// The value a request holds in its slot of variable `index` (one of ours,
