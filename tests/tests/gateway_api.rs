@@ -137,3 +137,78 @@ fn each_gateway_gets_its_own_port_from_the_base() {
     assert!(wait_until(Duration::from_secs(10), || via(base, "web.test", &[]).0 == 200));
     assert_eq!(via(base + 1, "web.test", &[]).0, 404);
 }
+
+/// A WebSocket echo backend: a thread per connection.
+fn websocket_echo() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let Ok(mut ws) = tungstenite::accept(stream) else {
+                    return;
+                };
+                while let Ok(msg) = ws.read() {
+                    if msg.is_text() && ws.send(msg).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn websockets_stay_open_across_100_route_edits() {
+    let ws_port = websocket_echo();
+    let other = Upstream::start();
+    let gw = free_port();
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gateway.yaml", gateway("gw", gw, "Same")),
+        ("ws.yaml", service("ws", &[ws_port])),
+        ("other.yaml", service("other", &[other.port])),
+        ("route.yaml", route("demo", "web", "ws.test", &[("ws", 1)], "ws")),
+    ];
+    let c = Controller::start(&files, &[]);
+    assert!(wait_until(Duration::from_secs(10), || via(gw, "ws.test", &[]).0 != 404));
+    let mut sockets = Vec::new();
+    for _ in 0..5 {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", gw)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let req = tungstenite::http::Request::builder()
+            .uri(format!("ws://ws.test:{gw}/chat"))
+            .header("Host", "ws.test")
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", tungstenite::handshake::client::generate_key())
+            .body(())
+            .unwrap();
+        let (ws, resp) = tungstenite::client(req, stream).expect("the upgrade passes the Gateway");
+        assert_eq!(resp.status(), 101);
+        sockets.push(ws);
+    }
+    let reloads = c.reloads();
+    // 100 edits of the route (its weights and a second host), each applied
+    // live; the open connections are never touched.
+    for i in 0..100 {
+        let split = if i % 2 == 0 {
+            [("ws", 1), ("other", 0)]
+        } else {
+            [("ws", 2), ("other", 0)]
+        };
+        c.write("route.yaml", &route("demo", "web", "ws.test", &split, "ws"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Let the last edits reach the module.
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, ws) in sockets.iter_mut().enumerate() {
+        ws.send(tungstenite::Message::text(format!("ping {i}")))
+            .expect("still open");
+        let answer = ws.read().expect("still open");
+        assert_eq!(answer.into_text().unwrap().as_str(), format!("ping {i}"));
+    }
+    assert_eq!(c.reloads(), reloads, "route edits never reload");
+}

@@ -1,15 +1,18 @@
 //! The route table in the zone: one blob, replaced whole.
 //!
 //! Same discipline as the backends and certificates: the new blob is built
-//! first, swapped in under the routes' write lock with
-//! `route_generation` bumped, and the old one freed after the swap; a
-//! write the zone has no room for changes nothing.
+//! first, swapped in under the certificates' write lock (the table shares
+//! it, see [`CertIndex::routes`]) with `route_generation` bumped, and the
+//! old one freed after the swap; a write the zone has no room for changes
+//! nothing.
 
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 use crate::shm::store::{BlobParts, Built};
-use crate::shm::zone::{RouteSlot, Zone};
+#[cfg(doc)]
+use crate::shm::zone::CertIndex;
+use crate::shm::zone::Zone;
 
 /// A route write that took effect.
 #[derive(Debug, Clone, Copy)]
@@ -31,9 +34,9 @@ pub struct RoutesZoneFull {
 pub fn replace(zone: &Zone, json: &[u8]) -> Result<RoutesApplied, RoutesZoneFull> {
     let slab = zone.lock_slab();
     let header = zone.header();
-    // SAFETY: only writers change the routes slot, and they hold the slab
-    // mutex (`slab`), as this one does.
-    let old = unsafe { (*header.routes.data_ptr()).blob };
+    // SAFETY: only writers change the certificates' index (routes
+    // included), and they hold the slab mutex (`slab`), as this one does.
+    let old = unsafe { (*header.certs.data_ptr()).routes };
     // SAFETY: a published blob stays valid while the slab mutex is held.
     if let Some(blob) = unsafe { old.as_ref() } {
         if blob.json() == json {
@@ -59,8 +62,8 @@ pub fn replace(zone: &Zone, json: &[u8]) -> Result<RoutesApplied, RoutesZoneFull
         });
     };
     {
-        let mut slot = header.routes.write();
-        *slot = RouteSlot { blob: blob.as_ptr() };
+        let mut index = header.certs.write();
+        index.routes = blob.as_ptr();
         header.route_generation.store(generation, Ordering::Release);
     }
     if let Some(old) = NonNull::new(old) {
@@ -77,9 +80,9 @@ pub fn replace(zone: &Zone, json: &[u8]) -> Result<RoutesApplied, RoutesZoneFull
 /// A copy of the stored table's JSON and its generation; `None` when no
 /// table was pushed.
 pub fn read(zone: &Zone) -> (u64, Option<Vec<u8>>) {
-    let slot = zone.header().routes.read();
+    let index = zone.header().certs.read();
     let generation = zone.header().route_generation.load(Ordering::Acquire);
-    // SAFETY: the blob the slot names is valid while the read lock is held.
-    let json = unsafe { slot.blob.as_ref() }.map(|b| b.json().to_vec());
+    // SAFETY: the blob the index names is valid while the read lock is held.
+    let json = unsafe { index.routes.as_ref() }.map(|b| b.json().to_vec());
     (generation, json)
 }

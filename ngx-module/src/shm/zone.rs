@@ -55,12 +55,9 @@ pub struct ZoneHeader {
     /// lock; separate from `generation` so backend writes never make a
     /// worker re-check its certificates.
     pub cert_generation: AtomicU64,
-    /// The Gateway API route table (`PUT /configuration/routes`): one blob,
-    /// json = the validated table; null when none was pushed. Written by
-    /// [`crate::shm::routes`].
-    pub routes: ShmRwLock<RouteSlot>,
-    /// Bumped by every route table write, under the routes' write lock, so
-    /// a worker compiles the table again only when it changed.
+    /// Bumped by every route table write ([`CertIndex::routes`]), under
+    /// the certs write lock, so a worker compiles the table again only
+    /// when it changed.
     pub route_generation: AtomicU64,
     /// The state file's last write, in the zone so that every worker's
     /// `/configuration/status` tells the same (see [`StateFileRecord`]).
@@ -102,12 +99,12 @@ pub struct CertIndex {
     pub certs: Index,
     /// The servers map: one blob, json = `{host: id}`; null when empty.
     pub servers: *mut Blob,
-}
-
-/// The route table's blob.
-#[repr(C)]
-pub struct RouteSlot {
-    pub blob: *mut Blob,
+    /// The Gateway API route table (`PUT /configuration/routes`): one blob,
+    /// json = the validated table; null when none was pushed. Written by
+    /// [`crate::shm::routes`]. It shares this lock rather than having its
+    /// own: a lock's reader slots cost kilobytes of a zone that may be
+    /// 128k, and both are read only when their generation moved.
+    pub routes: *mut Blob,
 }
 
 /// What one worker reports: its pid and the generation it routes by.
@@ -268,11 +265,10 @@ pub unsafe extern "C" fn init_zone(shm_zone: *mut ngx_shm_zone_t, old_data: *mut
                 CertIndex {
                     certs: Index::empty(),
                     servers: ptr::null_mut(),
+                    routes: ptr::null_mut(),
                 },
             )
         };
-        // SAFETY: as above, for the routes' lock.
-        unsafe { ShmRwLock::init_in_place(ptr::addr_of_mut!((*header).routes), RouteSlot { blob: ptr::null_mut() }) };
         let table_layout = std::alloc::Layout::new::<EndpointTable>();
         let table = match pool.lock().allocate(table_layout) {
             Ok(p) => {

@@ -216,6 +216,9 @@ pub fn apply(zone: &Zone, change: CertChange) -> Result<CertApplied, CertStoreEr
     }
     let previous: Vec<NonNull<Blob>> = old.certs.slice().to_vec();
     let (old_entries, old_len, old_servers) = (old.certs.entries, old.certs.len, old.servers);
+    // The route table shares this index; its writers also hold the slab
+    // mutex, so it cannot change under this write.
+    let routes = old.routes;
     {
         let mut index = header.certs.write();
         *index = CertIndex {
@@ -224,6 +227,7 @@ pub fn apply(zone: &Zone, change: CertChange) -> Result<CertApplied, CertStoreEr
                 len: certs.len(),
             },
             servers: servers_blob,
+            routes,
         };
         header.cert_generation.store(generation, Ordering::Release);
     }
