@@ -305,7 +305,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let opts = controller::gateway_status::GatewayStatusOptions {
                     controller_name: args.gateway_controller_name.clone(),
                     base_port: args.gateway_base_port,
-                    reserved: vec![args.http_port, args.https_port, args.api_port],
+                    reserved: settings.build.stream_reserved.ports(),
                     addresses: args.publish_status_address.clone(),
                     period: Duration::from_secs(60),
                 };

@@ -117,7 +117,7 @@ pub fn translate(
                 ));
                 continue;
             }
-            let Ok(port) = u16::try_from(l.port).map(|p| p.max(1)) else {
+            let Some(port) = u16::try_from(l.port).ok().filter(|p| *p > 0) else {
                 out.listeners
                     .insert(lkey, Err(("PortUnavailable".into(), "not a port".into())));
                 continue;
@@ -513,11 +513,12 @@ fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), 
                 .request_redirect
                 .as_ref()
                 .ok_or("RequestRedirect without its settings")?;
-            let path = r.path.as_ref().map(|p| match p.r#type {
-                T::ReplaceFullPath => PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default()),
-                T::ReplacePrefixMatch => {
-                    PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
-                }
+            let path = r.path.as_ref().map(|p| {
+                path_modifier(
+                    matches!(p.r#type, T::ReplaceFullPath),
+                    &p.replace_full_path,
+                    &p.replace_prefix_match,
+                )
             });
             filters.redirect = Some(Redirect {
                 scheme: r.scheme.as_ref().map(|s| match s {
@@ -533,11 +534,12 @@ fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), 
         FilterType::UrlRewrite => {
             use gateway_api_types::httproutes::HttpRouteRulesFiltersUrlRewritePathType as T;
             let r = f.url_rewrite.as_ref().ok_or("URLRewrite without its settings")?;
-            let path = r.path.as_ref().map(|p| match p.r#type {
-                T::ReplaceFullPath => PathModifier::ReplaceFullPath(p.replace_full_path.clone().unwrap_or_default()),
-                T::ReplacePrefixMatch => {
-                    PathModifier::ReplacePrefixMatch(p.replace_prefix_match.clone().unwrap_or_default())
-                }
+            let path = r.path.as_ref().map(|p| {
+                path_modifier(
+                    matches!(p.r#type, T::ReplaceFullPath),
+                    &p.replace_full_path,
+                    &p.replace_prefix_match,
+                )
             });
             filters.rewrite = Some(Rewrite {
                 hostname: r.hostname.clone(),
@@ -555,6 +557,15 @@ fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// A redirect's or rewrite's path change (their generated types differ).
+fn path_modifier(full: bool, full_path: &Option<String>, prefix: &Option<String>) -> PathModifier {
+    if full {
+        PathModifier::ReplaceFullPath(full_path.clone().unwrap_or_default())
+    } else {
+        PathModifier::ReplacePrefixMatch(prefix.clone().unwrap_or_default())
+    }
 }
 
 /// Whether a ReferenceGrant in `target_ns` lets HTTPRoutes of `from_ns`

@@ -145,6 +145,20 @@ pub struct ReservedPorts {
 }
 
 impl ReservedPorts {
+    /// Every reserved port.
+    pub fn ports(&self) -> Vec<u16> {
+        [
+            Some(self.http),
+            Some(self.https),
+            Some(self.api),
+            Some(self.metrics),
+            self.webhook,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// What `port` is reserved for, if anything.
     fn holder(&self, port: u16) -> Option<&'static str> {
         [
