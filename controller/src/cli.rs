@@ -134,6 +134,20 @@ pub struct Args {
     #[arg(long, global = true, default_value_t = 0)]
     pub gateway_base_port: u16,
 
+    /// Labels (`key=value,...`) of the Pods that run this controller: the
+    /// leader then keeps one Service per Gateway in `POD_NAMESPACE`,
+    /// selecting them and mapping the Gateway's ports onto its nginx
+    /// ports, and publishes its address as the Gateway's. Needs
+    /// --gateway-base-port, so that two Gateways on one port differ.
+    #[arg(long, global = true, value_name = "LABELS")]
+    pub gateway_service_selector: Option<String>,
+
+    /// The type of the Gateways' Services: `ClusterIP` (the address is the
+    /// cluster IP) or `LoadBalancer` (the address is what the load
+    /// balancer assigns).
+    #[arg(long, global = true, value_enum, default_value = "LoadBalancer")]
+    pub gateway_service_type: controller::gateway::services::ServiceType,
+
     /// A DNS server nginx asks for names it resolves per request (an
     /// `auth-url` host); repeat for more. Default: the nameservers of
     /// /etc/resolv.conf, as ingress-nginx.

@@ -17,7 +17,7 @@ use kube::Api;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::gateway::status::{conditions_json, desired, Desired, SUPPORTED_FEATURES};
+use crate::gateway::status::{conditions_json, desired, Addresses, Desired, SUPPORTED_FEATURES};
 use crate::gateway::translate::translate;
 use crate::snapshot::{key, Snapshot};
 
@@ -27,8 +27,12 @@ pub struct GatewayStatusOptions {
     pub base_port: u16,
     /// The controller's own ports (never Gateway ports).
     pub reserved: Vec<u16>,
-    /// `status.addresses` of every Gateway (`--publish-status-address`).
+    /// `status.addresses` of every Gateway (`--publish-status-address`),
+    /// unless each Gateway has a Service of its own:
     pub addresses: Vec<String>,
+    /// A Service per Gateway (`--gateway-service-selector`); its address
+    /// is the Gateway's.
+    pub services: Option<crate::gateway::services::ServiceOptions>,
     pub period: Duration,
 }
 
@@ -119,12 +123,31 @@ where
         .map(drop)
 }
 
-/// Brings every status up to date once; returns how many were written.
-async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Snapshot) -> usize {
+/// Brings the Gateways' Services and every status up to date once;
+/// returns how many statuses were written, and whether a Gateway still
+/// waits for its Service's address.
+async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Snapshot) -> (usize, bool) {
     let model = translate(snap, &opts.controller_name, opts.base_port, &opts.reserved, |r| {
         format!("{}-{}-{}", r.namespace, r.name, r.port)
     });
-    let want: Desired = desired(snap, &model, &opts.controller_name, &opts.addresses);
+    let per_gateway = match &opts.services {
+        Some(services) => match crate::gateway_services::sync(client, services, &model.servers).await {
+            Ok(found) => Some(found),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the Gateways' Services failed; retried on the next round");
+                return (0, true);
+            }
+        },
+        None => None,
+    };
+    let pending = per_gateway
+        .as_ref()
+        .is_some_and(|found| model.servers.iter().any(|s| !found.contains_key(&s.gateway)));
+    let addresses = match &per_gateway {
+        Some(found) => Addresses::PerGateway(found),
+        None => Addresses::Published(&opts.addresses),
+    };
+    let want: Desired = desired(snap, &model, &opts.controller_name, addresses);
     let now = now();
     let mut written = 0;
     let mut report = |what: String, r: kube::Result<()>| match r {
@@ -191,7 +214,7 @@ async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Sn
             report(format!("HTTPRoute {k}"), r);
         }
     }
-    written
+    (written, pending)
 }
 
 /// Runs until the process ends: whenever this replica leads and the
@@ -203,17 +226,26 @@ pub async fn task(
     mut leading: watch::Receiver<bool>,
 ) {
     loop {
+        let mut pending = false;
         if *leading.borrow_and_update() {
             let snap = snapshots.borrow_and_update().clone();
-            let n = sync_once(&client, &opts, &snap).await;
+            let (n, waiting) = sync_once(&client, &opts, &snap).await;
+            pending = waiting;
             if n > 0 {
                 tracing::info!(objects = n, "updated Gateway API status");
             }
         }
+        // A Service without its address yet (a load balancer assigning
+        // one) is looked at again soon, not at the next period.
+        let wait = if pending {
+            Duration::from_secs(2).min(opts.period)
+        } else {
+            opts.period
+        };
         tokio::select! {
             r = snapshots.changed() => if r.is_err() { return },
             r = leading.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep(opts.period) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }

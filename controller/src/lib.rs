@@ -18,6 +18,7 @@ pub mod diff;
 pub mod events;
 pub mod file_check;
 pub mod gateway;
+pub mod gateway_services;
 pub mod gateway_status;
 pub mod ingress_status;
 pub mod inspect;

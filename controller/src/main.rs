@@ -131,6 +131,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.election_ttl < Duration::from_secs(2) {
         anyhow::bail!("--election-ttl must be at least 2s, got {:?}", args.election_ttl);
     }
+    let gateway_services = match &args.gateway_service_selector {
+        Some(text) => {
+            let selector = controller::gateway::services::parse_selector(text)
+                .map_err(|e| anyhow::anyhow!("--gateway-service-selector: {e}"))?;
+            if args.gateway_base_port == 0 {
+                anyhow::bail!(
+                    "--gateway-service-selector needs --gateway-base-port: two Gateways on one port must reach nginx on two ports"
+                );
+            }
+            Some(controller::gateway::services::ServiceOptions {
+                namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| config_map_ns.clone()),
+                selector,
+                type_: args.gateway_service_type,
+                controller_name: args.gateway_controller_name.clone(),
+            })
+        }
+        None => None,
+    };
     let publish = if !args.publish_status_address.is_empty() {
         for a in &args.publish_status_address {
             if !controller::model::values::is_status_address(a) {
@@ -307,6 +325,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     base_port: args.gateway_base_port,
                     reserved: settings.build.stream_reserved.ports(),
                     addresses: args.publish_status_address.clone(),
+                    services: gateway_services.clone(),
                     period: Duration::from_secs(60),
                 };
                 tasks.push(tokio::spawn(controller::gateway_status::task(

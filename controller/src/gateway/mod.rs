@@ -8,9 +8,12 @@
 //!   method, headers, query, route age and name, rule order), and the
 //!   host groups the module looks requests up in;
 //! - [`translate`]: the Gateway objects this controller owns into that
-//!   table and the nginx servers it needs.
+//!   table and the nginx servers it needs;
+//! - [`services`]: a Service per Gateway, its address;
+//! - [`status`]: the conditions the spec asks for.
 
 pub mod hostnames;
 pub mod precedence;
+pub mod services;
 pub mod status;
 pub mod translate;

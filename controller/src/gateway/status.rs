@@ -85,9 +85,18 @@ pub struct Desired {
     pub routes: BTreeMap<String, Vec<ParentStatus>>,
 }
 
-/// What this controller's objects' status should say. `addresses`: what
-/// `status.addresses` publishes (`--publish-status-address`).
-pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, addresses: &[String]) -> Desired {
+/// Where a Gateway's `status.addresses` come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Addresses<'a> {
+    /// The same for every Gateway (`--publish-status-address`).
+    Published(&'a [String]),
+    /// Each Gateway's own Service (`--gateway-service-selector`), by
+    /// `namespace/name`; a Gateway absent has no address yet.
+    PerGateway(&'a BTreeMap<String, Vec<String>>),
+}
+
+/// What this controller's objects' status should say.
+pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, addresses: Addresses) -> Desired {
     let mut out = Desired::default();
     for c in snap
         .gateway_classes
@@ -147,7 +156,21 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                 conditions,
             });
         }
-        let conditions = if any_served {
+        let assigned = match addresses {
+            Addresses::Published(a) => Some(a.to_vec()),
+            Addresses::PerGateway(m) => m.get(&gw_key).cloned(),
+        };
+        let conditions = if any_served && assigned.is_none() {
+            vec![
+                cond("Accepted", true, "Accepted", "Gateway accepted"),
+                cond(
+                    "Programmed",
+                    false,
+                    "AddressNotAssigned",
+                    "the Gateway's Service has no address yet",
+                ),
+            ]
+        } else if any_served {
             vec![
                 cond("Accepted", true, "Accepted", "Gateway accepted"),
                 cond("Programmed", true, "Programmed", "nginx serves its listeners"),
@@ -163,7 +186,7 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
             GatewayStatus {
                 conditions,
                 listeners,
-                addresses: addresses.to_vec(),
+                addresses: assigned.unwrap_or_default(),
             },
         );
     }
@@ -333,7 +356,8 @@ mod tests {
         let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| {
             format!("{}-{}-{}", r.namespace, r.name, r.port)
         });
-        let d = desired(&s, &model, CONTROLLER_NAME, &["192.0.2.1".into()]);
+        let published = ["192.0.2.1".to_string()];
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
         assert_eq!(d.classes.keys().collect::<Vec<_>>(), ["ours"]);
         let reason = |route: &str, i: usize| d.routes[route][0].conditions[i].reason.clone();
         assert_eq!(reason("app/ok", 0), "Accepted");
@@ -346,6 +370,19 @@ mod tests {
         assert_eq!(gw.listeners[0].attached, 2);
         assert_eq!(gw.listeners[1].conditions[0].reason, "UnsupportedProtocol");
         assert_eq!(gw.addresses, ["192.0.2.1"]);
+
+        // With a Service per Gateway: not Programmed until it has an address.
+        let none = BTreeMap::new();
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::PerGateway(&none));
+        let programmed = &d.gateways["infra/gw"].conditions[1];
+        assert_eq!(
+            (programmed.status, programmed.reason.as_str()),
+            (false, "AddressNotAssigned")
+        );
+        let some = BTreeMap::from([("infra/gw".to_string(), vec!["10.0.0.9".to_string()])]);
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::PerGateway(&some));
+        assert!(d.gateways["infra/gw"].conditions.iter().all(|c| c.status));
+        assert_eq!(d.gateways["infra/gw"].addresses, ["10.0.0.9"]);
     }
 
     #[test]

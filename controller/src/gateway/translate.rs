@@ -44,6 +44,10 @@ pub struct GatewayServer {
     pub name: String,
     /// The port nginx listens on for it.
     pub nginx_port: u16,
+    /// `namespace/name` of the Gateway.
+    pub gateway: String,
+    /// The Gateway's port (what its Service exposes).
+    pub port: u16,
 }
 
 /// What the Gateway objects come to.
@@ -211,6 +215,8 @@ pub fn translate(
         out.servers.push(GatewayServer {
             name: name.clone(),
             nginx_port: *nginx_port,
+            gateway: key(&gateway.metadata),
+            port,
         });
     }
     out

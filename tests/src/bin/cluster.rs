@@ -14,6 +14,13 @@
 //! later) installs deploy/helm/dynamic-balancer with two replicas;
 //! `status` lists the node and its Pods; `down` takes it all away. Needs root, Debian
 //! (apt for the packages the tier unpacks), buildah, and cgroup v1 or v2.
+//!
+//! `conformance [--run-test NAME] [--skip-tests A,B] [--out DIR] [--keep]`
+//! brings a node up, installs the Gateway API CRDs and the chart with
+//! Gateway API on, and runs the official conformance suite (v1.7.0,
+//! GATEWAY-HTTP) against it; the report and the suite's log land in
+//! `--out` (default target/gateway-conformance). The node is taken down
+//! afterwards unless `--keep`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,7 +28,10 @@ use std::process::ExitCode;
 use tests::cluster::{self, images, Cluster, Images, NODE_IP};
 
 fn usage() -> ExitCode {
-    eprintln!("usage: cluster up [--install] | cluster install | cluster down | cluster status");
+    eprintln!(
+        "usage: cluster up [--install] | cluster install | cluster down | cluster status\n       \
+         cluster conformance [--run-test NAME] [--skip-tests A,B] [--out DIR] [--keep]"
+    );
     ExitCode::from(2)
 }
 
@@ -50,6 +60,91 @@ fn install(c: &Cluster) -> Result<(), String> {
     ])?;
     println!("{out}");
     Ok(())
+}
+
+/// The value after `flag` in `args`.
+fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// Checks what `up` needs from the workspace build.
+fn preflight() -> Result<PathBuf, String> {
+    let backend = sibling("pod-backend");
+    if !backend.exists() {
+        return Err(format!(
+            "{} is missing: cargo build --release -p tests --bin pod-backend",
+            backend.display()
+        ));
+    }
+    let controller = std::process::Command::new("buildah")
+        .args(["inspect", "--type", "image", images::CONTROLLER_IMAGE])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !controller {
+        return Err(format!(
+            "no image {} in buildah's storage; build it first: cargo run --release -p nginx-build -- image",
+            images::CONTROLLER_IMAGE
+        ));
+    }
+    Ok(backend)
+}
+
+fn conformance(args: &[String]) -> Result<(), String> {
+    use tests::cluster::conformance as suite;
+    let out = PathBuf::from(
+        flag_value(args, "--out").unwrap_or(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/gateway-conformance")),
+    );
+    let mut opts = suite::Options::new(&out);
+    opts.run_test = flag_value(args, "--run-test").map(str::to_string);
+    opts.skip_tests = flag_value(args, "--skip-tests")
+        .map(|s| s.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    let bin = suite::binaries()?;
+    let backend = preflight()?;
+    let c = Cluster::up(&Images {
+        backend: &backend,
+        controller: true,
+    })?;
+    println!("conformance: node up ({})", c.timings);
+    suite::import_echo(&c, &bin)?;
+    suite::install_crds(&c)?;
+    suite::install_controller(&c)?;
+    let features = suite::gateway_class(&c)?;
+    println!(
+        "conformance: GatewayClass {} accepted; features {}",
+        suite::GATEWAY_CLASS,
+        features.join(",")
+    );
+    let outcome = suite::run(&c, &bin, &features, &opts);
+    if args.iter().any(|a| a == "--keep") {
+        let l = c.keep();
+        println!(
+            "conformance: node kept; export KUBECONFIG={}",
+            l.kubeconfig("admin").display()
+        );
+    }
+    let outcome = outcome?;
+    println!(
+        "conformance: {} passed, {} failed, {} skipped in {:.0?}; report {}, log {}",
+        outcome.passed.len(),
+        outcome.failed.len(),
+        outcome.skipped.len(),
+        outcome.elapsed,
+        opts.report.display(),
+        opts.log.display()
+    );
+    for f in &outcome.failed {
+        println!("  FAIL {f}");
+    }
+    if outcome.success {
+        Ok(())
+    } else {
+        Err("the conformance suite failed".into())
+    }
 }
 
 fn main() -> ExitCode {
@@ -105,6 +200,7 @@ fn main() -> ExitCode {
             Ok(())
         }),
         "down" => cluster::down().map(|r| println!("cluster: {r}")),
+        "conformance" => conformance(&args[1..]),
         _ => return usage(),
     };
     match result {

@@ -132,3 +132,21 @@ pub fn list(l: &Layout) -> Result<Vec<String>, String> {
         .args(["images", "ls", "-q"]))?;
     Ok(out.lines().map(str::to_string).collect())
 }
+
+/// The Gateway API conformance suite's echo server (a static Go binary,
+/// tests/gateway-conformance/build.sh) under each name the suite's
+/// manifests use, one archive per name, in `dir`.
+pub fn echo_basic(binary: &Path, references: &[&str], dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut archives = Vec::new();
+    for (i, reference) in references.iter().enumerate() {
+        let archive = dir.join(format!("echo-basic-{i}.tar"));
+        scratch_image(
+            &[(binary.to_path_buf(), "/echo-basic".into())],
+            r#"["/echo-basic"]"#,
+            reference,
+            &archive,
+        )?;
+        archives.push(archive);
+    }
+    Ok(archives)
+}

@@ -16,6 +16,7 @@
 //! sysctls kubelet and kube-proxy changed, and deletes the directory.
 
 pub mod config;
+pub mod conformance;
 pub mod daemons;
 pub mod host;
 pub mod images;

@@ -86,6 +86,11 @@ spec:
         {{- end }}
         {{- if .Values.gatewayAPI.enabled }}
         - --enable-gateway-api
+        - --gateway-base-port={{ .Values.gatewayAPI.basePort }}
+        {{- if .Values.gatewayAPI.service.enabled }}
+        - --gateway-service-selector=app.kubernetes.io/name={{ include "db.name" . }},app.kubernetes.io/instance={{ .Release.Name }},app.kubernetes.io/component=controller
+        - --gateway-service-type={{ .Values.gatewayAPI.service.type }}
+        {{- end }}
         {{- end }}
         {{- range $key, $value := $c.extraArgs }}
         {{- if eq (toString $value) "" }}

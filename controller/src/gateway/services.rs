@@ -1,0 +1,312 @@
+//! One Service per Gateway: its address.
+//!
+//! The Gateway API gives each Gateway its own address (`status.addresses`),
+//! and two Gateways may both listen on port 80 and route `/` differently
+//! (the core conformance test `HTTPRouteMultipleGateways`). One nginx
+//! serves them all, so each Gateway port gets an nginx port of its own
+//! (`--gateway-base-port`) and each Gateway a Service of its own that maps
+//! its ports onto those nginx ports. The Service lives in the controller's
+//! namespace, because a Service selects Pods of its own namespace only;
+//! its labels and annotation name the Gateway it stands for, so the
+//! leader can find and delete the Services whose Gateway went away.
+//!
+//! Pure: what the Services should be, and what address a Service gives.
+//! [`crate::gateway_services`] applies them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sha2::{Digest, Sha256};
+
+use super::translate::GatewayServer;
+
+/// Marks the Services this controller keeps for Gateways.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "dynamic-balancer-gateway");
+/// The Gateway's name (the label the Gateway API reserves for the
+/// resources of a Gateway's infrastructure), when it fits a label value.
+pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
+/// `namespace/name` of the Gateway (any length, unlike a label).
+pub const GATEWAY_ANNOTATION: &str = "dynamic-balancer.dev/gateway";
+/// The controller instance the Service belongs to (the value of
+/// `--gateway-controller-name`, hashed to fit a label value), so two
+/// controllers in one namespace never delete each other's Services.
+pub const OWNER_LABEL: &str = "dynamic-balancer.dev/gateway-owner";
+
+/// How the Services are made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceOptions {
+    /// The controller's namespace.
+    pub namespace: String,
+    /// Labels of the Pods that run nginx (`--gateway-service-selector`).
+    pub selector: BTreeMap<String, String>,
+    /// `ClusterIP` or `LoadBalancer`.
+    pub type_: ServiceType,
+    /// `--gateway-controller-name`.
+    pub controller_name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServiceType {
+    /// The Gateway's address is the Service's cluster IP (reachable inside
+    /// the cluster, and from nodes).
+    #[value(name = "ClusterIP")]
+    ClusterIP,
+    /// The Gateway's address is what the load balancer assigns; until
+    /// then the Gateway is not Programmed (`AddressNotAssigned`).
+    #[value(name = "LoadBalancer")]
+    LoadBalancer,
+}
+
+impl ServiceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceType::ClusterIP => "ClusterIP",
+            ServiceType::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+fn short_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest[..5].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The Service's name: `gw-`, as much of the Gateway's name as fits, and a
+/// hash of `namespace/name` (Gateways of one name in two namespaces get
+/// two Services). Always a DNS-1035 label of at most 63 characters.
+pub fn service_name(gateway: &str) -> String {
+    let name = gateway.rsplit('/').next().unwrap_or(gateway);
+    let mut stem: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(63 - 3 - 1 - 10)
+        .collect();
+    while stem.ends_with('-') {
+        stem.pop();
+    }
+    if stem.is_empty() {
+        format!("gw-{}", short_hash(gateway))
+    } else {
+        format!("gw-{stem}-{}", short_hash(gateway))
+    }
+}
+
+/// The owner label's value for `controller_name`.
+pub fn owner_value(controller_name: &str) -> String {
+    short_hash(controller_name)
+}
+
+/// A label selector string for the Services of `controller_name`.
+pub fn list_selector(controller_name: &str) -> String {
+    format!(
+        "{}={},{}={}",
+        MANAGED_BY.0,
+        MANAGED_BY.1,
+        OWNER_LABEL,
+        owner_value(controller_name)
+    )
+}
+
+/// The Services the Gateways' servers need, by name.
+pub fn desired(servers: &[GatewayServer], opts: &ServiceOptions) -> BTreeMap<String, Service> {
+    let mut ports: BTreeMap<&str, Vec<&GatewayServer>> = BTreeMap::new();
+    for s in servers {
+        ports.entry(s.gateway.as_str()).or_default().push(s);
+    }
+    let mut out = BTreeMap::new();
+    for (gateway, servers) in ports {
+        let name = service_name(gateway);
+        let gw_name = gateway.rsplit('/').next().unwrap_or(gateway);
+        let mut labels = BTreeMap::from([
+            (MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string()),
+            (OWNER_LABEL.to_string(), owner_value(&opts.controller_name)),
+        ]);
+        if gw_name.len() <= 63 {
+            labels.insert(GATEWAY_NAME_LABEL.to_string(), gw_name.to_string());
+        }
+        let mut service_ports: Vec<ServicePort> = servers
+            .iter()
+            .map(|s| ServicePort {
+                name: Some(format!("port-{}", s.port)),
+                protocol: Some("TCP".into()),
+                port: i32::from(s.port),
+                target_port: Some(IntOrString::Int(i32::from(s.nginx_port))),
+                ..ServicePort::default()
+            })
+            .collect();
+        service_ports.sort_by_key(|p| p.port);
+        let service = Service {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(opts.namespace.clone()),
+                labels: Some(labels),
+                annotations: Some(BTreeMap::from([(GATEWAY_ANNOTATION.to_string(), gateway.to_string())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some(opts.type_.as_str().into()),
+                selector: Some(opts.selector.clone()),
+                ports: Some(service_ports),
+                ..ServiceSpec::default()
+            }),
+            status: None,
+        };
+        out.insert(name, service);
+    }
+    out
+}
+
+/// The addresses a Gateway's Service gives it, or `None` while it has
+/// none yet (a LoadBalancer without an ingress entry).
+pub fn addresses(service: &Service, type_: ServiceType) -> Option<Vec<String>> {
+    let found: Vec<String> = match type_ {
+        ServiceType::ClusterIP => service
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.clone())
+            .filter(|ip| !ip.is_empty() && ip != "None")
+            .into_iter()
+            .collect(),
+        ServiceType::LoadBalancer => service
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .map(|ingress| {
+                ingress
+                    .iter()
+                    .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    (!found.is_empty()).then_some(found)
+}
+
+/// Parses `key=value,key=value` (`--gateway-service-selector`).
+pub fn parse_selector(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not key=value"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || k.len() > 317 || v.len() > 63 {
+            return Err(format!("{part:?} is not a label"));
+        }
+        let ok = |s: &str| {
+            s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        };
+        if !ok(k) || !ok(v) || v.contains('/') {
+            return Err(format!("{part:?} is not a label"));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    if out.is_empty() {
+        return Err("an empty selector would select every Pod of the namespace".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(gateway: &str, port: u16, nginx_port: u16) -> GatewayServer {
+        GatewayServer {
+            name: format!("{gateway}/{port}"),
+            nginx_port,
+            gateway: gateway.into(),
+            port,
+        }
+    }
+
+    fn opts() -> ServiceOptions {
+        ServiceOptions {
+            namespace: "ingress".into(),
+            selector: BTreeMap::from([("app".into(), "ctl".into())]),
+            type_: ServiceType::ClusterIP,
+            controller_name: "dynamic-balancer.dev/gateway-controller".into(),
+        }
+    }
+
+    #[test]
+    fn names_are_dns_labels_and_distinct_per_namespace() {
+        let a = service_name("infra/same-namespace");
+        let b = service_name("other/same-namespace");
+        assert_ne!(a, b);
+        assert!(a.starts_with("gw-same-namespace-"), "{a}");
+        let long = service_name(&format!("ns/{}", "a.b".repeat(80)));
+        assert!(long.len() <= 63, "{long}");
+        for n in [a, b, long, service_name("ns/-.-")] {
+            assert!(n.len() <= 63);
+            assert!(
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{n}"
+            );
+            assert!(
+                n.starts_with(|c: char| c.is_ascii_lowercase()) && !n.ends_with('-'),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_service_per_gateway_with_its_ports_mapped() {
+        let servers = [
+            server("infra/a", 80, 20000),
+            server("infra/a", 8080, 20001),
+            server("infra/b", 80, 20002),
+        ];
+        let want = desired(&servers, &opts());
+        assert_eq!(want.len(), 2);
+        let a = &want[&service_name("infra/a")];
+        let ports = a.spec.as_ref().unwrap().ports.as_ref().unwrap();
+        assert_eq!(ports.len(), 2);
+        assert_eq!(
+            (ports[0].port, ports[0].target_port.clone()),
+            (80, Some(IntOrString::Int(20000)))
+        );
+        assert_eq!(ports[1].port, 8080);
+        let labels = a.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[GATEWAY_NAME_LABEL], "a");
+        assert_eq!(a.metadata.annotations.as_ref().unwrap()[GATEWAY_ANNOTATION], "infra/a");
+        assert_eq!(a.metadata.namespace.as_deref(), Some("ingress"));
+    }
+
+    #[test]
+    fn addresses_wait_for_the_load_balancer() {
+        let mut svc = desired(&[server("infra/a", 80, 20000)], &opts())
+            .into_values()
+            .next()
+            .unwrap();
+        assert_eq!(addresses(&svc, ServiceType::ClusterIP), None);
+        svc.spec.as_mut().unwrap().cluster_ip = Some("10.0.0.7".into());
+        assert_eq!(addresses(&svc, ServiceType::ClusterIP), Some(vec!["10.0.0.7".into()]));
+        assert_eq!(addresses(&svc, ServiceType::LoadBalancer), None);
+    }
+
+    #[test]
+    fn selectors_are_labels() {
+        assert_eq!(
+            parse_selector("app.kubernetes.io/name=x, app.kubernetes.io/component=controller")
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(parse_selector("").is_err());
+        assert!(parse_selector("a").is_err());
+        assert!(parse_selector("a=b c").is_err());
+        assert!(parse_selector("a=b/c").is_err());
+    }
+}

@@ -1,0 +1,106 @@
+//! Keeps one Service per Gateway (see [`crate::gateway::services`]) in the
+//! controller's namespace, the leader only: creates and updates them with
+//! server-side apply, deletes those whose Gateway is gone, and reads back
+//! each Gateway's address for its status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::Api;
+
+use crate::gateway::services::{addresses, desired, list_selector, ServiceOptions, GATEWAY_ANNOTATION};
+use crate::gateway::translate::GatewayServer;
+
+/// Field manager of the applies.
+const MANAGER: &str = "dynamic-balancer-gateway";
+
+/// Whether `have` already says what `want` asks (type, selector, ports,
+/// annotations): only then is no apply sent.
+fn same(want: &Service, have: &Service) -> bool {
+    let (Some(w), Some(h)) = (&want.spec, &have.spec) else {
+        return false;
+    };
+    let ports = |s: &k8s_openapi::api::core::v1::ServiceSpec| {
+        s.ports
+            .iter()
+            .flatten()
+            .map(|p| (p.name.clone(), p.port, p.target_port.clone()))
+            .collect::<Vec<_>>()
+    };
+    w.type_ == h.type_
+        && w.selector == h.selector
+        && ports(w) == ports(h)
+        && want
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(GATEWAY_ANNOTATION))
+            == have
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(GATEWAY_ANNOTATION))
+}
+
+/// Brings the Services up to date with `servers`; returns each Gateway's
+/// addresses (`namespace/name` → addresses; a Gateway whose Service has
+/// no address yet is absent).
+pub async fn sync(
+    client: &kube::Client,
+    opts: &ServiceOptions,
+    servers: &[GatewayServer],
+) -> kube::Result<BTreeMap<String, Vec<String>>> {
+    let api: Api<Service> = Api::namespaced(client.clone(), &opts.namespace);
+    let existing = api
+        .list(&ListParams::default().labels(&list_selector(&opts.controller_name)))
+        .await?;
+    let want = desired(servers, opts);
+    let mut out = BTreeMap::new();
+    for (name, service) in &want {
+        let gateway = service
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(GATEWAY_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        let have = existing
+            .items
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name.as_str()));
+        let current = match have {
+            Some(h) if same(service, h) => h.clone(),
+            _ => {
+                let applied = api
+                    .patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(service))
+                    .await;
+                match applied {
+                    Ok(s) => {
+                        tracing::info!(service = %name, gateway = %gateway, "applied the Gateway's Service");
+                        s
+                    }
+                    Err(e) => {
+                        tracing::warn!(service = %name, gateway = %gateway, error = %e, "applying the Gateway's Service failed; retried on the next round");
+                        continue;
+                    }
+                }
+            }
+        };
+        if let Some(a) = addresses(&current, opts.type_) {
+            out.insert(gateway, a);
+        }
+    }
+    for stale in existing
+        .items
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .filter(|n| !want.contains_key(*n))
+    {
+        match api.delete(stale, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(service = %stale, "deleted the Service of a Gateway that is gone"),
+            Err(e) => tracing::warn!(service = %stale, error = %e, "deleting a stale Gateway Service failed"),
+        }
+    }
+    Ok(out)
+}
