@@ -70,7 +70,7 @@ fn gateway_status(want: &crate::gateway::status::GatewayStatus, generation: i64,
             json!({
                 "name": l.name,
                 "attachedRoutes": l.attached,
-                "supportedKinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+                "supportedKinds": l.kinds.iter().map(|k| json!({"group": "gateway.networking.k8s.io", "kind": k})).collect::<Vec<_>>(),
                 "conditions": conditions_json(&l.conditions, generation, old.and_then(|o| o.get("conditions")), now),
             })
         }).collect::<Vec<_>>(),

@@ -9,7 +9,7 @@ use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::httproutes::HttpRoute;
 use gateway_api_types::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -46,6 +46,9 @@ pub struct Snapshot {
     pub gateways: Vec<Arc<Gateway>>,
     pub http_routes: Vec<Arc<HttpRoute>>,
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
+    /// Namespaces, for `allowedRoutes.namespaces.selector` (watched with
+    /// Gateway API only).
+    pub namespaces: Vec<Arc<Namespace>>,
 }
 
 /// What changed from one snapshot to the next, as far as the model cares.
@@ -80,7 +83,8 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_objects(&old.gateway_classes, &new.gateway_classes)
         && same_objects(&old.gateways, &new.gateways)
         && same_objects(&old.http_routes, &new.http_routes)
-        && same_objects(&old.reference_grants, &new.reference_grants);
+        && same_objects(&old.reference_grants, &new.reference_grants)
+        && same_objects(&old.namespaces, &new.namespaces);
     if !others_same {
         return Change::Other;
     }

@@ -167,7 +167,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 15] = [
+static mut COMMANDS: [ngx_command_t; 16] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_routes"),
         type_: (NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
@@ -228,6 +228,14 @@ static mut COMMANDS: [ngx_command_t; 15] = [
         name: ngx_string!("dynamic_balancer_ssl"),
         type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(directives::set_ssl),
+        conf: NGX_HTTP_SRV_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_ssl_routes"),
+        type_: (NGX_HTTP_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_ssl_routes),
         conf: NGX_HTTP_SRV_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),

@@ -19,6 +19,33 @@ pub fn covers(wildcard: &str, host: &str) -> bool {
     host.len() > suffix.len() && host.ends_with(suffix)
 }
 
+/// The hostnames a route serves on a listener, each with the route
+/// hostname it came from (`*` for a route that names none), lower-cased
+/// and without duplicates; `*` stands for every host.
+pub fn intersect_from(listener: Option<&str>, route: &[String]) -> Vec<(String, String)> {
+    let route: Vec<String> = route.iter().map(|h| h.to_ascii_lowercase()).collect();
+    let mut out: Vec<(String, String)> = match listener.map(str::to_ascii_lowercase) {
+        None if route.is_empty() => vec![("*".into(), "*".into())],
+        None => route.iter().map(|h| (h.clone(), h.clone())).collect(),
+        Some(l) if route.is_empty() => vec![(l, "*".into())],
+        Some(l) => route
+            .iter()
+            .filter_map(|h| {
+                if *h == l || covers(&l, h) {
+                    Some((h.clone(), h.clone()))
+                } else if covers(h, &l) {
+                    Some((l.clone(), h.clone()))
+                } else {
+                    None
+                }
+            })
+            .collect(),
+    };
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The hostnames a route serves on a listener, lower-cased and without
 /// duplicates; `*` stands for every host.
 pub fn intersect(listener: Option<&str>, route: &[String]) -> Vec<String> {

@@ -26,6 +26,14 @@ use super::hostnames::covers;
 pub struct Candidate {
     /// The hostname (of the route on its listener) it serves.
     pub hostname: String,
+    /// The hostname the route itself names for it (`*` when it names
+    /// none): an exact route hostname goes before a wildcard one even
+    /// where both meet the listener in the same name.
+    pub route_hostname: String,
+    /// The hostname of the listener it attached through (`*` when none):
+    /// a request is served only by the routes of the most specific
+    /// listener its host matches (listener isolation).
+    pub listener: String,
     pub route_match: RouteMatch,
     /// The route's `creationTimestamp`, in seconds.
     pub created: i64,
@@ -61,6 +69,7 @@ pub fn compare(a: &Candidate, b: &Candidate) -> Ordering {
     let key = |c: &Candidate| {
         let m = &c.route_match;
         (
+            Reverse(host_rank(&c.route_hostname)),
             Reverse(host_rank(&c.hostname)),
             Reverse(path_rank(&m.path)),
             Reverse(m.method.is_some()),
@@ -76,17 +85,43 @@ pub fn compare(a: &Candidate, b: &Candidate) -> Ordering {
         .then(a.match_index.cmp(&b.match_index))
 }
 
-/// The host groups of one listener: one per hostname some candidate
-/// serves, each with every candidate that covers it, in the spec's order.
-pub fn host_groups(candidates: &[Candidate]) -> Vec<HostRoutes> {
-    let mut names: Vec<&str> = candidates.iter().map(|c| c.hostname.as_str()).collect();
+/// The most specific of `listeners` (hostnames, `*` for none) that
+/// serves `host` (a name or a wildcard): equal, else the longest wildcard
+/// that covers it, else `*`.
+fn listener_for<'a>(listeners: &'a [String], host: &str) -> Option<&'a str> {
+    listeners
+        .iter()
+        .filter(|l| *l == host || *l == "*" || covers(l, host))
+        .max_by_key(|l| host_rank(l))
+        .map(String::as_str)
+}
+
+/// The host groups of one server (a Gateway port): one per hostname some
+/// candidate serves and per listener hostname, each with the candidates
+/// of the listener that serves that name which cover it, in the spec's
+/// order. A request's host picks its group (exact, longest wildcard, `*`)
+/// and so its listener: routes of a less specific listener never serve a
+/// host a more specific one takes, even when that one has no route for
+/// it (an empty group: 404).
+pub fn host_groups(candidates: &[Candidate], listeners: &[String]) -> Vec<HostRoutes> {
+    let mut listeners: Vec<String> = listeners.iter().map(|l| l.to_ascii_lowercase()).collect();
+    listeners.extend(candidates.iter().map(|c| c.listener.clone()));
+    listeners.sort_unstable();
+    listeners.dedup();
+    let mut names: Vec<&str> = candidates
+        .iter()
+        .map(|c| c.hostname.as_str())
+        .chain(listeners.iter().map(String::as_str))
+        .collect();
     names.sort_unstable();
     names.dedup();
     names
         .into_iter()
         .map(|name| {
+            let serving = listener_for(&listeners, name);
             let mut members: Vec<&Candidate> = candidates
                 .iter()
+                .filter(|c| Some(c.listener.as_str()) == serving)
                 .filter(|c| c.hostname == name || c.hostname == "*" || covers(&c.hostname, name))
                 .collect();
             members.sort_by(|a, b| compare(a, b));
@@ -107,6 +142,8 @@ mod tests {
     fn candidate(host: &str, path: PathMatch, rule: u32) -> Candidate {
         Candidate {
             hostname: host.into(),
+            route_hostname: host.into(),
+            listener: "*".into(),
             route_match: RouteMatch {
                 path,
                 rule,
@@ -157,7 +194,7 @@ mod tests {
             by_name,
             older,
         ];
-        let groups = host_groups(&list);
+        let groups = host_groups(&list, &[]);
         assert_eq!(groups.len(), 1);
         assert_eq!(rules_of(&groups[0]), vec![2, 1, 3, 4, 5, 6, 7, 0]);
     }
@@ -170,13 +207,47 @@ mod tests {
             candidate("a.example.com", prefix("/only"), 2),
             candidate("*.a.example.com", prefix("/"), 3),
         ];
-        let groups = host_groups(&list);
+        let groups = host_groups(&list, &[]);
         let by_name = |n: &str| rules_of(groups.iter().find(|g| g.hostname == n).unwrap());
         // The exact host's own routes win even over a longer path elsewhere.
         assert_eq!(by_name("a.example.com"), vec![2, 1, 0]);
         assert_eq!(by_name("*.a.example.com"), vec![3, 1, 0]);
         assert_eq!(by_name("*.example.com"), vec![1, 0]);
         assert_eq!(by_name("*"), vec![0]);
+    }
+
+    #[test]
+    fn listeners_stay_isolated_and_exact_route_hostnames_go_first() {
+        let on = |listener: &str, route_host: &str, host: &str, path: &str, rule: u32| {
+            let mut c = candidate(host, prefix(path), rule);
+            c.listener = listener.into();
+            c.route_hostname = route_host.into();
+            c
+        };
+        let listeners: Vec<String> = ["*", "*.example.com", "*.foo.example.com", "abc.foo.example.com"]
+            .map(String::from)
+            .to_vec();
+        let list = vec![
+            on("*", "*", "*", "/empty", 0),
+            on("*.example.com", "*", "*.example.com", "/wc", 1),
+            on("*.foo.example.com", "*", "*.foo.example.com", "/wc-foo", 2),
+            // A route naming no host of its listener: the listener's group
+            // is still there, empty.
+        ];
+        let groups = host_groups(&list, &listeners);
+        let by_name = |n: &str| rules_of(groups.iter().find(|g| g.hostname == n).unwrap());
+        assert_eq!(by_name("*"), vec![0]);
+        assert_eq!(by_name("*.example.com"), vec![1]);
+        assert_eq!(by_name("*.foo.example.com"), vec![2]);
+        assert!(by_name("abc.foo.example.com").is_empty());
+
+        // One listener: an exact route hostname goes before a wildcard
+        // one that meets the listener in the same name, whatever their age.
+        let mut older_wildcard = on("abc.example.com", "*.example.com", "abc.example.com", "/", 0);
+        older_wildcard.created = 1;
+        let newer_exact = on("abc.example.com", "abc.example.com", "abc.example.com", "/", 1);
+        let groups = host_groups(&[older_wildcard, newer_exact], &[]);
+        assert_eq!(rules_of(&groups[0]), vec![1, 0]);
     }
 
     proptest! {
@@ -200,14 +271,14 @@ mod tests {
                 c.created = *created;
                 c
             }).collect();
-            let sorted = rules_of(&host_groups(&list)[0]);
+            let sorted = rules_of(&host_groups(&list, &[])[0]);
             let mut shuffled = list.clone();
             let mut rng = seed;
             for i in (1..shuffled.len()).rev() {
                 rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 shuffled.swap(i, (rng >> 33) as usize % (i + 1));
             }
-            prop_assert_eq!(&sorted, &rules_of(&host_groups(&shuffled)[0]));
+            prop_assert_eq!(&sorted, &rules_of(&host_groups(&shuffled, &[])[0]));
             let first_prefix = sorted.iter().position(|r| matches!(list[*r as usize].route_match.path, PathMatch::PathPrefix(_)));
             let last_exact = sorted.iter().rposition(|r| matches!(list[*r as usize].route_match.path, PathMatch::Exact(_)));
             if let (Some(p), Some(e)) = (first_prefix, last_exact) {

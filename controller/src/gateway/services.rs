@@ -227,6 +227,7 @@ mod tests {
             nginx_port,
             gateway: gateway.into(),
             port,
+            ssl: false,
         }
     }
 

@@ -33,6 +33,13 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRoute307RedirectStatusCode",
     "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteParentRefPort",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteNamedRouteRule",
+    "GatewayPort8080",
+    "GatewayHTTPListenerIsolation",
+    "GatewayRouteHostnameIntersectionPrecedence",
+    "GatewayAddressEmpty",
 ];
 
 /// A condition without its times (added when written).
@@ -58,6 +65,32 @@ pub struct ListenerStatus {
     pub name: String,
     pub attached: i32,
     pub conditions: Vec<Cond>,
+    /// `supportedKinds` (of the Gateway API group).
+    pub kinds: Vec<&'static str>,
+}
+
+/// The route kinds a listener supports (what `allowedRoutes.kinds` asks
+/// that this controller serves on its protocol, else the protocol's
+/// default), and whether `allowedRoutes.kinds` names one it cannot serve.
+pub fn listener_kinds(l: &gateway_api_types::gateways::GatewayListeners) -> (Vec<&'static str>, bool) {
+    let serves: &[&'static str] = match l.protocol.as_str() {
+        "HTTP" | "HTTPS" => &["HTTPRoute"],
+        _ => &[],
+    };
+    let Some(asked) = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) else {
+        return (serves.to_vec(), false);
+    };
+    let mut kinds = Vec::new();
+    let mut invalid = false;
+    for k in asked {
+        let group_ok = k.group.as_deref().unwrap_or(super::translate::GROUP) == super::translate::GROUP;
+        match serves.iter().find(|s| group_ok && **s == k.kind) {
+            Some(s) if !kinds.contains(s) => kinds.push(*s),
+            Some(_) => {}
+            None => invalid = true,
+        }
+    }
+    (kinds, invalid)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -117,7 +150,7 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
     let mut attached: BTreeMap<(String, String), i32> = BTreeMap::new();
     for route in &snap.http_routes {
         let route_key = key(&route.metadata);
-        let parents = route_parents(route, &ours, model, &mut attached);
+        let parents = route_parents(snap, route, &ours, model, &mut attached);
         if parents.is_empty() {
             continue;
         }
@@ -133,8 +166,15 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                 .get(&(gw_key.clone(), l.name.clone()))
                 .cloned()
                 .unwrap_or(Err(("Pending".into(), "not translated".into())));
-            let conditions = match &state {
-                Ok(()) => {
+            let unresolved = model.unresolved_listeners.get(&(gw_key.clone(), l.name.clone()));
+            let conditions = match (&state, unresolved) {
+                (_, Some((reason, message))) => vec![
+                    cond("Accepted", true, "Accepted", "listener accepted"),
+                    cond("Programmed", false, "Invalid", message.clone()),
+                    cond("ResolvedRefs", false, reason, message.clone()),
+                    cond("Conflicted", false, "NoConflicts", "no conflicts"),
+                ],
+                (Ok(()), None) => {
                     any_served = true;
                     vec![
                         cond("Accepted", true, "Accepted", "listener accepted"),
@@ -143,26 +183,54 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                         cond("Conflicted", false, "NoConflicts", "no conflicts"),
                     ]
                 }
-                Err((reason, message)) => vec![
+                (Err((reason, message)), None) => vec![
                     cond("Accepted", false, reason, message.clone()),
                     cond("Programmed", false, "Invalid", message.clone()),
                     cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
                     cond("Conflicted", false, "NoConflicts", "no conflicts"),
                 ],
             };
+            let (kinds, invalid_kinds) = listener_kinds(l);
+            let mut conditions = conditions;
+            if invalid_kinds {
+                if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "ResolvedRefs") {
+                    *c = cond(
+                        "ResolvedRefs",
+                        false,
+                        "InvalidRouteKinds",
+                        "allowedRoutes.kinds names a kind this listener cannot serve; only HTTPRoute is supported",
+                    );
+                }
+            }
             listeners.push(ListenerStatus {
                 name: l.name.clone(),
                 attached: attached.get(&(gw_key.clone(), l.name.clone())).copied().unwrap_or(0),
                 conditions,
+                kinds,
             });
         }
         let assigned = match addresses {
             Addresses::Published(a) => Some(a.to_vec()),
             Addresses::PerGateway(m) => m.get(&gw_key).cloned(),
         };
+        // Some listeners served, others not: still Accepted, with the
+        // reason that says some are not valid (the spec's rule).
+        let any_invalid = listeners
+            .iter()
+            .any(|l| l.conditions.iter().any(|c| c.type_ == "Programmed" && !c.status));
+        let accepted = if any_invalid {
+            cond(
+                "Accepted",
+                true,
+                "ListenersNotValid",
+                "some listeners are not valid; the others are served",
+            )
+        } else {
+            cond("Accepted", true, "Accepted", "Gateway accepted")
+        };
         let conditions = if any_served && assigned.is_none() {
             vec![
-                cond("Accepted", true, "Accepted", "Gateway accepted"),
+                accepted,
                 cond(
                     "Programmed",
                     false,
@@ -172,7 +240,7 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
             ]
         } else if any_served {
             vec![
-                cond("Accepted", true, "Accepted", "Gateway accepted"),
+                accepted,
                 cond("Programmed", true, "Programmed", "nginx serves its listeners"),
             ]
         } else {
@@ -196,6 +264,7 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
 /// Our parent entries of one route, counting its attachments per
 /// listener into `attached`.
 fn route_parents(
+    snap: &Snapshot,
     route: &HttpRoute,
     ours: &[&Gateway],
     model: &GatewayModel,
@@ -228,13 +297,13 @@ fn route_parents(
         let served: Vec<_> = candidates
             .iter()
             .filter(|l| {
-                model
-                    .listeners
-                    .get(&(gw_key.clone(), l.name.clone()))
-                    .is_some_and(Result::is_ok)
+                // A listener whose certificate does not resolve is not
+                // served, but routes still attach to it (and are counted).
+                let k = (gw_key.clone(), l.name.clone());
+                model.listeners.get(&k).is_some_and(Result::is_ok) || model.unresolved_listeners.contains_key(&k)
             })
             .collect();
-        let admitted: Vec<_> = served.iter().filter(|l| admits(l, route_ns, gw_ns)).collect();
+        let admitted: Vec<_> = served.iter().filter(|l| admits(snap, l, route_ns, gw_ns)).collect();
         let matching: Vec<_> = admitted
             .iter()
             .filter(|l| !intersect(l.hostname.as_deref(), &hostnames).is_empty())
@@ -285,8 +354,15 @@ fn route_parents(
 /// `conditions` as the API stores them: with `observedGeneration`, and
 /// the `lastTransitionTime` of the same condition in `existing` when its
 /// status did not change (else `now`).
+/// Conditions of a type this controller does not write (another
+/// controller's, a policy's) are kept as they are, after ours.
 pub fn conditions_json(conditions: &[Cond], generation: i64, existing: Option<&Value>, now: &str) -> Value {
     let old = existing.and_then(Value::as_array);
+    let foreign = old
+        .into_iter()
+        .flatten()
+        .filter(|e| !conditions.iter().any(|c| e["type"] == c.type_))
+        .cloned();
     Value::Array(
         conditions
             .iter()
@@ -308,6 +384,7 @@ pub fn conditions_json(conditions: &[Cond], generation: i64, existing: Option<&V
                     "lastTransitionTime": since,
                 })
             })
+            .chain(foreign)
             .collect(),
     )
 }
@@ -328,6 +405,11 @@ mod tests {
                 "Gateway" => s.gateways.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "HTTPRoute" => s.http_routes.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "Service" => s.services.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "Secret" => s.secrets.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "Namespace" => s.namespaces.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "ReferenceGrant" => s
+                    .reference_grants
+                    .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 _ => unreachable!(),
             }
         }
@@ -368,7 +450,9 @@ mod tests {
         let gw = &d.gateways["infra/gw"];
         assert!(gw.conditions.iter().all(|c| c.status));
         assert_eq!(gw.listeners[0].attached, 2);
-        assert_eq!(gw.listeners[1].conditions[0].reason, "UnsupportedProtocol");
+        // HTTPS without a certificate: accepted, its reference unresolved.
+        assert_eq!(gw.listeners[1].conditions[2].reason, "InvalidCertificateRef");
+        assert_eq!(gw.conditions[0].reason, "ListenersNotValid");
         assert_eq!(gw.addresses, ["192.0.2.1"]);
 
         // With a Service per Gateway: not Programmed until it has an address.
@@ -383,6 +467,148 @@ mod tests {
         let d = desired(&s, &model, CONTROLLER_NAME, Addresses::PerGateway(&some));
         assert!(d.gateways["infra/gw"].conditions.iter().all(|c| c.status));
         assert_eq!(d.gateways["infra/gw"].addresses, ["10.0.0.9"]);
+    }
+
+    fn tls_secret(ns: &str, name: &str) -> Value {
+        let (crt, key) = crate::model::tls::tests::self_signed("example.org", -1, 30);
+        let b64 = |b: &[u8]| openssl::base64::encode_block(b);
+        json!({"kind": "Secret", "metadata": {"namespace": ns, "name": name}, "type": "kubernetes.io/tls",
+               "data": {"tls.crt": b64(&crt), "tls.key": b64(&key)}})
+    }
+
+    #[test]
+    fn https_listeners_take_their_certificates_or_say_why_not() {
+        let https = |name: &str, hostname: Option<&str>, secret_ns: &str, secret: &str| {
+            let mut l = json!({"name": name, "protocol": "HTTPS", "port": 443,
+                "tls": {"certificateRefs": [{"name": secret, "namespace": secret_ns}]}});
+            if let Some(h) = hostname {
+                l["hostname"] = json!(h);
+            }
+            l
+        };
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {"gatewayClassName": "ours", "listeners": [
+                https("any", None, "infra", "cert"),
+                https("named", Some("second.example.org"), "certs", "granted"),
+                https("missing", Some("a.test"), "infra", "nope"),
+                https("ungranted", Some("b.test"), "other", "cert"),
+                {"name": "kind", "protocol": "HTTPS", "port": 443, "hostname": "c.test",
+                 "tls": {"certificateRefs": [{"name": "x", "kind": "ConfigMap"}]}},
+                {"name": "plain", "protocol": "HTTP", "port": 443}]}}),
+            tls_secret("infra", "cert"),
+            tls_secret("certs", "granted"),
+            tls_secret("other", "cert"),
+            json!({"kind": "ReferenceGrant", "metadata": {"namespace": "certs", "name": "g"}, "spec": {
+                "from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra"}],
+                "to": [{"group": "", "kind": "Secret"}]}}),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+        assert_eq!(model.servers.len(), 1);
+        assert!(model.servers[0].ssl);
+        let certs = &model.table.listeners[0].certificates;
+        assert_eq!(
+            certs
+                .iter()
+                .map(|c| (c.hostname.as_str(), c.certificate.as_str()))
+                .collect::<Vec<_>>(),
+            [("*", "infra_cert"), ("second.example.org", "certs_granted")]
+        );
+        assert!(model.certificates.contains_key("infra_cert") && model.certificates.contains_key("certs_granted"));
+        let published = Vec::new();
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        let listener = |name: &str| {
+            d.gateways["infra/gw"]
+                .listeners
+                .iter()
+                .find(|l| l.name == name)
+                .unwrap()
+                .conditions
+                .iter()
+                .map(|c| (c.type_, c.status, c.reason.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert!(listener("any").contains(&("Programmed", true, "Programmed".into())));
+        assert!(listener("named").contains(&("Programmed", true, "Programmed".into())));
+        assert!(listener("missing").contains(&("ResolvedRefs", false, "InvalidCertificateRef".into())));
+        assert!(listener("missing").contains(&("Programmed", false, "Invalid".into())));
+        assert!(listener("ungranted").contains(&("ResolvedRefs", false, "RefNotPermitted".into())));
+        assert!(listener("kind").contains(&("ResolvedRefs", false, "InvalidCertificateRef".into())));
+        assert!(listener("plain").contains(&("Accepted", false, "ProtocolConflict".into())));
+    }
+
+    #[test]
+    fn listeners_admit_routes_by_namespace_selector() {
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "web", "protocol": "HTTP", "port": 80, "allowedRoutes": {"namespaces": {"from": "Selector",
+                    "selector": {"matchLabels": {"team": "a"},
+                                 "matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]}}}}]}}),
+            json!({"kind": "Namespace", "metadata": {"name": "a", "labels": {"team": "a"}}}),
+            json!({"kind": "Namespace", "metadata": {"name": "a-prod", "labels": {"team": "a", "env": "prod"}}}),
+            json!({"kind": "Namespace", "metadata": {"name": "b", "labels": {"team": "b"}}}),
+            json!({"kind": "Service", "metadata": {"namespace": "a", "name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+            route("a", "r", &[], "a"),
+            route("a-prod", "r", &[], "a-prod"),
+            route("b", "r", &[], "b"),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+        let published = Vec::new();
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        let accepted = |route: &str| d.routes[route][0].conditions[0].reason.clone();
+        assert_eq!(accepted("a/r"), "Accepted");
+        assert_eq!(accepted("a-prod/r"), "NotAllowedByListeners");
+        assert_eq!(accepted("b/r"), "NotAllowedByListeners");
+    }
+
+    #[test]
+    fn route_kinds_and_partly_invalid_gateways() {
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "http", "protocol": "HTTP", "port": 80,
+                 "allowedRoutes": {"kinds": [{"kind": "InvalidRoute"}, {"kind": "HTTPRoute"}]}},
+                {"name": "odd", "protocol": "INVALID", "port": 1111}]}}),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+        let published = Vec::new();
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        let gw = &d.gateways["infra/gw"];
+        let accepted = &gw.conditions[0];
+        assert_eq!((accepted.status, accepted.reason.as_str()), (true, "ListenersNotValid"));
+        assert_eq!(gw.listeners[0].kinds, ["HTTPRoute"]);
+        let resolved = gw.listeners[0]
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "ResolvedRefs")
+            .unwrap();
+        assert_eq!(
+            (resolved.status, resolved.reason.as_str()),
+            (false, "InvalidRouteKinds")
+        );
+        assert!(gw.listeners[1].kinds.is_empty());
+        assert_eq!(gw.listeners[1].conditions[0].reason, "UnsupportedProtocol");
+    }
+
+    #[test]
+    fn foreign_conditions_are_kept() {
+        let have = json!([
+            {"type": "Accepted", "status": "False", "reason": "Pending", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "example.com/Audited", "status": "True", "reason": "Seen", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+        let out = conditions_json(
+            &[cond("Accepted", true, "Accepted", "ok")],
+            2,
+            Some(&have),
+            "2026-11-28T00:00:00Z",
+        );
+        let out = out.as_array().unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0]["type"].as_str(), out[0]["status"].as_str()),
+            (Some("Accepted"), Some("True"))
+        );
+        assert_eq!(out[1], have[1]);
     }
 
     #[test]

@@ -17,17 +17,17 @@ use gateway_api_types::httproutes::{
 };
 use lua_compat::routes::validate::validate_routes;
 use lua_compat::routes::{
-    Filters, Header, HeaderModifier, ListenerRoutes, PathMatch, PathModifier, Redirect, Rewrite, RouteMatch,
-    RouteTable, Rule, ValueMatch, WeightedBackend,
+    Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, PathMatch, PathModifier, Redirect, Rewrite,
+    RouteMatch, RouteTable, Rule, ValueMatch, WeightedBackend,
 };
 
-use super::hostnames::intersect;
+use super::hostnames::intersect_from;
 use super::precedence::{host_groups, Candidate};
 use crate::snapshot::{key, Snapshot};
 
 /// The `controllerName` of GatewayClasses this controller serves.
 pub const CONTROLLER_NAME: &str = "dynamic-balancer.dev/gateway-controller";
-const GROUP: &str = "gateway.networking.k8s.io";
+pub(crate) const GROUP: &str = "gateway.networking.k8s.io";
 
 /// A Service port a route sends to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,8 @@ pub struct GatewayServer {
     pub gateway: String,
     /// The Gateway's port (what its Service exposes).
     pub port: u16,
+    /// HTTPS: TLS terminated with the listeners' certificates.
+    pub ssl: bool,
 }
 
 /// What the Gateway objects come to.
@@ -65,6 +67,49 @@ pub struct GatewayModel {
     pub unresolved: BTreeMap<String, (String, String)>,
     /// HTTPRoutes left out because a value failed validation.
     pub invalid: BTreeMap<String, String>,
+    /// Listeners accepted but not served because a certificate reference
+    /// does not resolve (`ResolvedRefs` False with this reason).
+    pub unresolved_listeners: BTreeMap<(String, String), (String, String)>,
+    /// The HTTPS listeners' certificates, by the module's id.
+    pub certificates: BTreeMap<String, crate::model::tls::Pair>,
+}
+
+/// The certificate of an HTTPS listener (its first `certificateRef`), or
+/// the listener condition reason and message why not.
+fn listener_certificate(
+    snap: &Snapshot,
+    gateway: &Gateway,
+    l: &GatewayListeners,
+) -> Result<crate::model::tls::Certificate, (String, String)> {
+    let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
+    let invalid = |m: String| ("InvalidCertificateRef".to_string(), m);
+    let refs = l
+        .tls
+        .as_ref()
+        .and_then(|t| t.certificate_refs.as_deref())
+        .unwrap_or_default();
+    let Some(r) = refs.first() else {
+        return Err(invalid("an HTTPS listener needs tls.certificateRefs".into()));
+    };
+    let group = r.group.as_deref().unwrap_or("");
+    let kind = r.kind.as_deref().unwrap_or("Secret");
+    if !group.is_empty() || kind != "Secret" {
+        return Err(invalid(format!(
+            "certificate ref {group}/{kind} {:?}: only core Secrets are supported",
+            r.name
+        )));
+    }
+    let ns = r.namespace.as_deref().unwrap_or(gw_ns);
+    if ns != gw_ns && !granted_to(snap, "Gateway", gw_ns, ns, "Secret", &r.name) {
+        return Err((
+            "RefNotPermitted".into(),
+            format!(
+                "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows it",
+                r.name
+            ),
+        ));
+    }
+    crate::model::tls::from_secret(&snap.secrets, ns, &r.name).map_err(invalid)
 }
 
 /// Translates the snapshot's Gateway objects. `base_port` 0: nginx listens
@@ -94,8 +139,11 @@ pub fn translate(
         .collect();
     gateways.sort_by_key(|g| (g.metadata.creation_timestamp.clone(), key(&g.metadata)));
 
-    // Each Gateway port is one server; its HTTP listeners share it.
-    let mut servers: BTreeMap<String, (u16, Vec<&GatewayListeners>, &Gateway)> = BTreeMap::new();
+    // Each Gateway port is one server; its HTTP (or HTTPS) listeners
+    // share it: (nginx port, listeners, Gateway, HTTPS certificates).
+    #[allow(clippy::type_complexity)]
+    let mut servers: BTreeMap<String, (u16, Vec<&GatewayListeners>, &Gateway, Option<Vec<ListenerCertificate>>)> =
+        BTreeMap::new();
     let mut taken: BTreeMap<u16, String> = reserved
         .iter()
         .map(|p| (*p, "the controller's own listeners".to_string()))
@@ -104,7 +152,7 @@ pub fn translate(
         let gw_key = key(&g.metadata);
         for l in &g.spec.listeners {
             let lkey = (gw_key.clone(), l.name.clone());
-            if l.protocol != "HTTP" {
+            if l.protocol != "HTTP" && l.protocol != "HTTPS" {
                 out.listeners.insert(
                     lkey,
                     Err((
@@ -115,7 +163,7 @@ pub fn translate(
                 out.problems.push((
                     format!("Gateway {gw_key}"),
                     format!(
-                        "listener {:?}: protocol {} is not supported yet; only HTTP listeners are served",
+                        "listener {:?}: protocol {} is not supported yet; only HTTP and HTTPS listeners are served",
                         l.name, l.protocol
                     ),
                 ));
@@ -126,8 +174,44 @@ pub fn translate(
                     .insert(lkey, Err(("PortUnavailable".into(), "not a port".into())));
                 continue;
             };
+            let ssl = l.protocol == "HTTPS";
+            let certificate = if ssl {
+                match listener_certificate(snap, g, l) {
+                    Ok(cert) => {
+                        let entry = ListenerCertificate {
+                            hostname: l.hostname.clone().unwrap_or_else(|| "*".into()),
+                            certificate: cert.id.clone(),
+                        };
+                        out.certificates.insert(cert.id, cert.pair);
+                        Some(entry)
+                    }
+                    Err((reason, message)) => {
+                        out.problems
+                            .push((format!("Gateway {gw_key}"), format!("listener {:?}: {message}", l.name)));
+                        out.unresolved_listeners.insert(lkey, (reason, message));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let name = format!("{gw_key}/{port}");
             if let Some(entry) = servers.get_mut(&name) {
+                if entry.3.is_some() != ssl {
+                    out.listeners.insert(
+                        lkey,
+                        Err((
+                            "ProtocolConflict".into(),
+                            format!("port {port} has both HTTP and HTTPS listeners"),
+                        )),
+                    );
+                    continue;
+                }
+                if let (Some(certs), Some(c)) = (entry.3.as_mut(), certificate) {
+                    if !certs.iter().any(|e| e.hostname == c.hostname) {
+                        certs.push(c);
+                    }
+                }
                 entry.1.push(l);
                 out.listeners.insert(lkey, Ok(()));
                 continue;
@@ -153,22 +237,30 @@ pub fn translate(
             }
             taken.insert(nginx_port, format!("Gateway {gw_key}"));
             out.listeners.insert(lkey, Ok(()));
-            servers.insert(name, (nginx_port, vec![l], g));
+            servers.insert(name, (nginx_port, vec![l], g, certificate.map(|c| vec![c])));
         }
     }
 
     let mut routes: Vec<&HttpRoute> = snap.http_routes.iter().map(|r| &**r).collect();
     routes.sort_by_key(|r| (r.metadata.creation_timestamp.clone(), key(&r.metadata)));
-    for (name, (nginx_port, listeners, gateway)) in &servers {
+    let mut translated = std::collections::BTreeSet::new();
+    for (name, (nginx_port, listeners, gateway, certificates)) in &servers {
         let port = listeners[0].port as u16;
+        // Every listener's hostname is a host group, with or without
+        // routes: a host a listener takes never falls to another's routes.
+        let listener_hosts: Vec<String> = listeners
+            .iter()
+            .map(|l| l.hostname.as_deref().unwrap_or("*").to_ascii_lowercase())
+            .collect();
         let mut candidates = Vec::new();
         let mut rules: Vec<Rule> = Vec::new();
         for route in &routes {
-            let hostnames = attached_hostnames(route, gateway, listeners, port);
+            let hostnames = attached_hostnames(snap, route, gateway, listeners, port);
             if hostnames.is_empty() {
                 continue;
             }
             let mut route_problems = Vec::new();
+            translated.insert(key(&route.metadata));
             let (route_rules, route_candidates) =
                 route_entries(snap, route, &hostnames, &mut backend, &mut route_problems);
             if let Some((reason, message)) = route_problems.first() {
@@ -186,8 +278,9 @@ pub fn translate(
                 listeners: vec![ListenerRoutes {
                     name: name.clone(),
                     port,
-                    hosts: host_groups(&route_candidates),
+                    hosts: host_groups(&route_candidates, &[]),
                     rules: route_rules.clone(),
+                    certificates: Vec::new(),
                 }],
             };
             if let Err(e) = validate_routes(&alone) {
@@ -209,27 +302,53 @@ pub fn translate(
         out.table.listeners.push(ListenerRoutes {
             name: name.clone(),
             port,
-            hosts: host_groups(&candidates),
+            hosts: host_groups(&candidates, &listener_hosts),
             rules,
+            certificates: certificates.clone().unwrap_or_default(),
         });
         out.servers.push(GatewayServer {
             name: name.clone(),
             nginx_port: *nginx_port,
             gateway: key(&gateway.metadata),
             port,
+            ssl: certificates.is_some(),
         });
+    }
+    // Routes attached to no served listener (only to one whose certificate
+    // does not resolve, say) still get their references checked for their
+    // status; nothing of them is served, so no backend is claimed.
+    for route in routes.iter().filter(|r| !translated.contains(&key(&r.metadata))) {
+        let mut route_problems = Vec::new();
+        let _ = route_entries(snap, route, &[], &mut |_| String::new(), &mut route_problems);
+        if let Some((reason, message)) = route_problems.into_iter().next() {
+            out.unresolved.insert(key(&route.metadata), (reason, message));
+        }
     }
     out
 }
 
+/// One hostname a route serves through one listener.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Attached {
+    hostname: String,
+    route_hostname: String,
+    listener: String,
+}
+
 /// The hostnames `route` serves on the server of `listeners` (one Gateway
 /// port), or none when it does not attach there.
-fn attached_hostnames(route: &HttpRoute, gateway: &Gateway, listeners: &[&GatewayListeners], port: u16) -> Vec<String> {
+fn attached_hostnames(
+    snap: &Snapshot,
+    route: &HttpRoute,
+    gateway: &Gateway,
+    listeners: &[&GatewayListeners],
+    port: u16,
+) -> Vec<Attached> {
     let route_ns = route.metadata.namespace.as_deref().unwrap_or("default");
     let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
     let gw_name = gateway.metadata.name.as_deref().unwrap_or("");
     let route_hosts = route.spec.hostnames.clone().unwrap_or_default();
-    let mut hosts = Vec::new();
+    let mut hosts: Vec<Attached> = Vec::new();
     for parent in route.spec.parent_refs.iter().flatten() {
         if !names_gateway(parent, route_ns, gw_ns, gw_name) {
             continue;
@@ -238,10 +357,17 @@ fn attached_hostnames(route: &HttpRoute, gateway: &Gateway, listeners: &[&Gatewa
             continue;
         }
         for l in listeners {
-            if parent.section_name.as_ref().is_some_and(|s| *s != l.name) || !admits(l, route_ns, gw_ns) {
+            if parent.section_name.as_ref().is_some_and(|s| *s != l.name) || !admits(snap, l, route_ns, gw_ns) {
                 continue;
             }
-            hosts.extend(intersect(l.hostname.as_deref(), &route_hosts));
+            let listener = l.hostname.as_deref().unwrap_or("*").to_ascii_lowercase();
+            hosts.extend(intersect_from(l.hostname.as_deref(), &route_hosts).into_iter().map(
+                |(hostname, route_hostname)| Attached {
+                    hostname,
+                    route_hostname,
+                    listener: listener.clone(),
+                },
+            ));
         }
     }
     hosts.sort();
@@ -259,7 +385,7 @@ pub(crate) fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns:
 /// Whether the listener's `allowedRoutes` admits an HTTPRoute of
 /// `route_ns`. A namespace selector needs the Namespaces' labels, which are
 /// not watched yet: it admits nothing.
-pub(crate) fn admits(l: &GatewayListeners, route_ns: &str, gw_ns: &str) -> bool {
+pub(crate) fn admits(snap: &Snapshot, l: &GatewayListeners, route_ns: &str, gw_ns: &str) -> bool {
     let allowed = l.allowed_routes.as_ref();
     let kinds_ok = allowed.and_then(|a| a.kinds.as_ref()).is_none_or(|kinds| {
         kinds
@@ -274,15 +400,47 @@ pub(crate) fn admits(l: &GatewayListeners, route_ns: &str, gw_ns: &str) -> bool 
         && match from {
             From::All => true,
             From::Same => route_ns == gw_ns,
-            From::Selector => false,
+            From::Selector => {
+                let selector = allowed
+                    .and_then(|a| a.namespaces.as_ref())
+                    .and_then(|n| n.selector.as_ref());
+                let labels = snap
+                    .namespaces
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(route_ns))
+                    .and_then(|n| n.metadata.labels.clone())
+                    .unwrap_or_default();
+                selector.is_some_and(|sel| selects(sel, &labels))
+            }
         }
+}
+
+/// Whether a label selector selects `labels` (Kubernetes semantics: every
+/// `matchLabels` pair and every expression must hold; an unknown operator
+/// selects nothing). An empty selector selects every namespace.
+fn selects(
+    sel: &gateway_api_types::gateways::GatewayListenersAllowedRoutesNamespacesSelector,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let pairs = sel.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let expressions = sel.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    pairs && expressions
 }
 
 /// The rules and candidate matches of one route (rule indexes local).
 fn route_entries(
     snap: &Snapshot,
     route: &HttpRoute,
-    hostnames: &[String],
+    hostnames: &[Attached],
     backend: &mut impl FnMut(&ServiceRef) -> String,
     problems: &mut Vec<(String, String)>,
 ) -> (Vec<Rule>, Vec<Candidate>) {
@@ -313,7 +471,9 @@ fn route_entries(
             let route_match = translate_match(m, rule_id);
             for h in hostnames {
                 candidates.push(Candidate {
-                    hostname: h.clone(),
+                    hostname: h.hostname.clone(),
+                    route_hostname: h.route_hostname.clone(),
+                    listener: h.listener.clone(),
                     route_match: route_match.clone(),
                     created,
                     route: (ns.clone(), name.clone()),
@@ -452,14 +612,44 @@ fn translate_rule(
                 port,
             }))
         })();
-        let name = match resolved {
+        let mut name = match resolved {
             Ok(name) => Some(name),
             Err((reason, why)) => {
                 report(reason, format!("{why}; its share of the requests gets 500"));
                 None
             }
         };
-        backends.push(WeightedBackend { backend: name, weight });
+        // The backend ref's own filters: a request header modifier; any
+        // other is not supported, and the backend's share gets 500 rather
+        // than being served without it.
+        let mut request_headers = None;
+        for f in b.filters.iter().flatten() {
+            use gateway_api_types::httproutes::HttpRouteRulesBackendRefsFiltersType as T;
+            match (&f.r#type, &f.request_header_modifier) {
+                (T::RequestHeaderModifier, Some(m)) => {
+                    request_headers = Some(modifier(
+                        m.set.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
+                        m.add.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
+                        m.remove.as_ref(),
+                    ));
+                }
+                (other, _) => {
+                    report(
+                        "UnsupportedValue",
+                        format!(
+                            "backend {}: filter {other:?} on a backend ref is not supported; its share of the requests gets 500",
+                            b.name
+                        ),
+                    );
+                    name = None;
+                }
+            }
+        }
+        backends.push(WeightedBackend {
+            backend: name,
+            weight,
+            request_headers,
+        });
     }
     if unsupported {
         // The spec: a rule whose filters cannot be applied is not served
@@ -577,6 +767,12 @@ fn path_modifier(full: bool, full_path: &Option<String>, prefix: &Option<String>
 /// Whether a ReferenceGrant in `target_ns` lets HTTPRoutes of `from_ns`
 /// refer to the Service `name`.
 fn granted(snap: &Snapshot, from_ns: &str, target_ns: &str, name: &str) -> bool {
+    granted_to(snap, "HTTPRoute", from_ns, target_ns, "Service", name)
+}
+
+/// Whether a ReferenceGrant in `target_ns` lets a `from_kind` (of the
+/// Gateway API group) in `from_ns` refer to the core `to_kind` `name`.
+fn granted_to(snap: &Snapshot, from_kind: &str, from_ns: &str, target_ns: &str, to_kind: &str, name: &str) -> bool {
     snap.reference_grants
         .iter()
         .filter(|g| g.metadata.namespace.as_deref().unwrap_or("default") == target_ns)
@@ -584,10 +780,10 @@ fn granted(snap: &Snapshot, from_ns: &str, target_ns: &str, name: &str) -> bool 
             g.spec
                 .from
                 .iter()
-                .any(|f| f.group == GROUP && f.kind == "HTTPRoute" && f.namespace == from_ns)
+                .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
                 && g.spec
                     .to
                     .iter()
-                    .any(|t| t.group.is_empty() && t.kind == "Service" && t.name.as_deref().is_none_or(|n| n == name))
+                    .any(|t| t.group.is_empty() && t.kind == to_kind && t.name.as_deref().is_none_or(|n| n == name))
         })
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use futures::{stream, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::reflector::{self, Store};
@@ -61,6 +61,7 @@ struct GatewayStores {
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
     grants: Store<ReferenceGrant>,
+    namespaces: Store<Namespace>,
 }
 
 /// The one object a by-name store holds.
@@ -102,6 +103,7 @@ impl Stores {
             gateways: self.gateway.as_ref().map(|g| all(&g.gateways)).unwrap_or_default(),
             http_routes: self.gateway.as_ref().map(|g| all(&g.routes)).unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
+            namespaces: self.gateway.as_ref().map(|g| all(&g.namespaces)).unwrap_or_default(),
         }
     }
 
@@ -120,6 +122,7 @@ impl Stores {
             g.gateways.wait_until_ready().await?;
             g.routes.wait_until_ready().await?;
             g.grants.wait_until_ready().await?;
+            g.namespaces.wait_until_ready().await?;
         }
         self.config_maps.wait_until_ready().await
     }
@@ -218,12 +221,15 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         let (gateways, g2) = reflect(api::<Gateway>(&client, ns), watcher::Config::default());
         let (routes, g3) = reflect(api::<HttpRoute>(&client, ns), watcher::Config::default());
         let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
-        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed()]);
+        // Their labels, for listeners that admit routes by namespace selector.
+        let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
+        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
         Some(GatewayStores {
             classes,
             gateways,
             routes,
             grants,
+            namespaces,
         })
     } else {
         None

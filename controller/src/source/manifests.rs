@@ -294,6 +294,7 @@ impl Snapshot {
         snap.gateways.extend(self.gateways.iter().cloned());
         snap.http_routes.extend(self.http_routes.iter().cloned());
         snap.reference_grants.extend(self.reference_grants.iter().cloned());
+        snap.namespaces.extend(self.namespaces.iter().cloned());
         for (from, to) in [
             (&self.config_map, &mut snap.config_map),
             (&self.tcp_services, &mut snap.tcp_services),
@@ -443,6 +444,9 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
         }
         "IngressClass" => snap.classes.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
         "Service" => snap.services.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+        "Namespace" => snap
+            .namespaces
+            .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
         "EndpointSlice" => snap.slices.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
         "Secret" => {
             let mut secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(doc).map_err(what)?;

@@ -45,6 +45,51 @@ pub struct CompiledListener {
     any: Option<usize>,
     groups: Vec<Vec<CompiledMatch>>,
     pub rules: Vec<CompiledRule>,
+    /// Certificate ids by SNI, looked up as the host groups are.
+    certificates: HostMap<Box<str>>,
+}
+
+/// Values by host name: exact, else the longest wildcard that covers the
+/// host with at least one label, else `*`.
+#[derive(Debug)]
+struct HostMap<T> {
+    exact: HashMap<Box<[u8]>, T>,
+    /// `(".example.com", value)`, longest suffix first.
+    wildcards: Vec<(Box<[u8]>, T)>,
+    any: Option<T>,
+}
+
+impl<T> HostMap<T> {
+    fn new<'a>(entries: impl Iterator<Item = (&'a str, T)>) -> HostMap<T> {
+        let mut map = HostMap {
+            exact: HashMap::default(),
+            wildcards: Vec::new(),
+            any: None,
+        };
+        for (host, value) in entries {
+            if host == "*" {
+                map.any = Some(value);
+            } else if let Some(suffix) = host.strip_prefix('*') {
+                map.wildcards.push((suffix.as_bytes().into(), value));
+            } else {
+                map.exact.insert(host.as_bytes().into(), value);
+            }
+        }
+        map.wildcards.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
+        map
+    }
+
+    fn get(&self, host: &[u8]) -> Option<&T> {
+        if let Some(v) = self.exact.get(host) {
+            return Some(v);
+        }
+        for (suffix, v) in &self.wildcards {
+            if host.len() > suffix.len() && host.ends_with(suffix) {
+                return Some(v);
+            }
+        }
+        self.any.as_ref()
+    }
 }
 
 #[derive(Debug)]
@@ -80,6 +125,8 @@ pub struct CompiledRule {
     pub response_headers: Option<CompiledModifier>,
     /// `URLRewrite`'s hostname, as the `Host` header it sets.
     pub rewrite_host: Option<CompiledHeader>,
+    /// Each backend's own request header modifier, by backend index.
+    pub backend_request_headers: Vec<Option<CompiledModifier>>,
 }
 
 /// A header modifier whose names are lower-cased and hashed once per
@@ -233,6 +280,11 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
             rule: r.clone(),
             total_weight: r.backends.iter().map(|b| u64::from(b.weight)).sum(),
             request_headers: r.filters.request_headers.as_ref().map(CompiledModifier::new),
+            backend_request_headers: r
+                .backends
+                .iter()
+                .map(|b| b.request_headers.as_ref().map(CompiledModifier::new))
+                .collect(),
             response_headers: r.filters.response_headers.as_ref().map(CompiledModifier::new),
             rewrite_host: r
                 .filters
@@ -249,10 +301,25 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
         any,
         groups,
         rules,
+        certificates: HostMap::new(
+            l.certificates
+                .iter()
+                .map(|c| (c.hostname.as_str(), Box::from(c.certificate.as_str()))),
+        ),
     })
 }
 
 impl CompiledListener {
+    /// The certificate id for a handshake's SNI (lower-cased, without a
+    /// trailing dot; `None` without SNI, which only `*` serves).
+    pub fn certificate(&self, sni: Option<&str>) -> Option<&str> {
+        match sni {
+            Some(host) => self.certificates.get(host.as_bytes()),
+            None => self.certificates.any.as_ref(),
+        }
+        .map(|id| &**id)
+    }
+
     /// The group for `host`: exact, else the longest wildcard that covers
     /// it with at least one label, else `*`.
     fn group(&self, host: &[u8]) -> Option<usize> {
@@ -468,6 +535,31 @@ mod tests {
         assert_eq!(path_matches(&t, b"/apiv1"), None);
         let root = PathTest::Prefix(b"".as_slice().into());
         assert_eq!(path_matches(&root, b"/anything"), Some(0));
+    }
+
+    #[test]
+    fn certificates_by_sni_exact_then_longest_wildcard_then_any() {
+        let body = serde_json::json!({"listeners": [{"name": "ns/gw/443", "port": 443, "hosts": [], "rules": [],
+            "certificates": [
+                {"hostname": "*", "certificate": "ns_any"},
+                {"hostname": "*.example.com", "certificate": "ns_wild"},
+                {"hostname": "*.a.example.com", "certificate": "ns_deeper"},
+                {"hostname": "www.example.com", "certificate": "ns_www"}]}]});
+        let c = Compiled::new(&parse_routes(body.to_string().as_bytes()).unwrap()).unwrap();
+        let l = c.listener(b"ns/gw/443").unwrap();
+        assert_eq!(l.certificate(Some("www.example.com")), Some("ns_www"));
+        assert_eq!(l.certificate(Some("x.a.example.com")), Some("ns_deeper"));
+        assert_eq!(l.certificate(Some("x.example.com")), Some("ns_wild"));
+        // A wildcard never covers its own parent.
+        assert_eq!(l.certificate(Some("example.com")), Some("ns_any"));
+        assert_eq!(l.certificate(None), Some("ns_any"));
+        let bad = serde_json::json!({"listeners": [{"name": "l", "port": 443, "hosts": [], "rules": [],
+            "certificates": [{"hostname": "*", "certificate": "../x"}]}]});
+        let e = parse_routes(bad.to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.path, "listeners[0].certificates[0].certificate");
+        let dup = serde_json::json!({"listeners": [{"name": "l", "port": 443, "hosts": [], "rules": [],
+            "certificates": [{"hostname": "a.test", "certificate": "x"}, {"hostname": "a.test", "certificate": "y"}]}]});
+        assert!(parse_routes(dup.to_string().as_bytes()).is_err());
     }
 
     #[test]

@@ -44,6 +44,23 @@ pub struct ListenerRoutes {
     pub hosts: Vec<HostRoutes>,
     /// What matches point at, shared by the host groups.
     pub rules: Vec<Rule>,
+    /// An HTTPS server's certificates by SNI (a Gateway's HTTPS listeners:
+    /// their hostnames, `*` for one without). Ids name certificates of
+    /// `/configuration/certificates`; a handshake on this server takes
+    /// the exact host's, else the longest wildcard's, else `*`'s, before
+    /// the Ingress servers map. Empty on an HTTP server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<ListenerCertificate>,
+}
+
+/// One HTTPS listener's certificate.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListenerCertificate {
+    /// `example.com`, `*.example.com` or `*`.
+    pub hostname: String,
+    /// A certificate id (`lua_compat::certificates::check_id`).
+    pub certificate: String,
 }
 
 /// The matches one request host can reach, in precedence order: the first
@@ -196,4 +213,8 @@ pub enum PathModifier {
 pub struct WeightedBackend {
     pub backend: Option<String>,
     pub weight: u32,
+    /// The backend ref's own `RequestHeaderModifier`, applied after the
+    /// rule's when this backend is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_headers: Option<HeaderModifier>,
 }

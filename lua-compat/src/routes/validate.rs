@@ -15,6 +15,8 @@ use crate::validate::{check_name, deserialize, is_dns_label, ValidationError};
 
 /// Listeners in one table.
 pub const MAX_LISTENERS: usize = 4096;
+/// Most certificates one server names (a Gateway has at most 64 listeners).
+pub const MAX_LISTENER_CERTIFICATES: usize = 64;
 /// Header or query matches in one match, and entries in one header
 /// modifier list (the Gateway API's maximum).
 pub const MAX_VALUE_MATCHES: usize = 16;
@@ -82,6 +84,30 @@ fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
     }
     if l.port == 0 {
         return Err(bad("port", "must be 1-65535".into()));
+    }
+    if l.certificates.len() > MAX_LISTENER_CERTIFICATES {
+        return Err(bad(
+            "certificates",
+            format!("more than {MAX_LISTENER_CERTIFICATES} certificates"),
+        ));
+    }
+    let mut sni = HashSet::new();
+    for (c, cert) in l.certificates.iter().enumerate() {
+        let at = format!("{at}.certificates[{c}]");
+        if cert.hostname != "*" && !is_route_hostname(&cert.hostname, true) {
+            return Err(ValidationError::at(
+                format!("{at}.hostname"),
+                format!("{:?} is not a lower-case host name, a *.wildcard or *", cert.hostname),
+            ));
+        }
+        if !sni.insert(cert.hostname.as_str()) {
+            return Err(ValidationError::at(
+                format!("{at}.hostname"),
+                format!("duplicate certificate host {:?}", cert.hostname),
+            ));
+        }
+        crate::certificates::check_id(&cert.certificate)
+            .map_err(|e| ValidationError::at(format!("{at}.certificate"), e))?;
     }
     let mut hosts = HashSet::new();
     for (h, group) in l.hosts.iter().enumerate() {
@@ -204,6 +230,9 @@ fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
         return Err(bad("backends", format!("more than {MAX_BACKENDS} backends")));
     }
     for (i, b) in rule.backends.iter().enumerate() {
+        if let Some(m) = &b.request_headers {
+            check_modifier(m).map_err(|(field, e)| bad(&format!("backends[{i}].requestHeaders.{field}"), e))?;
+        }
         if b.weight > MAX_WEIGHT {
             return Err(bad(
                 &format!("backends[{i}].weight"),

@@ -125,6 +125,15 @@ pub struct UpstreamConf {
     /// In a `server{}` (or inherited from `http{}`): `dynamic_balancer_ssl`,
     /// certificates from the zone by SNI. `None` when not set.
     pub ssl: Option<bool>,
+    /// In a `server{}`: `dynamic_balancer_ssl_routes listener;`, the
+    /// certificates of that route-table listener (a Gateway's HTTPS
+    /// listeners) by SNI, in place of the Ingress servers map. Not
+    /// inherited.
+    pub ssl_routes: Option<ngx_str_t>,
+    /// Set at postconfiguration for a server whose handshakes the module
+    /// serves: the main conf, so that the certificate callback, given this
+    /// server conf, finds the zone.
+    pub(crate) main: Option<std::ptr::NonNull<MainConf>>,
 }
 
 /// `location{}` level: the API handler's settings, and the static backend

@@ -13,6 +13,6 @@ mod zones;
 
 pub use api::{check_api_listeners, set_api, set_token, set_token_file};
 pub use location::{merge_loc_conf, set_backend, set_https_redirect, set_loc_flag, set_metrics, set_routes};
-pub use upstream::{check_upstreams, merge_srv_conf, set_balancer, set_ssl};
+pub use upstream::{check_upstreams, merge_srv_conf, set_balancer, set_ssl, set_ssl_routes};
 pub use variables::{declare_variables, index_variables};
 pub use zones::{init_main_conf, set_metrics_zone, set_state_file, set_zone};

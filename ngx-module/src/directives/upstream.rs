@@ -183,6 +183,38 @@ pub unsafe extern "C" fn set_ssl(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, 
     })
 }
 
+/// `dynamic_balancer_ssl_routes listener;` in a `server{}`: handshakes
+/// take the certificates the route table gives that listener, by SNI (see
+/// [`crate::tls::handshake`]); implies `dynamic_balancer_ssl on` there.
+/// nginx calls it while parsing, with our `UpstreamConf` as `conf`.
+pub unsafe extern "C" fn set_ssl_routes(
+    cf: *mut ngx_conf_t,
+    _cmd: *mut ngx_command_t,
+    conf: *mut c_void,
+) -> *mut c_char {
+    ffi_guard("dynamic_balancer_ssl_routes", NGX_CONF_ERROR, || {
+        // SAFETY: for an NGX_HTTP_SRV_CONF_OFFSET directive, `conf` is our
+        // `UpstreamConf` from create_srv_conf; configuration runs on one thread.
+        let scf = unsafe { &mut *conf.cast::<UpstreamConf>() };
+        if scf.ssl == Some(false) {
+            return c"conflicts with \"dynamic_balancer_ssl off\"".as_ptr().cast_mut();
+        }
+        // SAFETY: `cf` is the live configuration being parsed.
+        let rc = unsafe { crate::nginx::directive::set_literal_once(cf, &mut scf.ssl_routes, "listener name") };
+        if rc == NGX_CONF_OK {
+            scf.ssl = Some(true);
+            // SAFETY: `cf` is the live configuration being parsed.
+            let cf = unsafe { &*cf };
+            mark_used(cf);
+            let Some(mcf) = crate::nginx::module::Module::main_conf_mut(cf) else {
+                return NGX_CONF_ERROR;
+            };
+            mcf.routes_used = true;
+        }
+        rc
+    })
+}
+
 /// Merges a `server{}`'s `UpstreamConf` with its `http{}` one: nginx calls it
 /// once per server after parsing, with both live and distinct.
 pub unsafe extern "C" fn merge_srv_conf(_cf: *mut ngx_conf_t, prev: *mut c_void, conf: *mut c_void) -> *mut c_char {

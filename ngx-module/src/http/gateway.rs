@@ -145,8 +145,10 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         );
         return send_redirect(req, redirect.status_code, &target);
     }
-    let chosen = weighted::pick(&rule.backends, found.rule.total_weight, fastrand::u64(..));
-    let Some(backend) = chosen.and_then(|b| b.backend.as_deref()) else {
+    let Some(chosen) = weighted::pick(&rule.backends, found.rule.total_weight, fastrand::u64(..)) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    let Some(backend) = rule.backends[chosen].backend.as_deref() else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     let Some(index) = Module::main_conf(req).map(|m| m.read_variables[Read::UpstreamName as usize]) else {
@@ -172,6 +174,10 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     unsafe { variables::set_borrowed(req, index, backend.as_bytes()) };
     if let Some(m) = &compiled.request_headers {
         // SAFETY: the modifier lives in that table too.
+        unsafe { modify(req, Side::Request, m) };
+    }
+    if let Some(Some(m)) = compiled.backend_request_headers.get(chosen) {
+        // SAFETY: as above.
         unsafe { modify(req, Side::Request, m) };
     }
     if let Some(host) = &compiled.rewrite_host {

@@ -50,6 +50,19 @@ pub fn find(zone: &Zone, sni: Option<&str>, on_error: impl FnMut(&str, &str)) ->
     })
 }
 
+/// The certificate of id `id` (a Gateway HTTPS listener's, named by the
+/// route table), refreshed as [`find`] does.
+pub fn find_id(zone: &Zone, id: &str, on_error: impl FnMut(&str, &str)) -> Option<Rc<Loaded>> {
+    CACHE.with_borrow_mut(|cache| {
+        let generation = zone.header().cert_generation.load(Ordering::Acquire);
+        if generation != cache.generation {
+            refresh(cache, zone, on_error);
+            cache.generation = generation;
+        }
+        cache.certs.get(id).map(|(_, c)| c.clone())
+    })
+}
+
 fn refresh(cache: &mut CertCache, zone: &Zone, mut on_error: impl FnMut(&str, &str)) {
     let (servers, live, changed) = {
         let state = zone.header().certs.read();

@@ -64,13 +64,13 @@ pub unsafe fn install(cf: *mut ngx_conf_t) -> ngx_int_t {
             (
                 (*srv_conf.add(crate::nginx::module::http_ctx_index()))
                     .cast::<UpstreamConf>()
-                    .as_ref(),
+                    .as_mut(),
                 (*srv_conf.add(ssl_index)).cast::<ngx_http_ssl_srv_conf_t>().as_ref(),
             )
         };
-        if ours.and_then(|c| c.ssl) != Some(true) {
+        let Some(ours) = ours.filter(|c| c.ssl == Some(true)) else {
             continue;
-        }
+        };
         let Some(sscf) = sscf else { continue };
         // SAFETY: `cscf` is live (above).
         let name = unsafe { (*cscf).server_name };
@@ -87,22 +87,29 @@ pub unsafe fn install(cf: *mut ngx_conf_t) -> ngx_int_t {
             // Not a TLS server (no ssl_certificate): nothing to serve.
             continue;
         }
-        // SAFETY: a live SSL_CTX of this configuration; the main conf
-        // pointer lives in the conf pool as long as the SSL_CTX (both are
-        // this cycle's).
-        unsafe { SSL_CTX_set_cert_cb(sscf.ssl.ctx, Some(certificate_callback), mcf.cast::<c_void>()) };
+        ours.main = std::ptr::NonNull::new(mcf);
+        let ours: *mut UpstreamConf = ours;
+        // SAFETY: a live SSL_CTX of this configuration; the server conf
+        // (and the main conf it points at) live in the conf pool as long
+        // as the SSL_CTX (all are this cycle's).
+        unsafe { SSL_CTX_set_cert_cb(sscf.ssl.ctx, Some(certificate_callback), ours.cast::<c_void>()) };
     }
     NGX_OK as ngx_int_t
 }
 
 /// OpenSSL's certificate callback: called during a handshake, on the event
-/// loop, with the connection's live `SSL` and the `MainConf` that
-/// [`install`] passed. Returns 1 to go on, 0 to fail the handshake.
+/// loop, with the connection's live `SSL` and the server's `UpstreamConf`
+/// that [`install`] passed. Returns 1 to go on, 0 to fail the handshake.
 unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_int {
     ffi_guard("TLS certificate callback", 0, || {
-        // SAFETY: `arg` is the configuration's main conf (see `install`),
-        // live as long as this cycle's SSL_CTX.
-        let Some(zone) = (unsafe { arg.cast::<MainConf>().as_ref() }).and_then(MainConf::zone) else {
+        // SAFETY: `arg` is a server conf of this cycle (see `install`),
+        // live as long as its SSL_CTX, and only read during handshakes.
+        let Some(scf) = (unsafe { arg.cast::<UpstreamConf>().as_ref() }) else {
+            return 1;
+        };
+        // SAFETY: `main` is the cycle's main conf (see `install`), in the
+        // same conf pool as the server conf.
+        let Some(zone) = scf.main.and_then(|m| unsafe { m.as_ref() }.zone()) else {
             return 1;
         };
         // SAFETY: `ssl` is live; the name, if any, is a NUL-terminated
@@ -117,7 +124,7 @@ unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_
         let c = unsafe { SSL_get_ex_data(ssl, ngx_ssl_connection_index) }.cast::<ngx_connection_t>();
         // SAFETY: as above; a null connection has no log.
         let log = unsafe { c.as_ref() }.map_or(std::ptr::null_mut(), |c| c.log);
-        let found = crate::tls::cache::find(&zone, sni.as_deref(), |id, e| {
+        let on_error = |id: &str, e: &str| {
             if !log.is_null() {
                 ngx_log_error!(
                     NGX_LOG_ERR,
@@ -125,7 +132,19 @@ unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_
                     "dynamic_balancer: certificate {id:?} cannot be loaded: {e}"
                 );
             }
-        });
+        };
+        let found = match &scf.ssl_routes {
+            // A Gateway's HTTPS server: its listeners' certificates only.
+            Some(listener) => crate::backends::routes_cache::current(&zone, |_| {})
+                .and_then(|table| {
+                    table
+                        .listener(listener.as_bytes())
+                        .and_then(|l| l.certificate(sni.as_deref()))
+                        .map(str::to_owned)
+                })
+                .and_then(|id| crate::tls::cache::find_id(&zone, &id, on_error)),
+            None => crate::tls::cache::find(&zone, sni.as_deref(), on_error),
+        };
         let Some(cert) = found else { return 1 };
         // OpenSSL keeps one certificate per key type: without clearing, an
         // RSA certificate from the zone would sit beside the server's static

@@ -290,6 +290,9 @@ impl<'s> Builder<'s> {
                 name
             },
         );
+        for (id, pair) in &model.certificates {
+            self.certificates.insert(id.clone(), pair.clone());
+        }
         for (name, r) in claimed {
             self.backends.entry(name).or_insert_with(|| BackendRef {
                 namespace: r.namespace,
