@@ -49,25 +49,7 @@ pub fn intersect_from(listener: Option<&str>, route: &[String]) -> Vec<(String, 
 /// The hostnames a route serves on a listener, lower-cased and without
 /// duplicates; `*` stands for every host.
 pub fn intersect(listener: Option<&str>, route: &[String]) -> Vec<String> {
-    let route: Vec<String> = route.iter().map(|h| h.to_ascii_lowercase()).collect();
-    let mut out: Vec<String> = match listener.map(str::to_ascii_lowercase) {
-        None if route.is_empty() => vec!["*".into()],
-        None => route,
-        Some(l) if route.is_empty() => vec![l],
-        Some(l) => route
-            .iter()
-            .filter_map(|h| {
-                if *h == l || covers(&l, h) {
-                    Some(h.clone())
-                } else if covers(h, &l) {
-                    Some(l.clone())
-                } else {
-                    None
-                }
-            })
-            .collect(),
-    };
-    out.sort();
+    let mut out: Vec<String> = intersect_from(listener, route).into_iter().map(|(h, _)| h).collect();
     out.dedup();
     out
 }

@@ -37,12 +37,7 @@ thread_local! {
 /// `None` when the zone names none: nginx's own `ssl_certificate` serves.
 /// `on_error` hears of payloads that could not be decoded.
 pub fn find(zone: &Zone, sni: Option<&str>, on_error: impl FnMut(&str, &str)) -> Option<Rc<Loaded>> {
-    CACHE.with_borrow_mut(|cache| {
-        let generation = zone.header().cert_generation.load(Ordering::Acquire);
-        if generation != cache.generation {
-            refresh(cache, zone, on_error);
-            cache.generation = generation;
-        }
+    with_fresh(zone, on_error, |cache| {
         lookup(sni, |host| {
             let id = cache.hosts.get(host)?;
             cache.certs.get(id).map(|(_, c)| c.clone())
@@ -53,13 +48,19 @@ pub fn find(zone: &Zone, sni: Option<&str>, on_error: impl FnMut(&str, &str)) ->
 /// The certificate of id `id` (a Gateway HTTPS listener's, named by the
 /// route table), refreshed as [`find`] does.
 pub fn find_id(zone: &Zone, id: &str, on_error: impl FnMut(&str, &str)) -> Option<Rc<Loaded>> {
+    with_fresh(zone, on_error, |cache| cache.certs.get(id).map(|(_, c)| c.clone()))
+}
+
+/// Runs `f` on this worker's cache, refreshed first if the zone's
+/// `cert_generation` moved.
+fn with_fresh<T>(zone: &Zone, on_error: impl FnMut(&str, &str), f: impl FnOnce(&CertCache) -> T) -> T {
     CACHE.with_borrow_mut(|cache| {
         let generation = zone.header().cert_generation.load(Ordering::Acquire);
         if generation != cache.generation {
             refresh(cache, zone, on_error);
             cache.generation = generation;
         }
-        cache.certs.get(id).map(|(_, c)| c.clone())
+        f(cache)
     })
 }
 

@@ -135,14 +135,12 @@ unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_
         };
         let found = match &scf.ssl_routes {
             // A Gateway's HTTPS server: its listeners' certificates only.
-            Some(listener) => crate::backends::routes_cache::current(&zone, |_| {})
-                .and_then(|table| {
-                    table
-                        .listener(listener.as_bytes())
-                        .and_then(|l| l.certificate(sni.as_deref()))
-                        .map(str::to_owned)
-                })
-                .and_then(|id| crate::tls::cache::find_id(&zone, &id, on_error)),
+            // The id is borrowed from the table: nothing is copied per
+            // handshake.
+            Some(listener) => crate::backends::routes_cache::current(&zone, |_| {}).and_then(|table| {
+                let id = table.listener(listener.as_bytes())?.certificate(sni.as_deref())?;
+                crate::tls::cache::find_id(&zone, id, on_error)
+            }),
             None => crate::tls::cache::find(&zone, sni.as_deref(), on_error),
         };
         let Some(cert) = found else { return 1 };

@@ -154,26 +154,13 @@ fn main() -> ExitCode {
     };
     let result = match cmd.as_str() {
         "up" => {
-            let backend = sibling("pod-backend");
-            if !backend.exists() {
-                eprintln!(
-                    "cluster: {} is missing: cargo build --release -p tests --bin pod-backend",
-                    backend.display()
-                );
-                return ExitCode::FAILURE;
-            }
-            let controller = std::process::Command::new("buildah")
-                .args(["inspect", "--type", "image", images::CONTROLLER_IMAGE])
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false);
-            if !controller {
-                eprintln!(
-                    "cluster: no image {} in buildah's storage; build it first: cargo run --release -p nginx-build -- image",
-                    images::CONTROLLER_IMAGE
-                );
-                return ExitCode::FAILURE;
-            }
+            let backend = match preflight() {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("cluster: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             Cluster::up(&Images {
                 backend: &backend,
                 controller: true,
