@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
+use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::gateway::grpc::RouteKind;
 use crate::gateway::status::{conditions_json, desired, Addresses, Desired, SUPPORTED_FEATURES};
 use crate::gateway::translate::translate;
 use crate::snapshot::{key, Snapshot};
@@ -123,6 +125,46 @@ where
         .map(drop)
 }
 
+/// Writes the status of the routes of one kind that differs from what
+/// `want` says; returns what was written, each with its result.
+async fn sync_routes<K>(
+    client: &kube::Client,
+    opts: &GatewayStatusOptions,
+    want: &Desired,
+    now: &str,
+    routes: &[Arc<K>],
+    kind: RouteKind,
+    status_of: impl Fn(&K) -> Value,
+) -> Vec<(String, kube::Result<()>)>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    for route in routes {
+        let meta = route.meta();
+        let Some(w) = want.routes.get(&kind.key(meta)) else {
+            continue;
+        };
+        let have = status_of(route);
+        let status = route_status(w, &opts.controller_name, meta.generation.unwrap_or(0), &have, now);
+        if differs(&status, &have) {
+            let ns = meta.namespace.as_deref().unwrap_or("default");
+            let r = patch(
+                Api::<K>::namespaced(client.clone(), ns),
+                meta.name.as_deref().unwrap_or(""),
+                meta.resource_version.as_deref(),
+                status,
+            )
+            .await;
+            out.push((format!("{} {}", kind.name(), key(meta)), r));
+        }
+    }
+    out
+}
+
 /// Brings the Gateways' Services and every status up to date once;
 /// returns how many statuses were written, and whether a Gateway still
 /// waits for its Service's address.
@@ -190,29 +232,13 @@ async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Sn
             report(format!("Gateway {k}"), r);
         }
     }
-    for route in &snap.http_routes {
-        let k = key(&route.metadata);
-        let Some(w) = want.routes.get(&k) else { continue };
-        let have = serde_json::to_value(&route.status).unwrap_or(Value::Null);
-        let status = route_status(
-            w,
-            &opts.controller_name,
-            route.metadata.generation.unwrap_or(0),
-            &have,
-            &now,
-        );
-        if differs(&status, &have) {
-            let ns = route.metadata.namespace.as_deref().unwrap_or("default");
-            let api = Api::<HttpRoute>::namespaced(client.clone(), ns);
-            let r = patch(
-                api,
-                route.metadata.name.as_deref().unwrap_or(""),
-                route.metadata.resource_version.as_deref(),
-                status,
-            )
-            .await;
-            report(format!("HTTPRoute {k}"), r);
-        }
+    let http = |r: &HttpRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);
+    for (what, r) in sync_routes(client, opts, &want, &now, &snap.http_routes, RouteKind::Http, http).await {
+        report(what, r);
+    }
+    let grpc = |r: &GrpcRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);
+    for (what, r) in sync_routes(client, opts, &want, &now, &snap.grpc_routes, RouteKind::Grpc, grpc).await {
+        report(what, r);
     }
     (written, pending)
 }

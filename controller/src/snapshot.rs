@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
+use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
 use gateway_api_types::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
@@ -45,6 +46,7 @@ pub struct Snapshot {
     pub gateway_classes: Vec<Arc<GatewayClass>>,
     pub gateways: Vec<Arc<Gateway>>,
     pub http_routes: Vec<Arc<HttpRoute>>,
+    pub grpc_routes: Vec<Arc<GrpcRoute>>,
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     /// Namespaces, for `allowedRoutes.namespaces.selector` (watched with
     /// Gateway API only).
@@ -83,6 +85,7 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_objects(&old.gateway_classes, &new.gateway_classes)
         && same_objects(&old.gateways, &new.gateways)
         && same_objects(&old.http_routes, &new.http_routes)
+        && same_objects(&old.grpc_routes, &new.grpc_routes)
         && same_objects(&old.reference_grants, &new.reference_grants)
         && same_objects(&old.namespaces, &new.namespaces);
     if !others_same {

@@ -121,6 +121,7 @@ fn collection(kind: &str, namespace: &str) -> String {
         "GatewayClass" => "/apis/gateway.networking.k8s.io/v1/gatewayclasses".into(),
         "Gateway" => ns("/apis/gateway.networking.k8s.io/v1", "gateways"),
         "HTTPRoute" => ns("/apis/gateway.networking.k8s.io/v1", "httproutes"),
+        "GRPCRoute" => ns("/apis/gateway.networking.k8s.io/v1", "grpcroutes"),
         "ReferenceGrant" => ns("/apis/gateway.networking.k8s.io/v1", "referencegrants"),
         other => panic!("no collection for {other}"),
     }
@@ -412,7 +413,7 @@ impl RealApiServer {
             self.apply_manifests(&yaml);
         }
         let served = (0..100).any(|_| {
-            let ok = ["gatewayclasses", "httproutes", "referencegrants"]
+            let ok = ["gatewayclasses", "httproutes", "grpcroutes", "referencegrants"]
                 .iter()
                 .all(|k| self.get(&format!("/apis/gateway.networking.k8s.io/v1/{k}")).0 == 200);
             if !ok {

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod cluster;
 pub mod controller;
 pub mod echo;
+pub mod grpc_upstream;
 pub mod h2_h3;
 pub mod kube_apiserver;
 pub mod load;

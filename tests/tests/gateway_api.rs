@@ -2,7 +2,8 @@
 //! ours, a Gateway with an HTTP listener, HTTPRoutes with matches, weights
 //! and filters. Route edits reach traffic with no reload; routes that the
 //! listener's `allowedRoutes` does not admit, or backends in another
-//! namespace without a ReferenceGrant, do not route.
+//! namespace without a ReferenceGrant, do not route. GRPCRoutes route gRPC
+//! calls by method and header to HTTP/2 cleartext backends.
 
 use std::time::Duration;
 
@@ -136,6 +137,81 @@ fn each_gateway_gets_its_own_port_from_the_base() {
     // The route names gw only: gw's port serves it, gw2's answers 404.
     assert!(wait_until(Duration::from_secs(10), || via(base, "web.test", &[]).0 == 200));
     assert_eq!(via(base + 1, "web.test", &[]).0, 404);
+}
+
+/// A GRPCRoute on Gateway `demo/gw`: `Check` with `version: two` to
+/// `two`, any other method of the health service to `rest`.
+fn grpc_route(two: &str, rest: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {{namespace: demo, name: health}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [grpc.test]\n  rules:\n  - matches:\n    - method: {{service: grpc.health.v1.Health, method: Check}}\n      headers: [{{name: version, value: two}}]\n    backendRefs: [{{name: {two}, port: 80}}]\n  - matches: [{{method: {{service: grpc.health.v1.Health}}}}]\n    backendRefs: [{{name: {rest}, port: 80}}]\n"
+    )
+}
+
+#[test]
+fn grpc_routes_match_methods_and_headers_over_h2c_without_reload() {
+    use tests::grpc_upstream::{channel, check_with, Answer, GrpcUpstream};
+    use tonic_health::ServingStatus;
+
+    let (a, b) = (
+        GrpcUpstream::start(ServingStatus::Serving),
+        GrpcUpstream::start(ServingStatus::NotServing),
+    );
+    let gw = free_port();
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gateway.yaml", gateway("gw", gw, "Same")),
+        ("a.yaml", service("grpc-a", &[a.port])),
+        ("b.yaml", service("grpc-b", &[b.port])),
+        ("route.yaml", grpc_route("grpc-b", "grpc-a")),
+    ];
+    let c = Controller::start(&files, &[]);
+    let conf = c.conf();
+    assert!(conf.contains("grpc_pass grpc://upstream_balancer_grpc;"), "{conf}");
+    assert!(conf.contains("@h2c;"), "{conf}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ch = channel(&rt, gw, "grpc.test");
+    let call = |md: &[(&'static str, &str)]| check_with(&rt, &ch, md);
+    assert!(
+        wait_until(Duration::from_secs(10), || call(&[]).ok() == Some(Answer::Serving)),
+        "{}",
+        c.log()
+    );
+    assert_eq!(call(&[("version", "two")]).unwrap(), Answer::NotServing);
+    assert_eq!(call(&[("version", "three")]).unwrap(), Answer::Serving);
+    // No route for the host: the module's 404 is gRPC's UNIMPLEMENTED.
+    let other = channel(&rt, gw, "other.test");
+    let e = check_with(&rt, &other, &[]).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e}");
+    // A rule whose backend does not resolve: UNAVAILABLE, not an HTML 500.
+    c.write(
+        "missing.yaml",
+        &grpc_route("nowhere", "nowhere")
+            .replace("name: health", "name: missing")
+            .replace("grpc.test", "missing.test"),
+    );
+    let missing = channel(&rt, gw, "missing.test");
+    assert!(wait_until(Duration::from_secs(10), || check_with(&rt, &missing, &[])
+        .is_err_and(|e| e.code() == tonic::Code::Unavailable)));
+
+    // Moving the rules' backends is a route edit: no reload, and the same
+    // client connection sees it.
+    let reloads = c.reloads();
+    c.write("route.yaml", &grpc_route("grpc-a", "grpc-b"));
+    assert!(wait_until(Duration::from_secs(10), || call(&[]).ok() == Some(Answer::NotServing)));
+    assert_eq!(call(&[("version", "two")]).unwrap(), Answer::Serving);
+    assert_eq!(c.reloads(), reloads, "GRPCRoute edits never reload");
+
+    // An HTTP/1.1 client still reaches an HTTPRoute on the same listener.
+    let up = Upstream::start();
+    c.write("web.yaml", &service("web-a", &[up.port]));
+    c.write(
+        "web-route.yaml",
+        &route("demo", "web", "web.test", &[("web-a", 1)], "web-a"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || via(gw, "web.test", &[]).0 == 200));
 }
 
 /// A WebSocket echo backend: a thread per connection.

@@ -12,78 +12,10 @@ use std::time::Duration;
 
 use tests::controller::{ingress, service, Controller, INGRESS_CLASS};
 use tests::free_port;
-use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::health_check_response::ServingStatus as Answer;
+use tests::grpc_upstream::{channel, check, Answer, GrpcUpstream};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
-
-/// A gRPC health server on 127.0.0.1:`port` (h2c), in its own runtime.
-struct GrpcUpstream {
-    port: u16,
-    reporter: HealthReporter,
-    rt: tokio::runtime::Runtime,
-}
-
-impl GrpcUpstream {
-    fn start(whoami: ServingStatus) -> GrpcUpstream {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let port = free_port();
-        let (reporter, service) = tonic_health::server::health_reporter();
-        rt.block_on(reporter.set_service_status("whoami", whoami));
-        rt.spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve(([127, 0, 0, 1], port).into())
-                .await
-        });
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "gRPC server on {port} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        GrpcUpstream { port, reporter, rt }
-    }
-
-    fn set(&self, whoami: ServingStatus) {
-        self.rt.block_on(self.reporter.set_service_status("whoami", whoami));
-    }
-}
-
-/// A client runtime and a channel to nginx's HTTP port (HTTP/2 with prior
-/// knowledge) with `:authority` `host`.
-fn channel(rt: &tokio::runtime::Runtime, port: u16, host: &str) -> Channel {
-    rt.block_on(async {
-        Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-            .unwrap()
-            .origin(format!("http://{host}").parse().unwrap())
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await
-            .expect("HTTP/2 connection to nginx")
-    })
-}
-
-fn check(rt: &tokio::runtime::Runtime, ch: &Channel, canary: bool) -> Result<Answer, tonic::Status> {
-    rt.block_on(async {
-        let mut req = tonic::Request::new(HealthCheckRequest {
-            service: "whoami".into(),
-        });
-        if canary {
-            req.metadata_mut().insert("x-canary", "always".parse().unwrap());
-        }
-        let answer = HealthClient::new(ch.clone()).check(req).await?;
-        Ok(answer.into_inner().status())
-    })
-}
 
 #[test]
 fn grpc_calls_are_balanced_streamed_canaried_and_retried() {

@@ -8,7 +8,8 @@
 //! matches; then the oldest route, the route first by `namespace/name`,
 //! and the first rule and match within it. A `RegularExpression` path (its
 //! order is left to implementations) ranks after `Exact` and before
-//! `PathPrefix`, longer patterns first.
+//! `PathPrefix`, longer patterns first. A GRPCRoute's matches rank by the
+//! characters of their service, then of their method, as its spec says.
 //!
 //! The module takes the first match of a request's host group that
 //! matches, so the controller gives every group its candidates in that
@@ -42,6 +43,9 @@ pub struct Candidate {
     /// Rule and match index within the route.
     pub rule_index: usize,
     pub match_index: usize,
+    /// A GRPCRoute's match: characters of its service and method, which
+    /// the spec orders by in place of the path (see `super::grpc`).
+    pub grpc: Option<(usize, usize)>,
 }
 
 /// How specific a hostname is: non-wildcard characters, then characters.
@@ -71,7 +75,15 @@ pub fn compare(a: &Candidate, b: &Candidate) -> Ordering {
         (
             Reverse(host_rank(&c.route_hostname)),
             Reverse(host_rank(&c.hostname)),
-            Reverse(path_rank(&m.path)),
+            Reverse(match c.grpc {
+                // Below any HTTPRoute path of the same hostname: the spec
+                // leaves the two kinds' order to implementations.
+                Some((service, method)) => (0, service, method),
+                None => {
+                    let (kind, len) = path_rank(&m.path);
+                    (kind, len, 0)
+                }
+            }),
             Reverse(m.method.is_some()),
             Reverse(m.headers.len()),
             Reverse(m.query.len()),
@@ -153,6 +165,7 @@ mod tests {
             route: ("default".into(), format!("r{rule}")),
             rule_index: 0,
             match_index: 0,
+            grpc: None,
         }
     }
 

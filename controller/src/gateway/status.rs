@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 
 use gateway_api_types::gateways::Gateway;
-use gateway_api_types::httproutes::HttpRoute;
 use serde_json::{json, Value};
 
+use super::grpc::Route;
 use super::hostnames::intersect;
 use super::translate::{admits, names_gateway, GatewayModel};
 use crate::snapshot::{key, Snapshot};
@@ -36,6 +36,10 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteParentRefPort",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteNamedRouteRule",
+    "HTTPRouteBackendProtocolH2C",
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
+    "GRPCRouteRequestHeaderModifier",
     "GatewayPort8080",
     "GatewayHTTPListenerIsolation",
     "GatewayRouteHostnameIntersectionPrecedence",
@@ -74,7 +78,7 @@ pub struct ListenerStatus {
 /// default), and whether `allowedRoutes.kinds` names one it cannot serve.
 pub fn listener_kinds(l: &gateway_api_types::gateways::GatewayListeners) -> (Vec<&'static str>, bool) {
     let serves: &[&'static str] = match l.protocol.as_str() {
-        "HTTP" | "HTTPS" => &["HTTPRoute"],
+        "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
         _ => &[],
     };
     let Some(asked) = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) else {
@@ -148,9 +152,9 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
         .filter(|g| out.classes.contains_key(&g.spec.gateway_class_name))
         .collect();
     let mut attached: BTreeMap<(String, String), i32> = BTreeMap::new();
-    for route in &snap.http_routes {
-        let route_key = key(&route.metadata);
-        let parents = route_parents(snap, route, &ours, model, &mut attached);
+    for route in super::translate::all_routes(snap, &mut Vec::new()) {
+        let route_key = route.key();
+        let parents = route_parents(snap, &route, &ours, model, &mut attached);
         if parents.is_empty() {
             continue;
         }
@@ -198,7 +202,7 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                         "ResolvedRefs",
                         false,
                         "InvalidRouteKinds",
-                        "allowedRoutes.kinds names a kind this listener cannot serve; only HTTPRoute is supported",
+                        "allowedRoutes.kinds names a kind this listener cannot serve; HTTPRoute and GRPCRoute are supported",
                     );
                 }
             }
@@ -265,13 +269,14 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
 /// listener into `attached`.
 fn route_parents(
     snap: &Snapshot,
-    route: &HttpRoute,
+    any: &Route,
     ours: &[&Gateway],
     model: &GatewayModel,
     attached: &mut BTreeMap<(String, String), i32>,
 ) -> Vec<ParentStatus> {
+    let route = &*any.http;
     let route_ns = route.metadata.namespace.as_deref().unwrap_or("default");
-    let route_key = key(&route.metadata);
+    let route_key = any.key();
     let hostnames = route.spec.hostnames.clone().unwrap_or_default();
     let mut out = Vec::new();
     for parent in route.spec.parent_refs.iter().flatten() {
@@ -303,7 +308,10 @@ fn route_parents(
                 model.listeners.get(&k).is_some_and(Result::is_ok) || model.unresolved_listeners.contains_key(&k)
             })
             .collect();
-        let admitted: Vec<_> = served.iter().filter(|l| admits(snap, l, route_ns, gw_ns)).collect();
+        let admitted: Vec<_> = served
+            .iter()
+            .filter(|l| admits(snap, l, any.kind, route_ns, gw_ns))
+            .collect();
         let matching: Vec<_> = admitted
             .iter()
             .filter(|l| !intersect(l.hostname.as_deref(), &hostnames).is_empty())

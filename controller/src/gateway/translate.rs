@@ -12,15 +12,16 @@ use std::collections::BTreeMap;
 
 use gateway_api_types::gateways::{Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom as From};
 use gateway_api_types::httproutes::{
-    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType,
+    HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType,
     HttpRouteRulesMatches,
 };
 use lua_compat::routes::validate::validate_routes;
 use lua_compat::routes::{
-    Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, PathMatch, PathModifier, Redirect, Rewrite,
-    RouteMatch, RouteTable, Rule, ValueMatch, WeightedBackend,
+    BackendProtocol, Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, PathMatch, PathModifier,
+    Redirect, Rewrite, RouteMatch, RouteTable, Rule, ValueMatch, WeightedBackend,
 };
 
+use super::grpc::{Route, RouteKind};
 use super::hostnames::intersect_from;
 use super::precedence::{host_groups, Candidate};
 use crate::snapshot::{key, Snapshot};
@@ -241,8 +242,8 @@ pub fn translate(
         }
     }
 
-    let mut routes: Vec<&HttpRoute> = snap.http_routes.iter().map(|r| &**r).collect();
-    routes.sort_by_key(|r| (r.metadata.creation_timestamp.clone(), key(&r.metadata)));
+    let mut routes = all_routes(snap, &mut out.problems);
+    routes.sort_by_key(|r| (r.http.metadata.creation_timestamp.clone(), r.key()));
     let mut translated = std::collections::BTreeSet::new();
     for (name, (nginx_port, listeners, gateway, certificates)) in &servers {
         let port = listeners[0].port as u16;
@@ -260,17 +261,18 @@ pub fn translate(
                 continue;
             }
             let mut route_problems = Vec::new();
-            translated.insert(key(&route.metadata));
+            let route_key = route.key();
+            let object = format!("{} {}", route.kind.name(), key(&route.http.metadata));
+            translated.insert(route_key.clone());
             let (route_rules, route_candidates) =
                 route_entries(snap, route, &hostnames, &mut backend, &mut route_problems);
             if let Some((reason, message)) = route_problems.first() {
                 out.unresolved
-                    .entry(key(&route.metadata))
+                    .entry(route_key.clone())
                     .or_insert_with(|| (reason.clone(), message.clone()));
             }
             for (_, message) in route_problems {
-                out.problems
-                    .push((format!("HTTPRoute {}", key(&route.metadata)), message));
+                out.problems.push((object.clone(), message));
             }
             // The module's validator, on this route alone: a bad value
             // leaves out this route, never the table.
@@ -284,12 +286,9 @@ pub fn translate(
                 }],
             };
             if let Err(e) = validate_routes(&alone) {
-                out.invalid
-                    .insert(key(&route.metadata), format!("{}: {}", e.path, e.message));
-                out.problems.push((
-                    format!("HTTPRoute {}", key(&route.metadata)),
-                    format!("left out: {}: {}", e.path, e.message),
-                ));
+                out.invalid.insert(route_key, format!("{}: {}", e.path, e.message));
+                out.problems
+                    .push((object, format!("left out: {}: {}", e.path, e.message)));
                 continue;
             }
             let offset = rules.len() as u32;
@@ -317,14 +316,27 @@ pub fn translate(
     // Routes attached to no served listener (only to one whose certificate
     // does not resolve, say) still get their references checked for their
     // status; nothing of them is served, so no backend is claimed.
-    for route in routes.iter().filter(|r| !translated.contains(&key(&r.metadata))) {
+    for route in routes.iter().filter(|r| !translated.contains(&r.key())) {
         let mut route_problems = Vec::new();
         let _ = route_entries(snap, route, &[], &mut |_| String::new(), &mut route_problems);
         if let Some((reason, message)) = route_problems.into_iter().next() {
-            out.unresolved.insert(key(&route.metadata), (reason, message));
+            out.unresolved.insert(route.key(), (reason, message));
         }
     }
     out
+}
+
+/// Every HTTPRoute and GRPCRoute, in HTTPRoute form (see [`super::grpc`]).
+/// A GRPCRoute that has none is reported and left out.
+pub(crate) fn all_routes<'a>(snap: &'a Snapshot, problems: &mut Vec<(String, String)>) -> Vec<Route<'a>> {
+    let mut routes: Vec<Route<'a>> = snap.http_routes.iter().map(|r| Route::http(r)).collect();
+    for g in &snap.grpc_routes {
+        match Route::grpc(g) {
+            Ok(r) => routes.push(r),
+            Err(e) => problems.push((format!("GRPCRoute {}", key(&g.metadata)), format!("left out: {e}"))),
+        }
+    }
+    routes
 }
 
 /// One hostname a route serves through one listener.
@@ -339,11 +351,13 @@ struct Attached {
 /// port), or none when it does not attach there.
 fn attached_hostnames(
     snap: &Snapshot,
-    route: &HttpRoute,
+    route: &Route,
     gateway: &Gateway,
     listeners: &[&GatewayListeners],
     port: u16,
 ) -> Vec<Attached> {
+    let kind = route.kind;
+    let route = &*route.http;
     let route_ns = route.metadata.namespace.as_deref().unwrap_or("default");
     let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
     let gw_name = gateway.metadata.name.as_deref().unwrap_or("");
@@ -357,7 +371,7 @@ fn attached_hostnames(
             continue;
         }
         for l in listeners {
-            if parent.section_name.as_ref().is_some_and(|s| *s != l.name) || !admits(snap, l, route_ns, gw_ns) {
+            if parent.section_name.as_ref().is_some_and(|s| *s != l.name) || !admits(snap, l, kind, route_ns, gw_ns) {
                 continue;
             }
             let listener = l.hostname.as_deref().unwrap_or("*").to_ascii_lowercase();
@@ -382,15 +396,15 @@ pub(crate) fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns:
         && parent.namespace.as_deref().unwrap_or(route_ns) == gw_ns
 }
 
-/// Whether the listener's `allowedRoutes` admits an HTTPRoute of
-/// `route_ns`. A namespace selector needs the Namespaces' labels, which are
-/// not watched yet: it admits nothing.
-pub(crate) fn admits(snap: &Snapshot, l: &GatewayListeners, route_ns: &str, gw_ns: &str) -> bool {
+/// Whether the listener's `allowedRoutes` admits a route of `kind` in
+/// `route_ns` (a namespace selector is matched against the watched
+/// Namespaces' labels).
+pub(crate) fn admits(snap: &Snapshot, l: &GatewayListeners, kind: RouteKind, route_ns: &str, gw_ns: &str) -> bool {
     let allowed = l.allowed_routes.as_ref();
     let kinds_ok = allowed.and_then(|a| a.kinds.as_ref()).is_none_or(|kinds| {
         kinds
             .iter()
-            .any(|k| k.kind == "HTTPRoute" && k.group.as_deref().unwrap_or(GROUP) == GROUP)
+            .any(|k| k.kind == kind.name() && k.group.as_deref().unwrap_or(GROUP) == GROUP)
     });
     let from = allowed
         .and_then(|a| a.namespaces.as_ref())
@@ -439,11 +453,12 @@ fn selects(
 /// The rules and candidate matches of one route (rule indexes local).
 fn route_entries(
     snap: &Snapshot,
-    route: &HttpRoute,
+    any: &Route,
     hostnames: &[Attached],
     backend: &mut impl FnMut(&ServiceRef) -> String,
     problems: &mut Vec<(String, String)>,
 ) -> (Vec<Rule>, Vec<Candidate>) {
+    let route = &*any.http;
     let route_key = key(&route.metadata);
     let ns = route.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let name = route.metadata.name.clone().unwrap_or_default();
@@ -457,7 +472,7 @@ fn route_entries(
     let mut rules = Vec::new();
     let mut candidates = Vec::new();
     for (rule_index, r) in route.spec.rules.iter().flatten().enumerate() {
-        let rule = translate_rule(snap, &ns, &route_key, r, backend, &mut report);
+        let rule = translate_rule(snap, any.kind, &ns, &route_key, r, backend, &mut report);
         let rule_id = rules.len() as u32;
         rules.push(rule);
         let default_match = [HttpRouteRulesMatches {
@@ -479,6 +494,7 @@ fn route_entries(
                     route: (ns.clone(), name.clone()),
                     rule_index,
                     match_index,
+                    grpc: any.grpc_rank(rule_index, match_index),
                 });
             }
         }
@@ -534,6 +550,7 @@ fn translate_match(m: &HttpRouteRulesMatches, rule: u32) -> RouteMatch {
 
 fn translate_rule(
     snap: &Snapshot,
+    kind: RouteKind,
     ns: &str,
     route_key: &str,
     r: &HttpRouteRules,
@@ -573,12 +590,13 @@ fn translate_rule(
                     format!("backend {}: a Service needs a port", b.name),
                 )
             })?;
-            if target_ns != ns && !granted(snap, ns, &target_ns, &b.name) {
+            if target_ns != ns && !granted_to(snap, kind.name(), ns, &target_ns, "Service", &b.name) {
                 return Err((
                     "RefNotPermitted",
                     format!(
-                        "backend {target_ns}/{}: no ReferenceGrant in {target_ns} lets HTTPRoutes of {ns} refer to it",
-                        b.name
+                        "backend {target_ns}/{}: no ReferenceGrant in {target_ns} lets {}s of {ns} refer to it",
+                        b.name,
+                        kind.name()
                     ),
                 ));
             }
@@ -595,25 +613,31 @@ fn translate_rule(
                         format!("backend {target_ns}/{}: Service not found", b.name),
                     )
                 })?;
-            let has_port = service
+            let service_port = service
                 .spec
                 .iter()
                 .flat_map(|s| s.ports.iter().flatten())
-                .any(|p| p.port == i32::from(port));
-            if !has_port {
-                return Err((
-                    "BackendNotFound",
-                    format!("backend {target_ns}/{}: the Service has no port {port}", b.name),
-                ));
-            }
-            Ok(backend(&ServiceRef {
+                .find(|p| p.port == i32::from(port))
+                .ok_or_else(|| {
+                    (
+                        "BackendNotFound",
+                        format!("backend {target_ns}/{}: the Service has no port {port}", b.name),
+                    )
+                })?;
+            let protocol = backend_protocol(kind, service_port.app_protocol.as_deref());
+            let name = backend(&ServiceRef {
                 namespace: target_ns.clone(),
                 name: b.name.clone(),
                 port,
-            }))
+            });
+            Ok((name, protocol))
         })();
+        let mut protocol = BackendProtocol::Http1;
         let mut name = match resolved {
-            Ok(name) => Some(name),
+            Ok((name, p)) => {
+                protocol = p;
+                Some(name)
+            }
             Err((reason, why)) => {
                 report(reason, format!("{why}; its share of the requests gets 500"));
                 None
@@ -649,6 +673,7 @@ fn translate_rule(
             backend: name,
             weight,
             request_headers,
+            protocol,
         });
     }
     if unsupported {
@@ -764,10 +789,16 @@ fn path_modifier(full: bool, full_path: &Option<String>, prefix: &Option<String>
     }
 }
 
-/// Whether a ReferenceGrant in `target_ns` lets HTTPRoutes of `from_ns`
-/// refer to the Service `name`.
-fn granted(snap: &Snapshot, from_ns: &str, target_ns: &str, name: &str) -> bool {
-    granted_to(snap, "HTTPRoute", from_ns, target_ns, "Service", name)
+/// How nginx speaks to a route's backend: a GRPCRoute's always over
+/// HTTP/2 cleartext (the spec's default for it; TLS to backends is not
+/// built), an HTTPRoute's when the Service port's `appProtocol` says
+/// `kubernetes.io/h2c`, else HTTP/1.1 (`kubernetes.io/ws` included:
+/// WebSocket upgrades pass through HTTP/1.1).
+fn backend_protocol(kind: RouteKind, app_protocol: Option<&str>) -> BackendProtocol {
+    match (kind, app_protocol) {
+        (RouteKind::Grpc, _) | (RouteKind::Http, Some("kubernetes.io/h2c")) => BackendProtocol::H2c,
+        _ => BackendProtocol::Http1,
+    }
 }
 
 /// Whether a ReferenceGrant in `target_ns` lets a `from_kind` (of the

@@ -19,6 +19,7 @@ use tokio::sync::{watch, Notify};
 use crate::snapshot::Snapshot;
 use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
+use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
 use gateway_api_types::referencegrants::ReferenceGrant;
 
@@ -60,6 +61,7 @@ struct GatewayStores {
     classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
+    grpc_routes: Store<GrpcRoute>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
 }
@@ -102,6 +104,7 @@ impl Stores {
             gateway_classes: self.gateway.as_ref().map(|g| all(&g.classes)).unwrap_or_default(),
             gateways: self.gateway.as_ref().map(|g| all(&g.gateways)).unwrap_or_default(),
             http_routes: self.gateway.as_ref().map(|g| all(&g.routes)).unwrap_or_default(),
+            grpc_routes: self.gateway.as_ref().map(|g| all(&g.grpc_routes)).unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
             namespaces: self.gateway.as_ref().map(|g| all(&g.namespaces)).unwrap_or_default(),
         }
@@ -121,6 +124,7 @@ impl Stores {
             g.classes.wait_until_ready().await?;
             g.gateways.wait_until_ready().await?;
             g.routes.wait_until_ready().await?;
+            g.grpc_routes.wait_until_ready().await?;
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
         }
@@ -220,14 +224,16 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         let (classes, g1) = reflect(Api::<GatewayClass>::all(client.clone()), watcher::Config::default());
         let (gateways, g2) = reflect(api::<Gateway>(&client, ns), watcher::Config::default());
         let (routes, g3) = reflect(api::<HttpRoute>(&client, ns), watcher::Config::default());
+        let (grpc_routes, g6) = reflect(api::<GrpcRoute>(&client, ns), watcher::Config::default());
         let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
         // Their labels, for listeners that admit routes by namespace selector.
         let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
-        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
+        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed(), g6.boxed()]);
         Some(GatewayStores {
             classes,
             gateways,
             routes,
+            grpc_routes,
             grants,
             namespaces,
         })

@@ -293,6 +293,7 @@ impl Snapshot {
         snap.gateway_classes.extend(self.gateway_classes.iter().cloned());
         snap.gateways.extend(self.gateways.iter().cloned());
         snap.http_routes.extend(self.http_routes.iter().cloned());
+        snap.grpc_routes.extend(self.grpc_routes.iter().cloned());
         snap.reference_grants.extend(self.reference_grants.iter().cloned());
         snap.namespaces.extend(self.namespaces.iter().cloned());
         for (from, to) in [
@@ -477,7 +478,7 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                 snap.header_config_maps.push(Arc::new(cm));
             }
         }
-        "GatewayClass" | "Gateway" | "HTTPRoute" | "ReferenceGrant"
+        "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant"
             if doc
                 .get("apiVersion")
                 .and_then(Value::as_str)
@@ -504,6 +505,9 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                 "Gateway" => snap.gateways.push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 "HTTPRoute" => snap
                     .http_routes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "GRPCRoute" => snap
+                    .grpc_routes
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 _ => snap
                     .reference_grants

@@ -150,7 +150,7 @@ pub struct CompiledHeader {
 }
 
 impl CompiledHeader {
-    fn new(name: &str, value: &str) -> Self {
+    pub fn new(name: &str, value: &str) -> Self {
         let lower = name.to_ascii_lowercase();
         CompiledHeader {
             name: name.into(),

@@ -15,6 +15,9 @@
 //! - [`matcher`]: the compiled table and the per-request lookup;
 //! - [`rewrite`]: redirect locations and rewritten paths;
 //! - [`weighted`]: the backend of a rule, by weight.
+//!
+//! GRPCRoutes come as the same rules: a gRPC method is a path
+//! (`/service/method`), and their backends speak [`BackendProtocol::H2c`].
 
 pub mod matcher;
 pub mod rewrite;
@@ -217,4 +220,28 @@ pub struct WeightedBackend {
     /// rule's when this backend is chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_headers: Option<HeaderModifier>,
+    /// How nginx talks to it: HTTP/1.1 (the default) or HTTP/2 without
+    /// TLS (a GRPCRoute's backends, a Service port whose `appProtocol` is
+    /// `kubernetes.io/h2c`).
+    #[serde(default, skip_serializing_if = "BackendProtocol::is_http1")]
+    pub protocol: BackendProtocol,
+}
+
+/// The protocol nginx speaks to a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendProtocol {
+    /// `proxy_pass`, HTTP/1.1 (WebSocket upgrades included).
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge over plain TCP: the location's
+    /// `dynamic_balancer_routes` names where such requests go (a named
+    /// location with `grpc_pass`).
+    H2c,
+}
+
+impl BackendProtocol {
+    pub fn is_http1(&self) -> bool {
+        *self == BackendProtocol::Http1
+    }
 }

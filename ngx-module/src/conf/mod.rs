@@ -163,6 +163,10 @@ pub struct LocConf {
     /// `dynamic_balancer_routes listener;`: requests are routed by that
     /// listener's Gateway API routes (not inherited).
     pub routes: Option<ngx_str_t>,
+    /// `dynamic_balancer_routes listener @name;`: the named location that
+    /// requests for HTTP/2 cleartext backends (gRPC, `kubernetes.io/h2c`)
+    /// go on to, with the backend chosen (one with `grpc_pass`).
+    pub routes_h2c: Option<ngx_str_t>,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

@@ -37,10 +37,11 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
     })
 }
 
-/// `dynamic_balancer_routes listener;` in a `location{}`: route its
+/// `dynamic_balancer_routes listener [@h2c];` in a `location{}`: route its
 /// requests by the Gateway API routes pushed for `listener` (see
-/// [`crate::http::gateway`]). nginx calls it while parsing, with the live
-/// configuration and our `LocConf` as `conf`.
+/// [`crate::http::gateway`]); requests whose backend speaks HTTP/2
+/// cleartext continue in the named location `@h2c`. nginx calls it while
+/// parsing, with the live configuration and our `LocConf` as `conf`.
 pub unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     ffi_guard("dynamic_balancer_routes", NGX_CONF_ERROR, || {
         // SAFETY: `conf` is our `LocConf` from create_loc_conf;
@@ -48,14 +49,28 @@ pub unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_
         let lcf = unsafe { &mut *conf.cast::<LocConf>() };
         // SAFETY: `cf` is the live configuration being parsed.
         let rc = unsafe { set_literal_once(cf, &mut lcf.routes, "listener name") };
-        if rc == NGX_CONF_OK {
-            // SAFETY: `cf` is live; the main conf is in its pool and this
-            // setter holds no other borrow of it.
-            let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
-                return NGX_CONF_ERROR;
-            };
-            mcf.routes_used = true;
+        if rc != NGX_CONF_OK {
+            return rc;
         }
+        // SAFETY: as above.
+        let a = args(unsafe { &*cf });
+        if let Some(h2c) = a.get(2) {
+            if h2c.len < 2 || !h2c.as_bytes().starts_with(b"@") || h2c.as_bytes().contains(&b'$') {
+                ngx_conf_log_error!(
+                    NGX_LOG_EMERG,
+                    cf,
+                    "invalid h2c location \"{h2c}\": a named location (\"@name\") is expected"
+                );
+                return NGX_CONF_ERROR;
+            }
+            lcf.routes_h2c = Some(*h2c);
+        }
+        // SAFETY: `cf` is live; the main conf is in its pool and this
+        // setter holds no other borrow of it.
+        let Some(mcf) = Module::main_conf_mut(unsafe { &*cf }) else {
+            return NGX_CONF_ERROR;
+        };
+        mcf.routes_used = true;
         rc
     })
 }

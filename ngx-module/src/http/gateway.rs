@@ -5,14 +5,19 @@
 //! ([`crate::backends::routes_cache`], matching in
 //! [`lua_compat::routes::matcher`]) and applies it:
 //!
-//! - no rule: 404, as the spec says for a request no route matches;
+//! - no rule: 404, as the spec says for a request no route matches (a
+//!   gRPC call gets `UNIMPLEMENTED`, see [`super::grpc_status`]);
 //! - a `RequestRedirect`: the redirect, answered here;
 //! - otherwise a backend chosen by weight goes into `$proxy_upstream_name`,
 //!   which the location's `dynamic_balancer` upstream routes by; no usable
 //!   backend: 500 (the spec's answer for an invalid backend ref);
 //! - request header modifiers change the headers the proxy sends, a
 //!   `URLRewrite` changes the `Host` header and the URI it sends;
-//! - response header modifiers are left for [`super::gateway_headers`].
+//! - response header modifiers are left for [`super::gateway_headers`];
+//! - a backend that speaks HTTP/2 cleartext (a GRPCRoute's, an `h2c`
+//!   Service port) needs `grpc_pass`, which the location's `proxy_pass`
+//!   is not: the request goes on to the named location the directive's
+//!   second argument gives.
 //!
 //! Nothing is reloaded for any of this: a new table reaches the next
 //! request of every worker.
@@ -22,14 +27,17 @@ use std::rc::Rc;
 use lua_compat::routes::matcher::{Compiled, CompiledModifier, CompiledRule, Lookup, RequestView};
 use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::weighted;
+use lua_compat::routes::BackendProtocol;
 use ngx::ffi::{
-    ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND, NGX_LOG_ERR,
+    ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_DONE, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND,
+    NGX_LOG_ERR,
 };
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 
 use crate::backends::routes_cache;
 use crate::conf::{own_variable, read_variable, zone_of};
+use crate::http::grpc_status::{self, GrpcAnswer};
 use crate::http::https_redirect::{client_scheme, send_redirect};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::headers::{self, Side};
@@ -91,15 +99,43 @@ pub unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_
         // SAFETY: nginx runs phase handlers with a live request, on the
         // event loop, and holds no reference into it meanwhile.
         let req = unsafe { Request::from_ngx_http_request(r) };
-        let Some(listener) = Module::location_conf(req).and_then(|l| l.routes) else {
+        let Some((listener, h2c)) = Module::location_conf(req).and_then(|l| Some((l.routes?, l.routes_h2c))) else {
             return NGX_DECLINED as ngx_int_t;
         };
         // SAFETY: the directive stored an argument in the configuration
         // pool, which outlives the request.
         let listener = unsafe { std::slice::from_raw_parts(listener.data, listener.len) };
-        route(req, listener)
+        let rc = route(req, listener);
+        if rc != H2C {
+            return rc;
+        }
+        let Some(mut h2c) = h2c else {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                req.log(),
+                "dynamic_balancer: a route's backend speaks h2c but this location's dynamic_balancer_routes names no location for it"
+            );
+            return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        };
+        // The request goes on in the named location (grpc_pass) with the
+        // backend, headers and URI already set: the variables and headers
+        // survive the jump, only module contexts are cleared.
+        // SAFETY: a live request; `h2c` names a location of the
+        // configuration (nginx answers 500 itself if it does not exist).
+        // nginx counts the jump as a reference to the request, which the
+        // NGX_DONE finalization gives back, as its own modules do after an
+        // internal redirect from a phase handler.
+        unsafe {
+            ngx::ffi::ngx_http_named_location(r, &mut h2c);
+            ngx::ffi::ngx_http_finalize_request(r, ngx::ffi::NGX_DONE as ngx_int_t);
+        }
+        NGX_DONE as ngx_int_t
     })
 }
+
+/// `route`'s answer for a request to an HTTP/2 cleartext backend: not an
+/// nginx code, so it cannot be mistaken for one.
+const H2C: ngx_int_t = -1000;
 
 fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     let log = req.log();
@@ -119,7 +155,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         let view = View { req };
         match table.find(listener, &view) {
             Lookup::Found(f) => (f, table.listener(listener).map_or(80, |l| l.port)),
-            Lookup::NoRoute | Lookup::NoListener => return NGX_HTTP_NOT_FOUND as ngx_int_t,
+            Lookup::NoRoute | Lookup::NoListener => return refuse(req, GrpcAnswer::NoRoute),
         }
     };
     let rule = &found.rule.rule;
@@ -146,10 +182,10 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         return send_redirect(req, redirect.status_code, &target);
     }
     let Some(chosen) = weighted::pick(&rule.backends, found.rule.total_weight, fastrand::u64(..)) else {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        return refuse(req, GrpcAnswer::NoBackend);
     };
     let Some(backend) = rule.backends[chosen].backend.as_deref() else {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+        return refuse(req, GrpcAnswer::NoBackend);
     };
     let Some(index) = Module::main_conf(req).map(|m| m.read_variables[Read::UpstreamName as usize]) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
@@ -195,7 +231,22 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         // request line, once the URI changed.
         r.set_valid_unparsed_uri(0);
     }
+    if rule.backends[chosen].protocol == BackendProtocol::H2c {
+        return H2C;
+    }
     NGX_DECLINED as ngx_int_t
+}
+
+/// The answer to a request no route takes (404) or whose rule has no
+/// usable backend (500), as a gRPC status for a gRPC call.
+fn refuse(req: &mut Request, answer: GrpcAnswer) -> ngx_int_t {
+    if grpc_status::is_grpc(req) {
+        return grpc_status::send(req, answer);
+    }
+    match answer {
+        GrpcAnswer::NoRoute => NGX_HTTP_NOT_FOUND as ngx_int_t,
+        GrpcAnswer::NoBackend => NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t,
+    }
 }
 
 /// Applies a header modifier in the spec's order: set, add, remove.

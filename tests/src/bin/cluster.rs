@@ -15,10 +15,10 @@
 //! `status` lists the node and its Pods; `down` takes it all away. Needs root, Debian
 //! (apt for the packages the tier unpacks), buildah, and cgroup v1 or v2.
 //!
-//! `conformance [--run-test NAME] [--skip-tests A,B] [--out DIR] [--keep]`
+//! `conformance [--profiles P,Q] [--run-test NAME] [--skip-tests A,B] [--out DIR] [--keep]`
 //! brings a node up, installs the Gateway API CRDs and the chart with
 //! Gateway API on, and runs the official conformance suite (v1.7.0,
-//! GATEWAY-HTTP) against it; the report and the suite's log land in
+//! GATEWAY-HTTP and GATEWAY-GRPC unless `--profiles`) against it; the report and the suite's log land in
 //! `--out` (default target/gateway-conformance). The node is taken down
 //! afterwards unless `--keep`.
 
@@ -30,7 +30,7 @@ use tests::cluster::{self, images, Cluster, Images, NODE_IP};
 fn usage() -> ExitCode {
     eprintln!(
         "usage: cluster up [--install] | cluster install | cluster down | cluster status\n       \
-         cluster conformance [--run-test NAME] [--skip-tests A,B] [--out DIR] [--keep]"
+         cluster conformance [--profiles P,Q] [--run-test NAME] [--skip-tests A,B] [--out DIR] [--keep]"
     );
     ExitCode::from(2)
 }
@@ -99,6 +99,9 @@ fn conformance(args: &[String]) -> Result<(), String> {
         flag_value(args, "--out").unwrap_or(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/gateway-conformance")),
     );
     let mut opts = suite::Options::new(&out);
+    if let Some(p) = flag_value(args, "--profiles") {
+        opts.profiles = p.to_string();
+    }
     opts.run_test = flag_value(args, "--run-test").map(str::to_string);
     opts.skip_tests = flag_value(args, "--skip-tests")
         .map(|s| s.split(',').map(str::to_string).collect())

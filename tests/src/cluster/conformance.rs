@@ -52,7 +52,7 @@ impl Options {
         Options {
             report: out.join(format!("standard-{}-default-report.yaml", env!("CARGO_PKG_VERSION"))),
             log: out.join("conformance.log"),
-            profiles: "GATEWAY-HTTP".into(),
+            profiles: "GATEWAY-HTTP,GATEWAY-GRPC".into(),
             run_test: None,
             skip_tests: Vec::new(),
             version: env!("CARGO_PKG_VERSION").into(),

@@ -228,6 +228,16 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
     if let Some(structure) = &mut model.structure {
         let structure = Arc::make_mut(structure);
         structure.stream_servers = stream_servers;
+        // Gateway servers send HTTP/2 cleartext backends' requests
+        // (GRPCRoutes) through the gRPC balancer, there from their first
+        // server on so that the first GRPCRoute needs no reload.
+        if !gateways.servers.is_empty() {
+            let h2c = super::upstream_kind::UpstreamKind {
+                protocol: crate::model::annotations::BackendProtocol::Grpc,
+                server_name: None,
+            };
+            structure.balancers.insert(h2c.upstream());
+        }
         structure.gateway_servers = gateways.servers;
     }
     model.routes = Arc::new(gateways.table);

@@ -21,10 +21,10 @@
   verbs: ["create", "patch"]
 {{- if .Values.gatewayAPI.enabled }}
 - apiGroups: ["gateway.networking.k8s.io"]
-  resources: ["gateways", "httproutes", "referencegrants"]
+  resources: ["gateways", "httproutes", "grpcroutes", "referencegrants"]
   verbs: ["list", "watch"]
 - apiGroups: ["gateway.networking.k8s.io"]
-  resources: ["gateways/status", "httproutes/status"]
+  resources: ["gateways/status", "httproutes/status", "grpcroutes/status"]
   verbs: ["patch"]
 {{- end }}
 {{- end -}}
