@@ -13,12 +13,15 @@ use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
+use gateway_api_types::tcproutes::TcpRoute;
+use gateway_api_types::tlsroutes::TlsRoute;
+use gateway_api_types::udproutes::UdpRoute;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::gateway::grpc::RouteKind;
+use crate::gateway::route::RouteKind;
 use crate::gateway::status::{conditions_json, desired, Addresses, Desired, SUPPORTED_FEATURES};
 use crate::gateway::translate::translate;
 use crate::snapshot::{key, Snapshot};
@@ -238,6 +241,18 @@ async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Sn
     }
     let grpc = |r: &GrpcRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);
     for (what, r) in sync_routes(client, opts, &want, &now, &snap.grpc_routes, RouteKind::Grpc, grpc).await {
+        report(what, r);
+    }
+    let tcp = |r: &TcpRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);
+    for (what, r) in sync_routes(client, opts, &want, &now, &snap.tcp_routes, RouteKind::Tcp, tcp).await {
+        report(what, r);
+    }
+    let tls = |r: &TlsRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);
+    for (what, r) in sync_routes(client, opts, &want, &now, &snap.tls_routes, RouteKind::Tls, tls).await {
+        report(what, r);
+    }
+    let udp = |r: &UdpRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);
+    for (what, r) in sync_routes(client, opts, &want, &now, &snap.udp_routes, RouteKind::Udp, udp).await {
         report(what, r);
     }
     (written, pending)

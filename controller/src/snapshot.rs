@@ -10,6 +10,9 @@ use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
 use gateway_api_types::referencegrants::ReferenceGrant;
+use gateway_api_types::tcproutes::TcpRoute;
+use gateway_api_types::tlsroutes::TlsRoute;
+use gateway_api_types::udproutes::UdpRoute;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -47,6 +50,9 @@ pub struct Snapshot {
     pub gateways: Vec<Arc<Gateway>>,
     pub http_routes: Vec<Arc<HttpRoute>>,
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
+    pub tcp_routes: Vec<Arc<TcpRoute>>,
+    pub tls_routes: Vec<Arc<TlsRoute>>,
+    pub udp_routes: Vec<Arc<UdpRoute>>,
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     /// Namespaces, for `allowedRoutes.namespaces.selector` (watched with
     /// Gateway API only).
@@ -86,6 +92,9 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_objects(&old.gateways, &new.gateways)
         && same_objects(&old.http_routes, &new.http_routes)
         && same_objects(&old.grpc_routes, &new.grpc_routes)
+        && same_objects(&old.tcp_routes, &new.tcp_routes)
+        && same_objects(&old.tls_routes, &new.tls_routes)
+        && same_objects(&old.udp_routes, &new.udp_routes)
         && same_objects(&old.reference_grants, &new.reference_grants)
         && same_objects(&old.namespaces, &new.namespaces);
     if !others_same {

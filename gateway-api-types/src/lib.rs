@@ -11,3 +11,6 @@ pub mod gateways;
 pub mod grpcroutes;
 pub mod httproutes;
 pub mod referencegrants;
+pub mod tcproutes;
+pub mod tlsroutes;
+pub mod udproutes;

@@ -23,12 +23,15 @@ pub const GO_TOOLCHAIN: &str = "go1.27.3";
 
 /// The kinds we read, by CRD plural, and the served version we generate.
 /// ReferenceGrant is stored as v1beta1 but served as v1 since v1.5.
-const KINDS: [&str; 5] = [
+const KINDS: [&str; 8] = [
     "gatewayclasses",
     "gateways",
     "httproutes",
     "grpcroutes",
     "referencegrants",
+    "tcproutes",
+    "tlsroutes",
+    "udproutes",
 ];
 const API_VERSION: &str = "v1";
 

@@ -1,7 +1,10 @@
 //! TLS for the tests: throwaway certificates, and a client handshake that
 //! says which certificate the server presented.
 
-use std::net::TcpStream;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
 use openssl::asn1::Asn1Time;
@@ -10,7 +13,7 @@ use openssl::ec::{EcGroup, EcKey};
 use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
 use openssl::pkey::{PKey, Private};
-use openssl::ssl::{Ssl, SslContext, SslMethod, SslVerifyMode, SslVersion};
+use openssl::ssl::{Ssl, SslAcceptor, SslContext, SslMethod, SslVerifyMode, SslVersion};
 use openssl::x509::extension::SubjectAlternativeName;
 use openssl::x509::{X509NameBuilder, X509};
 
@@ -257,4 +260,40 @@ pub fn https_get(port: u16, host: &str, path: &str, client: Option<&TestCert>) -
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("no status line: {text:?}"))?;
     Ok((status, text))
+}
+
+/// A TLS server with `cert` that answers every request with `200` and
+/// `tls-upstream`.
+pub fn tls_upstream(cert: &TestCert) -> u16 {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
+    b.set_certificate(&X509::from_pem(cert.cert_pem.as_bytes()).unwrap())
+        .unwrap();
+    b.set_private_key(&PKey::private_key_from_pem(cert.key_pem.as_bytes()).unwrap())
+        .unwrap();
+    let acceptor = Arc::new(b.build());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let acceptor = acceptor.clone();
+            thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let Ok(mut tls) = acceptor.accept(conn) else { return };
+                // The whole request head first: closing with unread data
+                // would reset the connection under the answer.
+                let mut head = Vec::new();
+                let mut buf = [0u8; 2048];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                    match tls.read(&mut buf) {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let _ =
+                    tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\ntls-upstream");
+                let _ = tls.shutdown();
+            });
+        }
+    });
+    port
 }

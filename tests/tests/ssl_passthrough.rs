@@ -2,53 +2,10 @@
 //! `stream {}` on the HTTPS port, a TLS upstream with its own certificate
 //! and a host that terminates TLS at nginx, on the same port.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::sync::Arc;
-use std::thread;
 use std::time::Duration;
 
-use openssl::pkey::PKey;
-use openssl::ssl::{SslAcceptor, SslMethod};
-use openssl::x509::X509;
 use tests::controller::{ingress, service, wait_until, Controller, INGRESS_CLASS};
-use tests::tls::{handshake, https_get, tls_secret, TestCert};
-
-/// A TLS server with `cert` that answers every request with `200` and
-/// `tls-upstream`.
-fn tls_upstream(cert: &TestCert) -> u16 {
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
-    b.set_certificate(&X509::from_pem(cert.cert_pem.as_bytes()).unwrap())
-        .unwrap();
-    b.set_private_key(&PKey::private_key_from_pem(cert.key_pem.as_bytes()).unwrap())
-        .unwrap();
-    let acceptor = Arc::new(b.build());
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let acceptor = acceptor.clone();
-            thread::spawn(move || {
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-                let Ok(mut tls) = acceptor.accept(conn) else { return };
-                // The whole request head first: closing with unread data
-                // would reset the connection under the answer.
-                let mut head = Vec::new();
-                let mut buf = [0u8; 2048];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-                    match tls.read(&mut buf) {
-                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-                        _ => return,
-                    }
-                }
-                let _ =
-                    tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\ntls-upstream");
-                let _ = tls.shutdown();
-            });
-        }
-    });
-    port
-}
+use tests::tls::{handshake, https_get, tls_secret, tls_upstream, TestCert};
 
 #[test]
 fn passthrough_hosts_keep_their_tls_and_other_hosts_terminate_at_nginx() {

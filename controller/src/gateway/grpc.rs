@@ -25,57 +25,11 @@ use std::borrow::Cow;
 
 use gateway_api_types::grpcroutes::{GrpcRoute, GrpcRouteRulesMatchesMethod, GrpcRouteRulesMatchesMethodType as T};
 use gateway_api_types::httproutes::HttpRoute;
-use kube::api::ObjectMeta;
 use serde_json::{json, Value};
 
-/// The route kinds the route table serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum RouteKind {
-    Http,
-    Grpc,
-}
+use super::route::{Route, RouteKind};
 
-impl RouteKind {
-    /// The kind's name, as `allowedRoutes.kinds` and messages give it.
-    pub fn name(self) -> &'static str {
-        match self {
-            RouteKind::Http => "HTTPRoute",
-            RouteKind::Grpc => "GRPCRoute",
-        }
-    }
-
-    /// The key of a route of this kind in the model's and status's maps:
-    /// `namespace/name` for an HTTPRoute (as everywhere else), prefixed
-    /// with the kind for a GRPCRoute, so two routes of one name never
-    /// share a status.
-    pub fn key(self, meta: &ObjectMeta) -> String {
-        let k = crate::snapshot::key(meta);
-        match self {
-            RouteKind::Http => k,
-            RouteKind::Grpc => format!("GRPCRoute/{k}"),
-        }
-    }
-}
-
-/// A route of either kind, in HTTPRoute form.
-#[derive(Debug, Clone)]
-pub struct Route<'a> {
-    pub kind: RouteKind,
-    pub http: Cow<'a, HttpRoute>,
-    /// For a GRPCRoute: `(service, method)` characters of each rule's
-    /// matches (the match left out when a rule has none: one entry).
-    grpc_ranks: Vec<Vec<(usize, usize)>>,
-}
-
-impl<'a> Route<'a> {
-    pub fn http(route: &'a HttpRoute) -> Self {
-        Route {
-            kind: RouteKind::Http,
-            http: Cow::Borrowed(route),
-            grpc_ranks: Vec::new(),
-        }
-    }
-
+impl Route<'static> {
     /// A GRPCRoute in HTTPRoute form, or why it has none (a value the
     /// HTTPRoute schema cannot hold, which the GRPCRoute CRD also forbids).
     pub fn grpc(route: &GrpcRoute) -> Result<Route<'static>, String> {
@@ -120,25 +74,6 @@ impl<'a> Route<'a> {
             http: Cow::Owned(http),
             grpc_ranks: ranks,
         })
-    }
-
-    pub fn key(&self) -> String {
-        self.kind.key(&self.http.metadata)
-    }
-
-    /// The spec's rank of a GRPCRoute match (service characters, method
-    /// characters); `None` for an HTTPRoute.
-    pub fn grpc_rank(&self, rule: usize, m: usize) -> Option<(usize, usize)> {
-        match self.kind {
-            RouteKind::Http => None,
-            RouteKind::Grpc => Some(
-                self.grpc_ranks
-                    .get(rule)
-                    .and_then(|r| r.get(m))
-                    .copied()
-                    .unwrap_or_default(),
-            ),
-        }
     }
 }
 

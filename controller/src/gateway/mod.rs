@@ -15,6 +15,7 @@
 pub mod grpc;
 pub mod hostnames;
 pub mod precedence;
+pub mod route;
 pub mod services;
 pub mod status;
 pub mod translate;

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 
-use super::translate::GatewayServer;
+use super::translate::{GatewayServer, ServerProtocol};
 
 /// Marks the Services this controller keeps for Gateways.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "dynamic-balancer-gateway");
@@ -135,8 +135,19 @@ pub fn desired(servers: &[GatewayServer], opts: &ServiceOptions) -> BTreeMap<Str
         let mut service_ports: Vec<ServicePort> = servers
             .iter()
             .map(|s| ServicePort {
-                name: Some(format!("port-{}", s.port)),
-                protocol: Some("TCP".into()),
+                // A UDP port may share its number with a TCP one; names must differ.
+                name: Some(match s.protocol {
+                    ServerProtocol::Udp => format!("udp-{}", s.port),
+                    _ => format!("port-{}", s.port),
+                }),
+                protocol: Some(
+                    if s.protocol == ServerProtocol::Udp {
+                        "UDP"
+                    } else {
+                        "TCP"
+                    }
+                    .into(),
+                ),
                 port: i32::from(s.port),
                 target_port: Some(IntOrString::Int(i32::from(s.nginx_port))),
                 ..ServicePort::default()
@@ -228,6 +239,7 @@ mod tests {
             gateway: gateway.into(),
             port,
             ssl: false,
+            protocol: ServerProtocol::Http,
         }
     }
 
@@ -238,6 +250,34 @@ mod tests {
             type_: ServiceType::ClusterIP,
             controller_name: "dynamic-balancer.dev/gateway-controller".into(),
         }
+    }
+
+    #[test]
+    fn a_udp_port_may_share_its_number_with_a_tcp_port() {
+        let mut udp = server("infra/dns", 53, 18001);
+        udp.protocol = ServerProtocol::Udp;
+        let want = desired(&[server("infra/dns", 53, 18000), udp], &opts());
+        let ports = want
+            .values()
+            .next()
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .clone()
+            .unwrap();
+        let got: Vec<_> = ports
+            .iter()
+            .map(|p| (p.name.clone().unwrap(), p.protocol.clone().unwrap(), p.port))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("port-53".into(), "TCP".into(), 53),
+                ("udp-53".into(), "UDP".into(), 53)
+            ]
+        );
     }
 
     #[test]

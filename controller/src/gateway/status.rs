@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use gateway_api_types::gateways::Gateway;
 use serde_json::{json, Value};
 
-use super::grpc::Route;
 use super::hostnames::intersect;
+use super::route::Route;
 use super::translate::{admits, names_gateway, GatewayModel};
 use crate::snapshot::{key, Snapshot};
 
@@ -40,6 +40,9 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
+    "TLSRoute",
+    "TCPRoute",
+    "UDPRoute",
     "GatewayPort8080",
     "GatewayHTTPListenerIsolation",
     "GatewayRouteHostnameIntersectionPrecedence",
@@ -77,12 +80,11 @@ pub struct ListenerStatus {
 /// that this controller serves on its protocol, else the protocol's
 /// default), and whether `allowedRoutes.kinds` names one it cannot serve.
 pub fn listener_kinds(l: &gateway_api_types::gateways::GatewayListeners) -> (Vec<&'static str>, bool) {
-    let serves: &[&'static str] = match l.protocol.as_str() {
-        "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
-        _ => &[],
-    };
+    let serves: Vec<&'static str> = super::translate::ServerProtocol::of(l)
+        .map(|p| p.kinds().iter().map(|k| k.name()).collect())
+        .unwrap_or_default();
     let Some(asked) = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) else {
-        return (serves.to_vec(), false);
+        return (serves, false);
     };
     let mut kinds = Vec::new();
     let mut invalid = false;
@@ -202,7 +204,7 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                         "ResolvedRefs",
                         false,
                         "InvalidRouteKinds",
-                        "allowedRoutes.kinds names a kind this listener cannot serve; HTTPRoute and GRPCRoute are supported",
+                        "allowedRoutes.kinds names a kind this listener's protocol cannot serve (HTTP and HTTPS: HTTPRoute, GRPCRoute; TLS: TLSRoute; TCP: TCPRoute; UDP: UDPRoute)",
                     );
                 }
             }
@@ -412,6 +414,10 @@ mod tests {
                     .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "Gateway" => s.gateways.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "HTTPRoute" => s.http_routes.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "GRPCRoute" => s.grpc_routes.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "TCPRoute" => s.tcp_routes.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "TLSRoute" => s.tls_routes.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "UDPRoute" => s.udp_routes.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "Service" => s.services.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "Secret" => s.secrets.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "Namespace" => s.namespaces.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
@@ -428,6 +434,116 @@ mod tests {
         json!({"kind": "HTTPRoute", "metadata": {"namespace": ns, "name": name},
                "spec": {"parentRefs": [{"name": "gw", "namespace": "infra"}], "hostnames": hostnames,
                         "rules": [{"backendRefs": [{"name": "web", "namespace": backend_ns, "port": 80}]}]}})
+    }
+
+    /// A route of `kind` to Service `app/web` through listener `section`
+    /// of `infra/gw`.
+    fn kind_route(kind: &str, name: &str, section: &str, hostnames: &[&str]) -> Value {
+        json!({"kind": kind, "metadata": {"namespace": "infra", "name": name},
+               "spec": {"parentRefs": [{"name": "gw", "sectionName": section}], "hostnames": hostnames,
+                        "rules": [{"backendRefs": [{"name": "web", "namespace": "infra", "port": 80}]}]}})
+    }
+
+    #[test]
+    fn each_listener_protocol_takes_its_route_kinds() {
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "web", "protocol": "HTTP", "port": 80},
+                {"name": "tcp", "protocol": "TCP", "port": 5432},
+                {"name": "udp", "protocol": "UDP", "port": 5432},
+                {"name": "tls", "protocol": "TLS", "port": 443, "tls": {"mode": "Passthrough"}},
+                {"name": "term", "protocol": "TLS", "port": 8443, "tls": {"mode": "Terminate"}},
+                {"name": "sctp", "protocol": "SCTP", "port": 9000}]}}),
+            json!({"kind": "Service", "metadata": {"namespace": "infra", "name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+            kind_route("GRPCRoute", "grpc", "web", &[]),
+            kind_route("TCPRoute", "db", "tcp", &[]),
+            kind_route("UDPRoute", "dns", "udp", &[]),
+            kind_route("TLSRoute", "site", "tls", &["site.example.com"]),
+            // A TCPRoute on the HTTP listener is not allowed there.
+            kind_route("TCPRoute", "lost", "web", &[]),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| {
+            format!("{}-{}-{}", r.namespace, r.name, r.port)
+        });
+        let protocols: Vec<_> = model
+            .servers
+            .iter()
+            .map(|g| (g.name.as_str(), g.protocol.name()))
+            .collect();
+        assert_eq!(
+            protocols,
+            [
+                ("infra/gw/443", "TLS"),
+                ("infra/gw/5432", "TCP"),
+                ("infra/gw/5432/udp", "UDP"),
+                ("infra/gw/80", "HTTP")
+            ]
+        );
+        let listener = |name: &str| model.table.listeners.iter().find(|l| l.name == name).unwrap();
+        // TCP and UDP: every connection; TLS: by the route's hostname.
+        assert_eq!(listener("infra/gw/5432").hosts[0].hostname, "*");
+        assert_eq!(listener("infra/gw/5432/udp").rules[0].route, "infra/dns");
+        let tls_hosts: Vec<_> = listener("infra/gw/443")
+            .hosts
+            .iter()
+            .map(|h| (h.hostname.as_str(), h.matches.len()))
+            .collect();
+        assert!(tls_hosts.contains(&("site.example.com", 1)), "{tls_hosts:?}");
+        assert!(
+            !tls_hosts.contains(&("*", 1)),
+            "no route for other server names: {tls_hosts:?}"
+        );
+        assert_eq!(listener("infra/gw/80").rules[0].route, "infra/grpc");
+        assert_eq!(
+            listener("infra/gw/80").rules[0].backends[0].protocol,
+            lua_compat::routes::BackendProtocol::H2c
+        );
+        assert_eq!(
+            model.listeners[&("infra/gw".into(), "term".into())]
+                .as_ref()
+                .unwrap_err()
+                .0,
+            "UnsupportedValue"
+        );
+        assert_eq!(
+            model.listeners[&("infra/gw".into(), "sctp".into())]
+                .as_ref()
+                .unwrap_err()
+                .0,
+            "UnsupportedProtocol"
+        );
+
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&[]));
+        for route in [
+            "GRPCRoute/infra/grpc",
+            "TCPRoute/infra/db",
+            "UDPRoute/infra/dns",
+            "TLSRoute/infra/site",
+        ] {
+            assert_eq!(d.routes[route][0].conditions[0].reason, "Accepted", "{route}");
+        }
+        assert_eq!(
+            d.routes["TCPRoute/infra/lost"][0].conditions[0].reason,
+            "NotAllowedByListeners"
+        );
+        let gw = &d.gateways["infra/gw"];
+        let kinds: Vec<_> = gw
+            .listeners
+            .iter()
+            .map(|l| (l.name.as_str(), l.kinds.clone(), l.attached))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("web", vec!["HTTPRoute", "GRPCRoute"], 1),
+                ("tcp", vec!["TCPRoute"], 1),
+                ("udp", vec!["UDPRoute"], 1),
+                ("tls", vec!["TLSRoute"], 1),
+                ("term", vec![], 0),
+                ("sctp", vec![], 0)
+            ]
+        );
     }
 
     #[test]

@@ -21,9 +21,9 @@ use lua_compat::routes::{
     Redirect, Rewrite, RouteMatch, RouteTable, Rule, ValueMatch, WeightedBackend,
 };
 
-use super::grpc::{Route, RouteKind};
 use super::hostnames::intersect_from;
 use super::precedence::{host_groups, Candidate};
+use super::route::{Route, RouteKind};
 use crate::snapshot::{key, Snapshot};
 
 /// The `controllerName` of GatewayClasses this controller serves.
@@ -51,6 +51,80 @@ pub struct GatewayServer {
     pub port: u16,
     /// HTTPS: TLS terminated with the listeners' certificates.
     pub ssl: bool,
+    pub protocol: ServerProtocol,
+}
+
+/// What a Gateway server speaks: the protocol of its listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerProtocol {
+    Http,
+    Https,
+    /// `TLS` listeners in `Passthrough` mode: routed by the TLS server
+    /// name, the TLS left to the backend.
+    Tls,
+    Tcp,
+    Udp,
+}
+
+impl ServerProtocol {
+    /// A listener's, or the condition reason and message why it has none.
+    pub fn of(l: &GatewayListeners) -> Result<ServerProtocol, (String, String)> {
+        use gateway_api_types::gateways::GatewayListenersTlsMode as Mode;
+        match l.protocol.as_str() {
+            "HTTP" => Ok(ServerProtocol::Http),
+            "HTTPS" => Ok(ServerProtocol::Https),
+            "TCP" => Ok(ServerProtocol::Tcp),
+            "UDP" => Ok(ServerProtocol::Udp),
+            "TLS" => match l.tls.as_ref().and_then(|t| t.mode.as_ref()) {
+                Some(Mode::Passthrough) => Ok(ServerProtocol::Tls),
+                _ => Err((
+                    "UnsupportedValue".into(),
+                    "TLS listeners are served in mode Passthrough only; Terminate is not supported yet".into(),
+                )),
+            },
+            other => Err((
+                "UnsupportedProtocol".into(),
+                format!("protocol {other} is not supported; HTTP, HTTPS, TLS (Passthrough), TCP and UDP are"),
+            )),
+        }
+    }
+
+    /// The listener protocol's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerProtocol::Http => "HTTP",
+            ServerProtocol::Https => "HTTPS",
+            ServerProtocol::Tls => "TLS",
+            ServerProtocol::Tcp => "TCP",
+            ServerProtocol::Udp => "UDP",
+        }
+    }
+
+    /// The route kinds its listeners serve.
+    pub fn kinds(self) -> &'static [RouteKind] {
+        match self {
+            ServerProtocol::Http | ServerProtocol::Https => &[RouteKind::Http, RouteKind::Grpc],
+            ServerProtocol::Tls => &[RouteKind::Tls],
+            ServerProtocol::Tcp => &[RouteKind::Tcp],
+            ServerProtocol::Udp => &[RouteKind::Udp],
+        }
+    }
+
+    /// Whether nginx serves it in `stream{}`.
+    pub fn is_stream(self) -> bool {
+        matches!(self, ServerProtocol::Tls | ServerProtocol::Tcp | ServerProtocol::Udp)
+    }
+}
+
+/// A Gateway server while listeners are gathered.
+struct Draft<'a> {
+    nginx_port: u16,
+    listeners: Vec<&'a GatewayListeners>,
+    gateway: &'a Gateway,
+    protocol: ServerProtocol,
+    /// An HTTPS server's certificates.
+    certificates: Vec<ListenerCertificate>,
 }
 
 /// What the Gateway objects come to.
@@ -140,43 +214,35 @@ pub fn translate(
         .collect();
     gateways.sort_by_key(|g| (g.metadata.creation_timestamp.clone(), key(&g.metadata)));
 
-    // Each Gateway port is one server; its HTTP (or HTTPS) listeners
-    // share it: (nginx port, listeners, Gateway, HTTPS certificates).
-    #[allow(clippy::type_complexity)]
-    let mut servers: BTreeMap<String, (u16, Vec<&GatewayListeners>, &Gateway, Option<Vec<ListenerCertificate>>)> =
-        BTreeMap::new();
-    let mut taken: BTreeMap<u16, String> = reserved
+    // Each Gateway port (and transport) is one server; its listeners of
+    // one protocol share it.
+    let mut servers: BTreeMap<String, Draft> = BTreeMap::new();
+    // Ports by transport (`true`: UDP): a UDP listener may share its
+    // number with a TCP one. Reserved ports are kept from both.
+    let mut taken: BTreeMap<(u16, bool), String> = reserved
         .iter()
-        .map(|p| (*p, "the controller's own listeners".to_string()))
+        .flat_map(|p| [(*p, false), (*p, true)])
+        .map(|k| (k, "the controller's own listeners".to_string()))
         .collect();
     for g in &gateways {
         let gw_key = key(&g.metadata);
         for l in &g.spec.listeners {
             let lkey = (gw_key.clone(), l.name.clone());
-            if l.protocol != "HTTP" && l.protocol != "HTTPS" {
-                out.listeners.insert(
-                    lkey,
-                    Err((
-                        "UnsupportedProtocol".into(),
-                        format!("protocol {} is not supported yet", l.protocol),
-                    )),
-                );
-                out.problems.push((
-                    format!("Gateway {gw_key}"),
-                    format!(
-                        "listener {:?}: protocol {} is not supported yet; only HTTP and HTTPS listeners are served",
-                        l.name, l.protocol
-                    ),
-                ));
-                continue;
-            }
+            let protocol = match ServerProtocol::of(l) {
+                Ok(p) => p,
+                Err((reason, message)) => {
+                    out.problems
+                        .push((format!("Gateway {gw_key}"), format!("listener {:?}: {message}", l.name)));
+                    out.listeners.insert(lkey, Err((reason, message)));
+                    continue;
+                }
+            };
             let Some(port) = u16::try_from(l.port).ok().filter(|p| *p > 0) else {
                 out.listeners
                     .insert(lkey, Err(("PortUnavailable".into(), "not a port".into())));
                 continue;
             };
-            let ssl = l.protocol == "HTTPS";
-            let certificate = if ssl {
+            let certificate = if protocol == ServerProtocol::Https {
                 match listener_certificate(snap, g, l) {
                     Ok(cert) => {
                         let entry = ListenerCertificate {
@@ -196,24 +262,32 @@ pub fn translate(
             } else {
                 None
             };
-            let name = format!("{gw_key}/{port}");
+            // UDP ports are not TCP ports: a Gateway may have both.
+            let name = match protocol {
+                ServerProtocol::Udp => format!("{gw_key}/{port}/udp"),
+                _ => format!("{gw_key}/{port}"),
+            };
             if let Some(entry) = servers.get_mut(&name) {
-                if entry.3.is_some() != ssl {
+                if entry.protocol != protocol {
                     out.listeners.insert(
                         lkey,
                         Err((
                             "ProtocolConflict".into(),
-                            format!("port {port} has both HTTP and HTTPS listeners"),
+                            format!(
+                                "port {port} has listeners of protocols {} and {}",
+                                entry.protocol.name(),
+                                protocol.name()
+                            ),
                         )),
                     );
                     continue;
                 }
-                if let (Some(certs), Some(c)) = (entry.3.as_mut(), certificate) {
-                    if !certs.iter().any(|e| e.hostname == c.hostname) {
-                        certs.push(c);
+                if let Some(c) = certificate {
+                    if !entry.certificates.iter().any(|e| e.hostname == c.hostname) {
+                        entry.certificates.push(c);
                     }
                 }
-                entry.1.push(l);
+                entry.listeners.push(l);
                 out.listeners.insert(lkey, Ok(()));
                 continue;
             }
@@ -222,7 +296,8 @@ pub fn translate(
             } else {
                 base_port.saturating_add(servers.len() as u16)
             };
-            if let Some(owner) = taken.get(&nginx_port) {
+            let udp = protocol == ServerProtocol::Udp;
+            if let Some(owner) = taken.get(&(nginx_port, udp)) {
                 out.listeners.insert(
                     lkey,
                     Err((
@@ -236,16 +311,32 @@ pub fn translate(
                 ));
                 continue;
             }
-            taken.insert(nginx_port, format!("Gateway {gw_key}"));
+            taken.insert((nginx_port, udp), format!("Gateway {gw_key}"));
             out.listeners.insert(lkey, Ok(()));
-            servers.insert(name, (nginx_port, vec![l], g, certificate.map(|c| vec![c])));
+            servers.insert(
+                name,
+                Draft {
+                    nginx_port,
+                    listeners: vec![l],
+                    gateway: g,
+                    protocol,
+                    certificates: certificate.into_iter().collect(),
+                },
+            );
         }
     }
 
     let mut routes = all_routes(snap, &mut out.problems);
     routes.sort_by_key(|r| (r.http.metadata.creation_timestamp.clone(), r.key()));
     let mut translated = std::collections::BTreeSet::new();
-    for (name, (nginx_port, listeners, gateway, certificates)) in &servers {
+    for (name, draft) in &servers {
+        let Draft {
+            nginx_port,
+            listeners,
+            gateway,
+            protocol,
+            certificates,
+        } = draft;
         let port = listeners[0].port as u16;
         // Every listener's hostname is a host group, with or without
         // routes: a host a listener takes never falls to another's routes.
@@ -255,7 +346,7 @@ pub fn translate(
             .collect();
         let mut candidates = Vec::new();
         let mut rules: Vec<Rule> = Vec::new();
-        for route in &routes {
+        for route in routes.iter().filter(|r| protocol.kinds().contains(&r.kind)) {
             let hostnames = attached_hostnames(snap, route, gateway, listeners, port);
             if hostnames.is_empty() {
                 continue;
@@ -303,14 +394,15 @@ pub fn translate(
             port,
             hosts: host_groups(&candidates, &listener_hosts),
             rules,
-            certificates: certificates.clone().unwrap_or_default(),
+            certificates: certificates.clone(),
         });
         out.servers.push(GatewayServer {
             name: name.clone(),
             nginx_port: *nginx_port,
             gateway: key(&gateway.metadata),
             port,
-            ssl: certificates.is_some(),
+            ssl: *protocol == ServerProtocol::Https,
+            protocol: *protocol,
         });
     }
     // Routes attached to no served listener (only to one whose certificate
@@ -330,11 +422,21 @@ pub fn translate(
 /// A GRPCRoute that has none is reported and left out.
 pub(crate) fn all_routes<'a>(snap: &'a Snapshot, problems: &mut Vec<(String, String)>) -> Vec<Route<'a>> {
     let mut routes: Vec<Route<'a>> = snap.http_routes.iter().map(|r| Route::http(r)).collect();
+    let mut add = |kind: RouteKind, meta: &kube::api::ObjectMeta, r: Result<Route<'static>, String>| match r {
+        Ok(r) => routes.push(r),
+        Err(e) => problems.push((format!("{} {}", kind.name(), key(meta)), format!("left out: {e}"))),
+    };
     for g in &snap.grpc_routes {
-        match Route::grpc(g) {
-            Ok(r) => routes.push(r),
-            Err(e) => problems.push((format!("GRPCRoute {}", key(&g.metadata)), format!("left out: {e}"))),
-        }
+        add(RouteKind::Grpc, &g.metadata, Route::grpc(g));
+    }
+    for r in &snap.tcp_routes {
+        add(RouteKind::Tcp, &r.metadata, Route::stream(RouteKind::Tcp, &**r));
+    }
+    for r in &snap.tls_routes {
+        add(RouteKind::Tls, &r.metadata, Route::stream(RouteKind::Tls, &**r));
+    }
+    for r in &snap.udp_routes {
+        add(RouteKind::Udp, &r.metadata, Route::stream(RouteKind::Udp, &**r));
     }
     routes
 }
@@ -374,14 +476,22 @@ fn attached_hostnames(
             if parent.section_name.as_ref().is_some_and(|s| *s != l.name) || !admits(snap, l, kind, route_ns, gw_ns) {
                 continue;
             }
-            let listener = l.hostname.as_deref().unwrap_or("*").to_ascii_lowercase();
-            hosts.extend(intersect_from(l.hostname.as_deref(), &route_hosts).into_iter().map(
-                |(hostname, route_hostname)| Attached {
-                    hostname,
-                    route_hostname,
-                    listener: listener.clone(),
-                },
-            ));
+            // A TCP or UDP listener's hostname means nothing (no name to
+            // match a connection by): every route takes all connections.
+            let listener_host = match kind {
+                RouteKind::Tcp | RouteKind::Udp => None,
+                _ => l.hostname.as_deref(),
+            };
+            let listener = listener_host.unwrap_or("*").to_ascii_lowercase();
+            hosts.extend(
+                intersect_from(listener_host, &route_hosts)
+                    .into_iter()
+                    .map(|(hostname, route_hostname)| Attached {
+                        hostname,
+                        route_hostname,
+                        listener: listener.clone(),
+                    }),
+            );
         }
     }
     hosts.sort();
@@ -401,11 +511,13 @@ pub(crate) fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns:
 /// Namespaces' labels).
 pub(crate) fn admits(snap: &Snapshot, l: &GatewayListeners, kind: RouteKind, route_ns: &str, gw_ns: &str) -> bool {
     let allowed = l.allowed_routes.as_ref();
-    let kinds_ok = allowed.and_then(|a| a.kinds.as_ref()).is_none_or(|kinds| {
-        kinds
-            .iter()
-            .any(|k| k.kind == kind.name() && k.group.as_deref().unwrap_or(GROUP) == GROUP)
-    });
+    let served = ServerProtocol::of(l).is_ok_and(|p| p.kinds().contains(&kind));
+    let kinds_ok = served
+        && allowed.and_then(|a| a.kinds.as_ref()).is_none_or(|kinds| {
+            kinds
+                .iter()
+                .any(|k| k.kind == kind.name() && k.group.as_deref().unwrap_or(GROUP) == GROUP)
+        });
     let from = allowed
         .and_then(|a| a.namespaces.as_ref())
         .and_then(|n| n.from.clone())

@@ -80,6 +80,8 @@ pub struct Structure {
     pub stream_servers: Vec<StreamServer>,
     /// One server per Gateway port; its routes are pushed, not rendered.
     pub gateway_servers: Vec<crate::gateway::translate::GatewayServer>,
+    /// Gateway TCP, UDP and TLS passthrough listeners' servers (`stream{}`).
+    pub gateway_stream_servers: Vec<crate::gateway::translate::GatewayServer>,
     /// `--enable-ssl-passthrough`: the SNI map (passthrough hosts, and
     /// every other name, terminated); `None` when passthrough is off (the HTTP servers then listen on
     /// the HTTPS port themselves).

@@ -22,6 +22,9 @@ use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
 use gateway_api_types::referencegrants::ReferenceGrant;
+use gateway_api_types::tcproutes::TcpRoute;
+use gateway_api_types::tlsroutes::TlsRoute;
+use gateway_api_types::udproutes::UdpRoute;
 
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -62,6 +65,9 @@ struct GatewayStores {
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
     grpc_routes: Store<GrpcRoute>,
+    tcp_routes: Store<TcpRoute>,
+    tls_routes: Store<TlsRoute>,
+    udp_routes: Store<UdpRoute>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
 }
@@ -105,6 +111,9 @@ impl Stores {
             gateways: self.gateway.as_ref().map(|g| all(&g.gateways)).unwrap_or_default(),
             http_routes: self.gateway.as_ref().map(|g| all(&g.routes)).unwrap_or_default(),
             grpc_routes: self.gateway.as_ref().map(|g| all(&g.grpc_routes)).unwrap_or_default(),
+            tcp_routes: self.gateway.as_ref().map(|g| all(&g.tcp_routes)).unwrap_or_default(),
+            tls_routes: self.gateway.as_ref().map(|g| all(&g.tls_routes)).unwrap_or_default(),
+            udp_routes: self.gateway.as_ref().map(|g| all(&g.udp_routes)).unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
             namespaces: self.gateway.as_ref().map(|g| all(&g.namespaces)).unwrap_or_default(),
         }
@@ -125,6 +134,9 @@ impl Stores {
             g.gateways.wait_until_ready().await?;
             g.routes.wait_until_ready().await?;
             g.grpc_routes.wait_until_ready().await?;
+            g.tcp_routes.wait_until_ready().await?;
+            g.tls_routes.wait_until_ready().await?;
+            g.udp_routes.wait_until_ready().await?;
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
         }
@@ -225,15 +237,31 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         let (gateways, g2) = reflect(api::<Gateway>(&client, ns), watcher::Config::default());
         let (routes, g3) = reflect(api::<HttpRoute>(&client, ns), watcher::Config::default());
         let (grpc_routes, g6) = reflect(api::<GrpcRoute>(&client, ns), watcher::Config::default());
+        let (tcp_routes, g7) = reflect(api::<TcpRoute>(&client, ns), watcher::Config::default());
+        let (tls_routes, g8) = reflect(api::<TlsRoute>(&client, ns), watcher::Config::default());
+        let (udp_routes, g9) = reflect(api::<UdpRoute>(&client, ns), watcher::Config::default());
         let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
         // Their labels, for listeners that admit routes by namespace selector.
         let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
-        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed(), g6.boxed()]);
+        l4_ticks.extend([
+            g1.boxed(),
+            g2.boxed(),
+            g3.boxed(),
+            g4.boxed(),
+            g5.boxed(),
+            g6.boxed(),
+            g7.boxed(),
+            g8.boxed(),
+            g9.boxed(),
+        ]);
         Some(GatewayStores {
             classes,
             gateways,
             routes,
             grpc_routes,
+            tcp_routes,
+            tls_routes,
+            udp_routes,
             grants,
             namespaces,
         })

@@ -294,6 +294,9 @@ impl Snapshot {
         snap.gateways.extend(self.gateways.iter().cloned());
         snap.http_routes.extend(self.http_routes.iter().cloned());
         snap.grpc_routes.extend(self.grpc_routes.iter().cloned());
+        snap.tcp_routes.extend(self.tcp_routes.iter().cloned());
+        snap.tls_routes.extend(self.tls_routes.iter().cloned());
+        snap.udp_routes.extend(self.udp_routes.iter().cloned());
         snap.reference_grants.extend(self.reference_grants.iter().cloned());
         snap.namespaces.extend(self.namespaces.iter().cloned());
         for (from, to) in [
@@ -478,7 +481,8 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                 snap.header_config_maps.push(Arc::new(cm));
             }
         }
-        "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant"
+        "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute" | "UDPRoute"
+        | "ReferenceGrant"
             if doc
                 .get("apiVersion")
                 .and_then(Value::as_str)
@@ -508,6 +512,15 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 "GRPCRoute" => snap
                     .grpc_routes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "TCPRoute" => snap
+                    .tcp_routes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "TLSRoute" => snap
+                    .tls_routes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "UDPRoute" => snap
+                    .udp_routes
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 _ => snap
                     .reference_grants

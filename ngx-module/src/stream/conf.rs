@@ -34,6 +34,9 @@ pub struct StreamSrvConf {
     /// In a `server{}` (or inherited from `stream{}`):
     /// `dynamic_balancer_backend name;`.
     pub backend: Option<ngx_str_t>,
+    /// In a `server{}`: `dynamic_balancer_routes listener;` (not
+    /// inherited).
+    pub routes: Option<ngx_str_t>,
 }
 
 impl Default for StreamSrvConf {
@@ -44,6 +47,7 @@ impl Default for StreamSrvConf {
             variable: UNKNOWN,
             no_proxy_protocol: false,
             backend: None,
+            routes: None,
         }
     }
 }

@@ -24,6 +24,13 @@
 //! listener, never to the backends whose TLS passes through.
 //!
 //! Syntax: `dynamic_balancer_backend name;` — context: `stream`, `server`.
+//!
+//! Syntax: `dynamic_balancer_routes listener;` — context: `server`
+//! (stream). The session's backend is chosen, per connection, by the
+//! Gateway API routes (TCPRoute, UDPRoute, TLSRoute) pushed for
+//! `listener` in the route table, by the TLS server name
+//! (`$ssl_preread_server_name`, with `ssl_preread on`) where the table
+//! names hosts; see [`crate::stream::routes`].
 
 use std::ffi::{c_char, c_void};
 use std::mem::offset_of;
@@ -56,7 +63,7 @@ pub static MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
     merge_srv_conf: Some(merge_srv_conf),
 };
 
-pub static mut COMMANDS: [ngx_command_t; 3] = [
+pub static mut COMMANDS: [ngx_command_t; 4] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer"),
         type_: (NGX_STREAM_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE12) as ngx_uint_t,
@@ -72,6 +79,14 @@ pub static mut COMMANDS: [ngx_command_t; 3] = [
         conf: SRV_CONF_OFFSET,
         offset: 0,
         post: ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_routes"),
+        type_: (NGX_STREAM_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(set_routes),
+        conf: SRV_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
     },
     ngx_command_t::empty(),
 ];
@@ -223,6 +238,16 @@ unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, 
         let scf = unsafe { &mut *conf.cast::<StreamSrvConf>() };
         // SAFETY: `cf` is the live configuration being parsed.
         unsafe { set_literal_once(cf, &mut scf.backend, "backend name") }
+    })
+}
+
+/// `dynamic_balancer_routes listener;` in a stream `server{}`.
+unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("stream dynamic_balancer_routes", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `StreamSrvConf` of the enclosing server.
+        let scf = unsafe { &mut *conf.cast::<StreamSrvConf>() };
+        // SAFETY: `cf` is the live configuration being parsed.
+        unsafe { set_literal_once(cf, &mut scf.routes, "listener name") }
     })
 }
 

@@ -8,3 +8,4 @@
 pub mod conf;
 pub mod directives;
 pub mod peer;
+pub mod routes;

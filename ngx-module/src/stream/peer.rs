@@ -29,7 +29,7 @@ use crate::backends::worker_cache::{lookup, WorkerBackend};
 use crate::http::peer::{begin_attempt, end_attempt, now_ms, Live};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::variables::{found_bytes, hash_key_lowercase};
-use crate::stream::conf::{backend_name, current_zone, stream_upstream_conf};
+use crate::stream::conf::{backend_name, current_zone, srv_conf_in, stream_upstream_conf};
 
 /// A session's balancing state, owned by its pool (freed by a cleanup).
 struct StreamPeer {
@@ -55,18 +55,34 @@ pub unsafe extern "C" fn init_peer(s: *mut ngx_stream_session_t, us: *mut ngx_st
         let Some(conf) = (unsafe { stream_upstream_conf(us) }) else {
             return NGX_ERROR as ngx_int_t;
         };
-        // SAFETY: `s` is live, on its worker's event loop.
-        let Some(name) = (unsafe { backend_name(s, conf) }).filter(|n| !n.is_empty()) else {
-            ngx_log_error!(
-                NGX_LOG_ERR,
-                log,
-                "dynamic_balancer: no backend named for this server (dynamic_balancer_backend or the upstream's variable); closing the connection"
-            );
-            return NGX_ERROR as ngx_int_t;
-        };
         let Some(zone) = current_zone() else {
             ngx_log_error!(NGX_LOG_ERR, log, "dynamic_balancer: the http{{}} zone is not available");
             return NGX_ERROR as ngx_int_t;
+        };
+        // SAFETY: a live session's `srv_conf` is its server's array.
+        let listener = unsafe { srv_conf_in((*s).srv_conf) }.and_then(|c| c.routes);
+        let routed;
+        let name = if let Some(listener) = listener {
+            // SAFETY: the directive's argument lives in the configuration
+            // pool, which outlives every session.
+            let listener = unsafe { std::slice::from_raw_parts(listener.data, listener.len) };
+            // SAFETY: `s` is live, on its worker's event loop.
+            routed = unsafe { super::routes::backend(s, &zone, listener, log) };
+            let Some(name) = routed.as_deref() else {
+                return NGX_ERROR as ngx_int_t;
+            };
+            name.as_bytes()
+        } else {
+            // SAFETY: `s` is live, on its worker's event loop.
+            let Some(name) = (unsafe { backend_name(s, conf) }).filter(|n| !n.is_empty()) else {
+                ngx_log_error!(
+                    NGX_LOG_ERR,
+                    log,
+                    "dynamic_balancer: no backend named for this server (dynamic_balancer_backend or the upstream's variable); closing the connection"
+                );
+                return NGX_ERROR as ngx_int_t;
+            };
+            name
         };
         let Some(backend) = lookup(&zone, name).filter(|b| !b.endpoints.is_empty()) else {
             ngx_log_error!(
@@ -126,7 +142,7 @@ unsafe extern "C" fn drop_peer(data: *mut c_void) {
 ///
 /// # Safety
 /// `s` is a live session on its event loop.
-unsafe fn variable<'s>(s: *mut ngx_stream_session_t, name: &str) -> Option<&'s [u8]> {
+pub(crate) unsafe fn variable<'s>(s: *mut ngx_stream_session_t, name: &str) -> Option<&'s [u8]> {
     let lower = name.to_ascii_lowercase();
     let mut key_name = ngx_str_t {
         len: lower.len(),

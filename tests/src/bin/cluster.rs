@@ -18,7 +18,7 @@
 //! `conformance [--profiles P,Q] [--run-test NAME] [--skip-tests A,B] [--out DIR] [--keep]`
 //! brings a node up, installs the Gateway API CRDs and the chart with
 //! Gateway API on, and runs the official conformance suite (v1.7.0,
-//! GATEWAY-HTTP and GATEWAY-GRPC unless `--profiles`) against it; the report and the suite's log land in
+//! GATEWAY-HTTP, -GRPC, -TLS, -TCP and -UDP unless `--profiles`) against it; the report and the suite's log land in
 //! `--out` (default target/gateway-conformance). The node is taken down
 //! afterwards unless `--keep`.
 

@@ -52,7 +52,7 @@ impl Options {
         Options {
             report: out.join(format!("standard-{}-default-report.yaml", env!("CARGO_PKG_VERSION"))),
             log: out.join("conformance.log"),
-            profiles: "GATEWAY-HTTP,GATEWAY-GRPC".into(),
+            profiles: "GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP,GATEWAY-UDP".into(),
             run_test: None,
             skip_tests: Vec::new(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -125,6 +125,9 @@ pub fn install_crds(c: &Cluster) -> Result<(), String> {
         "gateways.gateway.networking.k8s.io",
         "httproutes.gateway.networking.k8s.io",
         "grpcroutes.gateway.networking.k8s.io",
+        "tcproutes.gateway.networking.k8s.io",
+        "tlsroutes.gateway.networking.k8s.io",
+        "udproutes.gateway.networking.k8s.io",
         "referencegrants.gateway.networking.k8s.io",
     ])?;
     Ok(())

@@ -228,17 +228,19 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
     if let Some(structure) = &mut model.structure {
         let structure = Arc::make_mut(structure);
         structure.stream_servers = stream_servers;
+        let (stream, http): (Vec<_>, Vec<_>) = gateways.servers.into_iter().partition(|g| g.protocol.is_stream());
         // Gateway servers send HTTP/2 cleartext backends' requests
         // (GRPCRoutes) through the gRPC balancer, there from their first
         // server on so that the first GRPCRoute needs no reload.
-        if !gateways.servers.is_empty() {
+        if !http.is_empty() {
             let h2c = super::upstream_kind::UpstreamKind {
                 protocol: crate::model::annotations::BackendProtocol::Grpc,
                 server_name: None,
             };
             structure.balancers.insert(h2c.upstream());
         }
-        structure.gateway_servers = gateways.servers;
+        structure.gateway_servers = http;
+        structure.gateway_stream_servers = stream;
     }
     model.routes = Arc::new(gateways.table);
     model.fingerprints = Arc::new(fingerprints);
@@ -1280,6 +1282,7 @@ impl<'s> Builder<'s> {
                 redirect_servers,
                 stream_servers: Vec::new(),
                 gateway_servers: Vec::new(),
+                gateway_stream_servers: Vec::new(),
                 passthrough,
                 auth_files: self.auth_files,
             })),

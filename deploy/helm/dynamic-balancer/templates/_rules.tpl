@@ -21,10 +21,10 @@
   verbs: ["create", "patch"]
 {{- if .Values.gatewayAPI.enabled }}
 - apiGroups: ["gateway.networking.k8s.io"]
-  resources: ["gateways", "httproutes", "grpcroutes", "referencegrants"]
+  resources: ["gateways", "httproutes", "grpcroutes", "tcproutes", "tlsroutes", "udproutes", "referencegrants"]
   verbs: ["list", "watch"]
 - apiGroups: ["gateway.networking.k8s.io"]
-  resources: ["gateways/status", "httproutes/status", "grpcroutes/status"]
+  resources: ["gateways/status", "httproutes/status", "grpcroutes/status", "tcproutes/status", "tlsroutes/status", "udproutes/status"]
   verbs: ["patch"]
 {{- end }}
 {{- end -}}

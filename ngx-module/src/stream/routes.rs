@@ -1,0 +1,94 @@
+//! Gateway API TCPRoutes, UDPRoutes and TLSRoutes at connection time.
+//!
+//! A stream `server{}` with `dynamic_balancer_routes listener;` takes its
+//! backend, per connection, from that listener's entry of the route table
+//! the HTTP half keeps ([`crate::backends::routes_cache`]): the controller
+//! gives a TCP or UDP listener one host group (`*`) whose first match is
+//! the oldest route's rule, and a TLS passthrough listener a host group per
+//! route hostname, looked up by the client's TLS server name
+//! (`$ssl_preread_server_name`). The rule's backend is chosen by weight,
+//! as for HTTP. Nothing here reloads: a new table reaches the next
+//! connection of every worker.
+
+use lua_compat::routes::matcher::{Lookup, RequestView};
+use lua_compat::routes::weighted;
+use ngx::ffi::{ngx_log_t, ngx_stream_session_t, NGX_LOG_ERR, NGX_LOG_WARN};
+use ngx::ngx_log_error;
+
+use crate::backends::routes_cache;
+use crate::shm::zone::Zone;
+
+/// A connection as the matcher sees it: a host (the TLS server name,
+/// lower-cased; empty without one) and nothing else to match on.
+struct Connection {
+    host: Vec<u8>,
+}
+
+impl RequestView for Connection {
+    fn host(&self) -> &[u8] {
+        &self.host
+    }
+    fn path(&self) -> &[u8] {
+        b"/"
+    }
+    fn method(&self) -> &[u8] {
+        b""
+    }
+    fn header(&self, _lower: &str) -> Option<&[u8]> {
+        None
+    }
+    fn args(&self) -> &[u8] {
+        b""
+    }
+}
+
+/// The backend `listener`'s routes choose for session `s`, or `None`
+/// (logged) when no route takes the connection or its rule has no usable
+/// backend: the connection is then closed.
+///
+/// # Safety
+/// `s` is a live session on its worker's event loop; `log` is its log.
+pub unsafe fn backend(
+    s: *mut ngx_stream_session_t,
+    zone: &Zone,
+    listener: &[u8],
+    log: *mut ngx_log_t,
+) -> Option<String> {
+    let table = routes_cache::current(zone, |e| {
+        ngx_log_error!(
+            NGX_LOG_ERR,
+            log,
+            "dynamic_balancer: the stored route table does not compile: {e}"
+        );
+    })?;
+    // SAFETY: this function's contract.
+    let sni = unsafe { super::peer::variable(s, "ssl_preread_server_name") }.unwrap_or_default();
+    let conn = Connection {
+        host: sni.to_ascii_lowercase(),
+    };
+    let found = match table.find(listener, &conn) {
+        Lookup::Found(f) => f,
+        Lookup::NoRoute | Lookup::NoListener => {
+            ngx_log_error!(
+                NGX_LOG_WARN,
+                log,
+                "dynamic_balancer: no route of \"{}\" takes this connection (server name \"{}\"); closing it",
+                String::from_utf8_lossy(listener).escape_debug(),
+                String::from_utf8_lossy(&conn.host).escape_debug()
+            );
+            return None;
+        }
+    };
+    let rule = &found.rule.rule;
+    let chosen = weighted::pick(&rule.backends, found.rule.total_weight, fastrand::u64(..))?;
+    let name = rule.backends[chosen].backend.clone();
+    if name.is_none() {
+        ngx_log_error!(
+            NGX_LOG_WARN,
+            log,
+            "dynamic_balancer: route {} has no usable backend for this connection; closing it",
+            rule.route.escape_debug()
+        );
+    }
+    name
+}
