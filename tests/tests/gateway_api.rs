@@ -139,6 +139,59 @@ fn each_gateway_gets_its_own_port_from_the_base() {
     assert_eq!(via(base + 1, "web.test", &[]).0, 404);
 }
 
+/// An HTTPRoute to Service `slow` whose rules carry timeouts: `/request`
+/// `request: {request}`, `/attempt` `backendRequest: {attempt}`, `/none`
+/// `request: 0s` (none).
+fn timeout_route(request: &str, attempt: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{namespace: demo, name: timeouts}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [slow.test]\n  rules:\n  - matches: [{{path: {{type: PathPrefix, value: /request}}}}]\n    backendRefs: [{{name: slow, port: 80}}]\n    timeouts: {{request: {request}}}\n  - matches: [{{path: {{type: PathPrefix, value: /attempt}}}}]\n    backendRefs: [{{name: slow, port: 80}}]\n    timeouts: {{backendRequest: {attempt}}}\n  - matches: [{{path: {{type: PathPrefix, value: /none}}}}]\n    backendRefs: [{{name: slow, port: 80}}]\n    timeouts: {{request: 0s}}\n"
+    )
+}
+
+#[test]
+fn route_timeouts_answer_504_and_change_without_reload() {
+    // The upstream answers after 600 ms.
+    let slow = Upstream::start_slow(Duration::from_millis(600));
+    let gw = free_port();
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gateway.yaml", gateway("gw", gw, "Same")),
+        ("slow.yaml", service("slow", &[slow.port])),
+        ("route.yaml", timeout_route("200ms", "300ms")),
+    ];
+    let c = Controller::start(&files, &[]);
+    let get = |path: &str| {
+        let t = std::time::Instant::now();
+        let status = match tests::agent()
+            .get(&format!("http://127.0.0.1:{gw}{path}"))
+            .header("Host", "slow.test")
+            .call()
+        {
+            Ok(r) => r.status().as_u16(),
+            Err(ureq::Error::StatusCode(code)) => code,
+            Err(_) => 0,
+        };
+        (status, t.elapsed())
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || get("/none").0 == 200),
+        "{}",
+        c.log()
+    );
+    let (status, took) = get("/request");
+    assert_eq!(status, 504, "the whole request is bounded");
+    assert!(took < Duration::from_millis(550), "answered after {took:?}");
+    assert_eq!(get("/attempt").0, 504, "one attempt is bounded");
+    assert_eq!(get("/none").0, 200, "0s: no timeout");
+
+    // Longer timeouts are a route edit: the slow answer now fits.
+    let reloads = c.reloads();
+    c.write("route.yaml", &timeout_route("2s", "1s"));
+    assert!(wait_until(Duration::from_secs(10), || get("/request").0 == 200));
+    assert_eq!(get("/attempt").0, 200);
+    assert_eq!(c.reloads(), reloads, "timeout edits never reload");
+}
+
 /// A GRPCRoute on Gateway `demo/gw`: `Check` with `version: two` to
 /// `two`, any other method of the health service to `rest`.
 fn grpc_route(two: &str, rest: &str) -> String {

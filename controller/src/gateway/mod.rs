@@ -12,6 +12,7 @@
 //! - [`services`]: a Service per Gateway, its address;
 //! - [`status`]: the conditions the spec asks for.
 
+pub mod duration;
 pub mod grpc;
 pub mod hostnames;
 pub mod precedence;

@@ -37,6 +37,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteNamedRouteRule",
     "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteBackendTimeout",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",

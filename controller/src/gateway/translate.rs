@@ -15,10 +15,10 @@ use gateway_api_types::httproutes::{
     HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType,
     HttpRouteRulesMatches,
 };
-use lua_compat::routes::validate::validate_routes;
+use lua_compat::routes::validate::{validate_routes, MAX_TIMEOUT_MS};
 use lua_compat::routes::{
     BackendProtocol, Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, PathMatch, PathModifier,
-    Redirect, Rewrite, RouteMatch, RouteTable, Rule, ValueMatch, WeightedBackend,
+    Redirect, Rewrite, RouteMatch, RouteTable, Rule, Timeouts, ValueMatch, WeightedBackend,
 };
 
 use super::hostnames::intersect_from;
@@ -677,11 +677,27 @@ fn translate_rule(
             unsupported = true;
         }
     }
-    if r.timeouts.is_some() || r.retry.is_some() {
-        report(
-            "UnsupportedValue",
-            "timeouts and retry are not supported yet; ignored".into(),
-        );
+    if r.retry.is_some() {
+        report("UnsupportedValue", "retry is not supported yet; ignored".into());
+    }
+    let mut timeouts = Timeouts::default();
+    if let Some(t) = &r.timeouts {
+        for (field, text, slot) in [
+            ("request", &t.request, &mut timeouts.request),
+            ("backendRequest", &t.backend_request, &mut timeouts.backend_request),
+        ] {
+            let Some(text) = text else { continue };
+            match super::duration::parse_ms(text) {
+                // 0s: no timeout.
+                Ok(0) => {}
+                Ok(ms) if ms <= u64::from(MAX_TIMEOUT_MS) => *slot = Some(ms as u32),
+                Ok(_) => report(
+                    "UnsupportedValue",
+                    format!("timeouts.{field} {text:?} is longer than a day; ignored"),
+                ),
+                Err(e) => report("UnsupportedValue", format!("timeouts.{field}: {e}; ignored")),
+            }
+        }
     }
     let mut backends = Vec::new();
     for b in r.backend_refs.iter().flatten() {
@@ -799,6 +815,7 @@ fn translate_rule(
         name: r.name.clone(),
         filters,
         backends,
+        timeouts,
     }
 }
 

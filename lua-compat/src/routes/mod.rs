@@ -132,6 +132,79 @@ pub struct Rule {
     /// redirect filter answers first.
     #[serde(default)]
     pub backends: Vec<WeightedBackend>,
+    #[serde(default, skip_serializing_if = "Timeouts::is_empty")]
+    pub timeouts: Timeouts,
+}
+
+/// An HTTPRoute rule's `timeouts`, in milliseconds (left out: none).
+/// The module bounds the wait for the backend's response by them: 504
+/// when one runs out (see the module's `http::gateway_timeouts`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Timeouts {
+    /// From the request's arrival to the backend's response, retries
+    /// included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<u32>,
+    /// One attempt at a backend: connecting, sending, and each wait for
+    /// its response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_request: Option<u32>,
+}
+
+impl Timeouts {
+    pub fn is_empty(&self) -> bool {
+        self.request.is_none() && self.backend_request.is_none()
+    }
+
+    /// The upstream timers these timeouts give a request `elapsed_ms`
+    /// after it arrived: `(attempt, total)`, the bound of each connect,
+    /// send and read, and of all attempts together (`None`: the
+    /// location's own). Never 0, which nginx takes as "no timer": a
+    /// request already over its time gets 1 ms.
+    pub fn timers(&self, elapsed_ms: u64) -> (Option<u64>, Option<u64>) {
+        let total = self.request.map(|r| u64::from(r).saturating_sub(elapsed_ms).max(1));
+        let attempt = match (self.backend_request.map(u64::from), total) {
+            (Some(b), Some(t)) => Some(b.min(t)),
+            (b, t) => b.or(t),
+        };
+        (attempt, total)
+    }
+}
+
+/// `current` (an nginx timer, 0 for none) bounded by `limit`: never
+/// lengthened.
+pub fn cut_timer(current: u64, limit: u64) -> u64 {
+    if current == 0 || current > limit {
+        limit
+    } else {
+        current
+    }
+}
+
+#[cfg(test)]
+mod timeouts_tests {
+    use super::*;
+
+    #[test]
+    fn timers_follow_the_spec_and_never_lengthen() {
+        let t = |request, backend_request| Timeouts {
+            request,
+            backend_request,
+        };
+        assert_eq!(t(None, Some(500)).timers(9_999), (Some(500), None));
+        assert_eq!(t(Some(10_000), None).timers(2_500), (Some(7_500), Some(7_500)));
+        assert_eq!(t(Some(10_000), Some(500)).timers(2_500), (Some(500), Some(7_500)));
+        assert_eq!(t(Some(1_000), Some(5_000)).timers(800), (Some(200), Some(200)));
+        assert_eq!(
+            t(Some(100), None).timers(5_000),
+            (Some(1), Some(1)),
+            "over time: at once"
+        );
+        assert_eq!(cut_timer(60_000, 500), 500);
+        assert_eq!(cut_timer(100, 500), 100);
+        assert_eq!(cut_timer(0, 500), 500, "no timer becomes the limit");
+    }
 }
 
 /// The rule's filters, at most one of each kind (as the spec allows for

@@ -22,6 +22,8 @@ pub const MAX_LISTENER_CERTIFICATES: usize = 64;
 pub const MAX_VALUE_MATCHES: usize = 16;
 /// Backends of one rule (the Gateway API's maximum).
 pub const MAX_BACKENDS: usize = 16;
+/// The longest rule timeout: a day (nginx's timers take milliseconds).
+pub const MAX_TIMEOUT_MS: u32 = 86_400_000;
 /// Largest backend weight (the Gateway API's maximum).
 pub const MAX_WEIGHT: u32 = 1_000_000;
 /// Longest path, path modifier or regular expression.
@@ -224,6 +226,14 @@ fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
         }
         if let Some(p) = &r.path {
             check_path_modifier(p).map_err(|e| bad("filters.rewrite.path", e))?;
+        }
+    }
+    for (field, t) in [
+        ("timeouts.request", rule.timeouts.request),
+        ("timeouts.backendRequest", rule.timeouts.backend_request),
+    ] {
+        if t.is_some_and(|ms| ms == 0 || ms > MAX_TIMEOUT_MS) {
+            return Err(bad(field, format!("must be 1-{MAX_TIMEOUT_MS} ms (left out: none)")));
         }
     }
     if rule.backends.len() > MAX_BACKENDS {

@@ -124,6 +124,11 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
         };
         set_session_hooks(u);
         u.peer.free = Some(free_peer);
+        // A Gateway API rule's timeouts, before the first connection arms
+        // its timers.
+        if !super::gateway_timeouts::apply(req, u) {
+            return NGX_ERROR as ngx_int_t;
+        }
         let Some(data) = data else {
             // The preaccess check answers 503 first in proxy_pass/grpc_pass
             // locations; reaching here means the backend vanished since, or
