@@ -135,6 +135,15 @@ impl Upstream {
                             response.add_header(Header::from_bytes(asked.as_bytes(), h.value.as_bytes()).unwrap());
                         }
                     }
+                    // `X-Fail-On: <identity>`: that upstream answers 503
+                    // (one endpoint of several failing).
+                    let fail = request
+                        .headers()
+                        .iter()
+                        .any(|h| h.field.equiv("X-Fail-On") && h.value.as_str() == identity);
+                    if fail {
+                        response = response.with_status_code(503);
+                    }
                     if delay.is_zero() {
                         let _ = request.respond(response);
                     } else {

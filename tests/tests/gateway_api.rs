@@ -192,6 +192,56 @@ fn route_timeouts_answer_504_and_change_without_reload() {
     assert_eq!(c.reloads(), reloads, "timeout edits never reload");
 }
 
+/// An HTTPRoute: `/retry` to Service `pair` retries once on 503, `/once`
+/// to Service `other` never retries (`attempts: 0`). Each Service has two
+/// endpoints; a failed one is marked down for a while (passive health),
+/// so each path has its own.
+fn retry_route() -> String {
+    "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {namespace: demo, name: retries}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [retry.test]\n  rules:\n  - matches: [{path: {type: PathPrefix, value: /retry}}]\n    backendRefs: [{name: pair, port: 80}]\n    retry: {codes: [503], attempts: 1}\n  - matches: [{path: {type: PathPrefix, value: /once}}]\n    backendRefs: [{name: other, port: 80}]\n    retry: {codes: [503], attempts: 0}\n".into()
+}
+
+#[test]
+fn route_retries_take_another_endpoint_on_the_codes_given() {
+    let (a, b, c2, d) = (
+        Upstream::start(),
+        Upstream::start(),
+        Upstream::start(),
+        Upstream::start(),
+    );
+    let gw = free_port();
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gateway.yaml", gateway("gw", gw, "Same")),
+        ("pair.yaml", service("pair", &[a.port, b.port])),
+        ("other.yaml", service("other", &[c2.port, d.port])),
+        ("route.yaml", retry_route()),
+    ];
+    let c = Controller::start(&files, &[]);
+    // Endpoint a answers 503 to requests that name it in X-Fail-On.
+    let get = |path: &str, fail_on: &str| -> u16 {
+        let req = tests::agent()
+            .get(&format!("http://127.0.0.1:{gw}{path}"))
+            .header("Host", "retry.test")
+            .header("X-Fail-On", fail_on);
+        match req.call() {
+            Ok(r) => r.status().as_u16(),
+            Err(ureq::Error::StatusCode(code)) => code,
+            Err(_) => 0,
+        }
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || get("/retry", "nobody") == 200),
+        "{}",
+        c.log()
+    );
+    // Round robin reaches the failing endpoint within two requests.
+    let retried: Vec<u16> = (0..4).map(|_| get("/retry", &a.identity)).collect();
+    assert_eq!(retried, [200; 4], "a 503 from a is retried on b");
+    let once: Vec<u16> = (0..4).map(|_| get("/once", &c2.identity)).collect();
+    assert!(once.contains(&503), "attempts 0 never retries: {once:?}");
+    assert!(a.hits() >= 1 && b.hits() >= 4, "a {} b {}", a.hits(), b.hits());
+}
+
 /// A GRPCRoute on Gateway `demo/gw`: `Check` with `version: two` to
 /// `two`, any other method of the health service to `rest`.
 fn grpc_route(two: &str, rest: &str) -> String {

@@ -39,6 +39,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteRequestTimeout",
     "HTTPRouteBackendTimeout",
+    "HTTPRouteRetryCodes",
+    "HTTPRouteRetryConnectionError",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",

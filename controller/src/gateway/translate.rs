@@ -15,10 +15,10 @@ use gateway_api_types::httproutes::{
     HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType,
     HttpRouteRulesMatches,
 };
-use lua_compat::routes::validate::{validate_routes, MAX_TIMEOUT_MS};
+use lua_compat::routes::validate::{validate_routes, MAX_RETRY_ATTEMPTS, MAX_TIMEOUT_MS, RETRYABLE_CODES};
 use lua_compat::routes::{
     BackendProtocol, Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, PathMatch, PathModifier,
-    Redirect, Rewrite, RouteMatch, RouteTable, Rule, Timeouts, ValueMatch, WeightedBackend,
+    Redirect, Retry, Rewrite, RouteMatch, RouteTable, Rule, Timeouts, ValueMatch, WeightedBackend,
 };
 
 use super::hostnames::intersect_from;
@@ -677,9 +677,27 @@ fn translate_rule(
             unsupported = true;
         }
     }
-    if r.retry.is_some() {
-        report("UnsupportedValue", "retry is not supported yet; ignored".into());
-    }
+    let retry = r.retry.as_ref().map(|x| {
+        let mut codes = Vec::new();
+        for c in x.codes.iter().flatten() {
+            match u16::try_from(*c).ok().filter(|c| RETRYABLE_CODES.contains(c)) {
+                Some(c) if !codes.contains(&c) => codes.push(c),
+                Some(_) => {}
+                None => report(
+                    "UnsupportedValue",
+                    format!("retry.codes: nginx cannot retry on {c} (only {RETRYABLE_CODES:?}); ignored"),
+                ),
+            }
+        }
+        let attempts = x.attempts.unwrap_or(1).clamp(0, MAX_RETRY_ATTEMPTS as i64) as u32;
+        if x.backoff.is_some() {
+            report(
+                "UnsupportedValue",
+                "retry.backoff: nginx retries at once; ignored".into(),
+            );
+        }
+        Retry { codes, attempts }
+    });
     let mut timeouts = Timeouts::default();
     if let Some(t) = &r.timeouts {
         for (field, text, slot) in [
@@ -816,6 +834,7 @@ fn translate_rule(
         filters,
         backends,
         timeouts,
+        retry,
     }
 }
 

@@ -134,11 +134,25 @@ pub struct Rule {
     pub backends: Vec<WeightedBackend>,
     #[serde(default, skip_serializing_if = "Timeouts::is_empty")]
     pub timeouts: Timeouts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+}
+
+/// An HTTPRoute rule's `retry`: the request is tried again, up to
+/// `attempts` more times, on a connection error, a timeout, or a response
+/// with one of `codes` (those nginx can retry on:
+/// [`validate::RETRYABLE_CODES`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Retry {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codes: Vec<u16>,
+    pub attempts: u32,
 }
 
 /// An HTTPRoute rule's `timeouts`, in milliseconds (left out: none).
 /// The module bounds the wait for the backend's response by them: 504
-/// when one runs out (see the module's `http::gateway_timeouts`).
+/// when one runs out (see the module's `http::gateway_upstream`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Timeouts {

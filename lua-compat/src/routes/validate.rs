@@ -22,6 +22,11 @@ pub const MAX_LISTENER_CERTIFICATES: usize = 64;
 pub const MAX_VALUE_MATCHES: usize = 16;
 /// Backends of one rule (the Gateway API's maximum).
 pub const MAX_BACKENDS: usize = 16;
+/// The most retries a rule may ask for.
+pub const MAX_RETRY_ATTEMPTS: u32 = 16;
+/// The response codes nginx's upstream can retry on (`proxy_next_upstream
+/// http_500` and its siblings).
+pub const RETRYABLE_CODES: [u16; 7] = [403, 404, 429, 500, 502, 503, 504];
 /// The longest rule timeout: a day (nginx's timers take milliseconds).
 pub const MAX_TIMEOUT_MS: u32 = 86_400_000;
 /// Largest backend weight (the Gateway API's maximum).
@@ -234,6 +239,17 @@ fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
     ] {
         if t.is_some_and(|ms| ms == 0 || ms > MAX_TIMEOUT_MS) {
             return Err(bad(field, format!("must be 1-{MAX_TIMEOUT_MS} ms (left out: none)")));
+        }
+    }
+    if let Some(r) = &rule.retry {
+        if r.attempts > MAX_RETRY_ATTEMPTS {
+            return Err(bad("retry.attempts", format!("more than {MAX_RETRY_ATTEMPTS}")));
+        }
+        if let Some(c) = r.codes.iter().find(|c| !RETRYABLE_CODES.contains(c)) {
+            return Err(bad(
+                "retry.codes",
+                format!("{c} is not one nginx retries on ({RETRYABLE_CODES:?})"),
+            ));
         }
     }
     if rule.backends.len() > MAX_BACKENDS {

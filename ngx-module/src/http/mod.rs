@@ -12,7 +12,7 @@ pub mod escaped_uri;
 pub mod forwarded;
 pub mod gateway;
 pub mod gateway_headers;
-pub mod gateway_timeouts;
+pub mod gateway_upstream;
 pub mod grpc_status;
 pub mod https_redirect;
 pub mod log_variables;

@@ -124,11 +124,6 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
         };
         set_session_hooks(u);
         u.peer.free = Some(free_peer);
-        // A Gateway API rule's timeouts, before the first connection arms
-        // its timers.
-        if !super::gateway_timeouts::apply(req, u) {
-            return NGX_ERROR as ngx_int_t;
-        }
         let Some(data) = data else {
             // The preaccess check answers 503 first in proxy_pass/grpc_pass
             // locations; reaching here means the backend vanished since, or
@@ -150,6 +145,11 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
         u.peer.tries = unsafe { data.as_ref() }.backend.endpoints.len() as ngx_uint_t;
         u.peer.data = data.as_ptr().cast();
         u.peer.get = Some(get_peer);
+        // A Gateway API rule's timeouts and retries, before the first
+        // connection arms its timers.
+        if !super::gateway_upstream::apply(req, u) {
+            return NGX_ERROR as ngx_int_t;
+        }
         NGX_OK as ngx_int_t
     })
 }
@@ -205,6 +205,9 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         pd.tried.insert(i);
         pd.current = Some(i);
         begin_attempt(pc, &pd.backend, i, now_ms());
+        // SAFETY: the state's request is live and nginx holds no reference
+        // into it while peer.get runs.
+        super::gateway_upstream::rearm(unsafe { Request::from_ngx_http_request(pd.request) });
         NGX_OK as ngx_int_t
     })
 }
