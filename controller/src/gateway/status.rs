@@ -17,40 +17,41 @@ use crate::snapshot::{key, Snapshot};
 
 /// The features GatewayClass `status.supportedFeatures` advertises: what
 /// is built and tested (the conformance suite infers what to run from it).
+/// Sorted by name, as the API requires.
 pub const SUPPORTED_FEATURES: &[&str] = &[
-    "Gateway",
-    "HTTPRoute",
-    "ReferenceGrant",
-    "HTTPRouteQueryParamMatching",
-    "HTTPRouteMethodMatching",
-    "HTTPRouteResponseHeaderModification",
-    "HTTPRoutePortRedirect",
-    "HTTPRouteSchemeRedirect",
-    "HTTPRoutePathRedirect",
-    "HTTPRouteHostRewrite",
-    "HTTPRoutePathRewrite",
-    "HTTPRoute303RedirectStatusCode",
-    "HTTPRoute307RedirectStatusCode",
-    "HTTPRoute308RedirectStatusCode",
-    "HTTPRouteBackendProtocolWebSocket",
-    "HTTPRouteParentRefPort",
-    "HTTPRouteBackendRequestHeaderModification",
-    "HTTPRouteNamedRouteRule",
-    "HTTPRouteBackendProtocolH2C",
-    "HTTPRouteRequestTimeout",
-    "HTTPRouteBackendTimeout",
-    "HTTPRouteRetryCodes",
-    "HTTPRouteRetryConnectionError",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
-    "TLSRoute",
-    "TCPRoute",
-    "UDPRoute",
-    "GatewayPort8080",
-    "GatewayHTTPListenerIsolation",
-    "GatewayRouteHostnameIntersectionPrecedence",
+    "Gateway",
     "GatewayAddressEmpty",
+    "GatewayHTTPListenerIsolation",
+    "GatewayPort8080",
+    "GatewayRouteHostnameIntersectionPrecedence",
+    "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetryCodes",
+    "HTTPRouteRetryConnectionError",
+    "HTTPRouteSchemeRedirect",
+    "ReferenceGrant",
+    "TCPRoute",
+    "TLSRoute",
+    "UDPRoute",
 ];
 
 /// A condition without its times (added when written).
@@ -446,6 +447,12 @@ mod tests {
         json!({"kind": kind, "metadata": {"namespace": "infra", "name": name},
                "spec": {"parentRefs": [{"name": "gw", "sectionName": section}], "hostnames": hostnames,
                         "rules": [{"backendRefs": [{"name": "web", "namespace": "infra", "port": 80}]}]}})
+    }
+
+    #[test]
+    fn supported_features_are_sorted_and_distinct() {
+        assert!(SUPPORTED_FEATURES.windows(2).all(|w| w[0] < w[1]), "{SUPPORTED_FEATURES:?}");
+        assert!(SUPPORTED_FEATURES.len() <= 64, "the API takes at most 64");
     }
 
     #[test]
