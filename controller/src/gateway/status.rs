@@ -451,7 +451,10 @@ mod tests {
 
     #[test]
     fn supported_features_are_sorted_and_distinct() {
-        assert!(SUPPORTED_FEATURES.windows(2).all(|w| w[0] < w[1]), "{SUPPORTED_FEATURES:?}");
+        assert!(
+            SUPPORTED_FEATURES.windows(2).all(|w| w[0] < w[1]),
+            "{SUPPORTED_FEATURES:?}"
+        );
         assert!(SUPPORTED_FEATURES.len() <= 64, "the API takes at most 64");
     }
 
