@@ -31,7 +31,7 @@ pub struct GatewayStatusOptions {
     pub controller_name: String,
     pub base_port: u16,
     /// The controller's own ports (never Gateway ports).
-    pub reserved: Vec<u16>,
+    pub reserved: crate::model::l4_services::ReservedPorts,
     /// `status.addresses` of every Gateway (`--publish-status-address`),
     /// unless each Gateway has a Service of its own:
     pub addresses: Vec<String>,
@@ -172,7 +172,8 @@ where
 /// returns how many statuses were written, and whether a Gateway still
 /// waits for its Service's address.
 async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Snapshot) -> (usize, bool) {
-    let model = translate(snap, &opts.controller_name, opts.base_port, &opts.reserved, |r| {
+    let reserved = crate::model::l4_services::gateway_reserved(&opts.reserved, snap);
+    let model = translate(snap, &opts.controller_name, opts.base_port, &reserved, |r| {
         format!("{}-{}-{}", r.namespace, r.name, r.port)
     });
     let per_gateway = match &opts.services {

@@ -323,7 +323,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let opts = controller::gateway_status::GatewayStatusOptions {
                     controller_name: args.gateway_controller_name.clone(),
                     base_port: args.gateway_base_port,
-                    reserved: settings.build.stream_reserved.ports(),
+                    reserved: settings.build.stream_reserved.clone(),
                     addresses: args.publish_status_address.clone(),
                     services: gateway_services.clone(),
                     period: Duration::from_secs(60),

@@ -9,7 +9,10 @@
 //! and the first rule and match within it. A `RegularExpression` path (its
 //! order is left to implementations) ranks after `Exact` and before
 //! `PathPrefix`, longer patterns first. A GRPCRoute's matches rank by the
-//! characters of their service, then of their method, as its spec says.
+//! characters of their service, then of their method, as its spec says;
+//! one that names a service or method ranks with exact paths (so an
+//! HTTPRoute's catch-all on the same hostname does not hide it), one that
+//! names neither with a `/` prefix.
 //!
 //! The module takes the first match of a request's host group that
 //! matches, so the controller gives every group its candidates in that
@@ -76,9 +79,13 @@ pub fn compare(a: &Candidate, b: &Candidate) -> Ordering {
             Reverse(host_rank(&c.route_hostname)),
             Reverse(host_rank(&c.hostname)),
             Reverse(match c.grpc {
-                // Below any HTTPRoute path of the same hostname: the spec
-                // leaves the two kinds' order to implementations.
-                Some((service, method)) => (0, service, method),
+                // A GRPCRoute match names a service or method: as specific
+                // as an exact path, so an HTTPRoute's catch-all on the same
+                // hostname never hides it; among GRPCRoutes, the spec's
+                // order. One without a method match takes every call, as a
+                // `/` prefix would.
+                Some((0, 0)) => (1, 0, 0),
+                Some((service, method)) => (3, service, method),
                 None => {
                     let (kind, len) = path_rank(&m.path);
                     (kind, len, 0)

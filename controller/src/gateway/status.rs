@@ -459,6 +459,27 @@ mod tests {
     }
 
     #[test]
+    fn reserved_ports_are_per_transport() {
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {"gatewayClassName": "ours", "listeners": [
+                {"name": "tcp", "protocol": "TCP", "port": 53},
+                {"name": "udp", "protocol": "UDP", "port": 53}]}}),
+        ]);
+        // 53/UDP is a udp-services port: the UDP listener cannot have it.
+        let model = translate(&s, CONTROLLER_NAME, 0, &[(53, true)], |r| r.name.clone());
+        let state = |l: &str| model.listeners[&("infra/gw".to_string(), l.to_string())].clone();
+        assert!(state("tcp").is_ok());
+        assert_eq!(state("udp").unwrap_err().0, "PortUnavailable");
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&[]));
+        let udp = &d.gateways["infra/gw"].listeners[1];
+        assert_eq!(
+            (udp.conditions[0].status, udp.conditions[0].reason.as_str()),
+            (false, "PortUnavailable")
+        );
+    }
+
+    #[test]
     fn each_listener_protocol_takes_its_route_kinds() {
         let s = snap(&[
             json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),

@@ -196,7 +196,7 @@ pub fn translate(
     snap: &Snapshot,
     controller_name: &str,
     base_port: u16,
-    reserved: &[u16],
+    reserved: &[(u16, bool)],
     mut backend: impl FnMut(&ServiceRef) -> String,
 ) -> GatewayModel {
     let mut out = GatewayModel::default();
@@ -218,11 +218,10 @@ pub fn translate(
     // one protocol share it.
     let mut servers: BTreeMap<String, Draft> = BTreeMap::new();
     // Ports by transport (`true`: UDP): a UDP listener may share its
-    // number with a TCP one. Reserved ports are kept from both.
+    // number with a TCP one.
     let mut taken: BTreeMap<(u16, bool), String> = reserved
         .iter()
-        .flat_map(|p| [(*p, false), (*p, true)])
-        .map(|k| (k, "the controller's own listeners".to_string()))
+        .map(|k| (*k, "the controller's own listeners or tcp-/udp-services".to_string()))
         .collect();
     for g in &gateways {
         let gw_key = key(&g.metadata);
@@ -689,6 +688,8 @@ fn translate_rule(
                 ),
             }
         }
+        // More than the module's cap are cut to it (documented), not
+        // reported: the route's references are fine.
         let attempts = x.attempts.unwrap_or(1).clamp(0, MAX_RETRY_ATTEMPTS as i64) as u32;
         if x.backoff.is_some() {
             report(

@@ -144,6 +144,29 @@ pub struct ReservedPorts {
     pub webhook: Option<u16>,
 }
 
+/// The ports a Gateway listener may not take, by transport (`true`:
+/// UDP): the controller's own listeners (on both transports) and the
+/// listen ports of `tcp-services` (TCP) and `udp-services` (UDP), as the
+/// model renders them. The model and the status task both take it from
+/// here, so a listener is never served by one and reported otherwise by
+/// the other.
+pub fn gateway_reserved(reserved: &ReservedPorts, snap: &crate::snapshot::Snapshot) -> Vec<(u16, bool)> {
+    let mut out: Vec<(u16, bool)> = reserved
+        .ports()
+        .into_iter()
+        .flat_map(|p| [(p, false), (p, true)])
+        .collect();
+    for (cm, protocol, udp) in [
+        (&snap.tcp_services, L4Protocol::Tcp, false),
+        (&snap.udp_services, L4Protocol::Udp, true),
+    ] {
+        if let Some(data) = cm.as_ref().and_then(|c| c.data.as_ref()) {
+            out.extend(parse(protocol, data, reserved).0.iter().map(|s| (s.listen_port, udp)));
+        }
+    }
+    out
+}
+
 impl ReservedPorts {
     /// Every reserved port.
     pub fn ports(&self) -> Vec<u16> {

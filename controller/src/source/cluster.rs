@@ -64,10 +64,12 @@ struct GatewayStores {
     classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
-    grpc_routes: Store<GrpcRoute>,
-    tcp_routes: Store<TcpRoute>,
-    tls_routes: Store<TlsRoute>,
-    udp_routes: Store<UdpRoute>,
+    /// The route kinds a cluster may lack (CRDs of an older release, or
+    /// the standard channel before v1.5): `None` when not installed.
+    grpc_routes: Option<Store<GrpcRoute>>,
+    tcp_routes: Option<Store<TcpRoute>>,
+    tls_routes: Option<Store<TlsRoute>>,
+    udp_routes: Option<Store<UdpRoute>>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
 }
@@ -110,10 +112,30 @@ impl Stores {
             gateway_classes: self.gateway.as_ref().map(|g| all(&g.classes)).unwrap_or_default(),
             gateways: self.gateway.as_ref().map(|g| all(&g.gateways)).unwrap_or_default(),
             http_routes: self.gateway.as_ref().map(|g| all(&g.routes)).unwrap_or_default(),
-            grpc_routes: self.gateway.as_ref().map(|g| all(&g.grpc_routes)).unwrap_or_default(),
-            tcp_routes: self.gateway.as_ref().map(|g| all(&g.tcp_routes)).unwrap_or_default(),
-            tls_routes: self.gateway.as_ref().map(|g| all(&g.tls_routes)).unwrap_or_default(),
-            udp_routes: self.gateway.as_ref().map(|g| all(&g.udp_routes)).unwrap_or_default(),
+            grpc_routes: self
+                .gateway
+                .as_ref()
+                .and_then(|g| g.grpc_routes.as_ref())
+                .map(all)
+                .unwrap_or_default(),
+            tcp_routes: self
+                .gateway
+                .as_ref()
+                .and_then(|g| g.tcp_routes.as_ref())
+                .map(all)
+                .unwrap_or_default(),
+            tls_routes: self
+                .gateway
+                .as_ref()
+                .and_then(|g| g.tls_routes.as_ref())
+                .map(all)
+                .unwrap_or_default(),
+            udp_routes: self
+                .gateway
+                .as_ref()
+                .and_then(|g| g.udp_routes.as_ref())
+                .map(all)
+                .unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
             namespaces: self.gateway.as_ref().map(|g| all(&g.namespaces)).unwrap_or_default(),
         }
@@ -133,10 +155,18 @@ impl Stores {
             g.classes.wait_until_ready().await?;
             g.gateways.wait_until_ready().await?;
             g.routes.wait_until_ready().await?;
-            g.grpc_routes.wait_until_ready().await?;
-            g.tcp_routes.wait_until_ready().await?;
-            g.tls_routes.wait_until_ready().await?;
-            g.udp_routes.wait_until_ready().await?;
+            if let Some(s) = &g.grpc_routes {
+                s.wait_until_ready().await?;
+            }
+            if let Some(s) = &g.tcp_routes {
+                s.wait_until_ready().await?;
+            }
+            if let Some(s) = &g.tls_routes {
+                s.wait_until_ready().await?;
+            }
+            if let Some(s) = &g.udp_routes {
+                s.wait_until_ready().await?;
+            }
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
         }
@@ -236,24 +266,14 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         let (classes, g1) = reflect(Api::<GatewayClass>::all(client.clone()), watcher::Config::default());
         let (gateways, g2) = reflect(api::<Gateway>(&client, ns), watcher::Config::default());
         let (routes, g3) = reflect(api::<HttpRoute>(&client, ns), watcher::Config::default());
-        let (grpc_routes, g6) = reflect(api::<GrpcRoute>(&client, ns), watcher::Config::default());
-        let (tcp_routes, g7) = reflect(api::<TcpRoute>(&client, ns), watcher::Config::default());
-        let (tls_routes, g8) = reflect(api::<TlsRoute>(&client, ns), watcher::Config::default());
-        let (udp_routes, g9) = reflect(api::<UdpRoute>(&client, ns), watcher::Config::default());
+        let grpc_routes = optional_kind::<GrpcRoute>(&client, ns, &mut l4_ticks).await;
+        let tcp_routes = optional_kind::<TcpRoute>(&client, ns, &mut l4_ticks).await;
+        let tls_routes = optional_kind::<TlsRoute>(&client, ns, &mut l4_ticks).await;
+        let udp_routes = optional_kind::<UdpRoute>(&client, ns, &mut l4_ticks).await;
         let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
         // Their labels, for listeners that admit routes by namespace selector.
         let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
-        l4_ticks.extend([
-            g1.boxed(),
-            g2.boxed(),
-            g3.boxed(),
-            g4.boxed(),
-            g5.boxed(),
-            g6.boxed(),
-            g7.boxed(),
-            g8.boxed(),
-            g9.boxed(),
-        ]);
+        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
         Some(GatewayStores {
             classes,
             gateways,
@@ -329,6 +349,42 @@ async fn gateway_crds_installed(client: &Client) -> anyhow::Result<()> {
         ),
         _ => Ok(()),
     }
+}
+
+/// A watch of a Gateway API route kind that a cluster may lack: `None`,
+/// with a warning, when the apiserver does not serve it (its CRD is not
+/// installed), so that the other kinds (and every Ingress) are served
+/// rather than waiting forever for a watch that cannot start. Installing
+/// the CRD later needs a controller restart.
+async fn optional_kind<K>(
+    client: &Client,
+    ns: Option<&str>,
+    ticks: &mut Vec<futures::stream::BoxStream<'static, ()>>,
+) -> Option<Store<K>>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    let params = kube::api::ListParams::default().limit(1);
+    if let Err(kube::Error::Api(e)) = api::<K>(client, ns).list(&params).await {
+        if e.code == 404 {
+            tracing::warn!(
+                %kind,
+                "the apiserver does not serve {kind} (its CRD is not installed): {kind}s are not watched; install the Gateway API v1.7.0 standard CRDs and restart the controller to serve them"
+            );
+            return None;
+        }
+    }
+    let (store, t) = reflect(api::<K>(client, ns), watcher::Config::default());
+    ticks.push(t.boxed());
+    Some(store)
 }
 
 /// Fails when RBAC forbids reading a layer-4 ConfigMap: its watcher would

@@ -12,7 +12,10 @@
 use std::sync::LazyLock;
 
 use lua_compat::routes::matcher::CompiledHeader;
-use ngx::ffi::{ngx_http_send_header, ngx_int_t, ngx_str_t, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_OK};
+use ngx::ffi::{
+    ngx_http_discard_request_body, ngx_http_send_header, ngx_int_t, ngx_str_t, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    NGX_HTTP_OK, NGX_OK,
+};
 use ngx::http::Request;
 
 use crate::nginx::headers::{self, Side};
@@ -44,14 +47,24 @@ static NO_BACKEND: LazyLock<[CompiledHeader; 2]> = LazyLock::new(|| {
 const CONTENT_TYPE: &[u8] = b"application/grpc";
 
 /// Whether the request is a gRPC call (`content-type: application/grpc`,
-/// `application/grpc+proto`, ...).
+/// `application/grpc+proto`, `application/grpc;...`; not gRPC-Web, whose
+/// clients read HTTP statuses).
 pub fn is_grpc(req: &Request) -> bool {
-    header_in(req, b"content-type").is_some_and(|v| v.starts_with(CONTENT_TYPE))
+    header_in(req, b"content-type").is_some_and(|v| {
+        v.strip_prefix(CONTENT_TYPE)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"+") || rest.starts_with(b";"))
+    })
 }
 
 /// Sends `answer` as a Trailers-Only response; the phase handler returns
 /// what this returns (nginx finalizes the request with it).
 pub fn send(req: &mut Request, answer: GrpcAnswer) -> ngx_int_t {
+    // The call's body is never read: discard it, or on HTTP/1.1 it would
+    // be taken for the connection's next request.
+    // SAFETY: a live request in a phase handler, its body not read yet.
+    if unsafe { ngx_http_discard_request_body(req.as_mut()) } != NGX_OK as ngx_int_t {
+        req.as_mut().set_keepalive(0);
+    }
     let h = match answer {
         GrpcAnswer::NoRoute => &*NO_ROUTE,
         GrpcAnswer::NoBackend => &*NO_BACKEND,

@@ -57,6 +57,7 @@ pub fn prepare(req: &mut Request, conf: &UpstreamConf, zone: &Zone) -> Option<No
         current: None,
         ewma_score: None,
         taken: false,
+        own_conf: ptr::null_mut(),
     };
     // The request ctx keeps it for the whole request: init_peer takes it
     // over, and $balancer_ewma_score reads it.
@@ -147,8 +148,10 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
         u.peer.get = Some(get_peer);
         // A Gateway API rule's timeouts and retries, before the first
         // connection arms its timers.
-        if !super::gateway_upstream::apply(req, u) {
-            return NGX_ERROR as ngx_int_t;
+        match super::gateway_upstream::apply(req, u) {
+            // SAFETY: as above; no other reference to the state is live.
+            Ok(own) => unsafe { (*data.as_ptr()).own_conf = own },
+            Err(()) => return NGX_ERROR as ngx_int_t,
         }
         NGX_OK as ngx_int_t
     })
@@ -207,7 +210,7 @@ unsafe extern "C" fn get_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void)
         begin_attempt(pc, &pd.backend, i, now_ms());
         // SAFETY: the state's request is live and nginx holds no reference
         // into it while peer.get runs.
-        super::gateway_upstream::rearm(unsafe { Request::from_ngx_http_request(pd.request) });
+        super::gateway_upstream::rearm(unsafe { Request::from_ngx_http_request(pd.request) }, pd.own_conf);
         NGX_OK as ngx_int_t
     })
 }

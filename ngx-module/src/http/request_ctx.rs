@@ -47,6 +47,11 @@ pub struct PeerData {
     pub ewma_score: Option<f64>,
     /// `init_peer` took this state over from the preaccess phase.
     pub taken: bool,
+    /// The request's own copy of its upstream conf, when a Gateway API
+    /// rule's timeouts or retries made one
+    /// ([`crate::http::gateway_upstream`]): the only conf that may be
+    /// written at request time.
+    pub own_conf: *mut ngx::ffi::ngx_http_upstream_conf_t,
 }
 
 /// An API write waiting for its body.

@@ -8,13 +8,14 @@
 //! serves HTTP and TCP/UDP alike.
 
 use ngx::ffi::{
-    ngx_cycle_t, ngx_str_t, ngx_stream_get_indexed_variable, ngx_stream_session_t, ngx_stream_upstream_srv_conf_t,
+    ngx_cycle_t, ngx_str_t, ngx_stream_get_indexed_variable, ngx_stream_get_variable, ngx_stream_session_t,
+    ngx_stream_upstream_srv_conf_t,
 };
 use ngx::http::HttpModuleConfExt;
 
 use crate::conf::{MainConf, UNKNOWN};
 use crate::nginx::module::stream_ctx_index;
-use crate::nginx::variables::found_bytes;
+use crate::nginx::variables::{found_bytes, hash_key_lowercase};
 use crate::shm::zone::Zone;
 
 /// `stream{}` `server{}` and `upstream{}` level.
@@ -118,4 +119,21 @@ pub unsafe fn http_main_conf(cycle: *const ngx_cycle_t) -> Option<&'static MainC
 pub fn current_zone() -> Option<Zone> {
     // SAFETY: `ngx_cycle` is the running, configured cycle on the event loop.
     unsafe { http_main_conf(ngx::ffi::ngx_cycle) }?.zone()
+}
+
+/// The value of stream variable `name` for session `s`.
+///
+/// # Safety
+/// `s` is a live session on its event loop.
+pub unsafe fn variable<'s>(s: *mut ngx_stream_session_t, name: &str) -> Option<&'s [u8]> {
+    let lower = name.to_ascii_lowercase();
+    let mut key_name = ngx_str_t {
+        len: lower.len(),
+        data: lower.as_ptr().cast_mut(),
+    };
+    // SAFETY: `s` is live; nginx reads `key_name` only during the call.
+    let v = unsafe { ngx_stream_get_variable(s, &mut key_name, hash_key_lowercase(lower.as_bytes())) };
+    // SAFETY: a non-null result is a value nginx filled, its bytes in the
+    // session's pool or the configuration, which outlive the session.
+    unsafe { v.as_ref().and_then(|v| found_bytes(v)) }
 }

@@ -20,16 +20,15 @@ use std::rc::Rc;
 use lua_compat::selection::{select, Attempt};
 use lua_compat::tried::TriedSet;
 use ngx::ffi::{
-    ngx_int_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_str_t, ngx_stream_get_variable, ngx_stream_session_t,
-    ngx_stream_upstream_srv_conf_t, ngx_uint_t, NGX_BUSY, NGX_ERROR, NGX_LOG_ERR, NGX_LOG_WARN, NGX_OK,
+    ngx_int_t, ngx_peer_connection_t, ngx_pool_cleanup_add, ngx_stream_session_t, ngx_stream_upstream_srv_conf_t,
+    ngx_uint_t, NGX_BUSY, NGX_ERROR, NGX_LOG_ERR, NGX_LOG_WARN, NGX_OK,
 };
 use ngx::ngx_log_error;
 
 use crate::backends::worker_cache::{lookup, WorkerBackend};
 use crate::http::peer::{begin_attempt, end_attempt, now_ms, Live};
 use crate::nginx::guard::ffi_guard;
-use crate::nginx::variables::{found_bytes, hash_key_lowercase};
-use crate::stream::conf::{backend_name, current_zone, srv_conf_in, stream_upstream_conf};
+use crate::stream::conf::{backend_name, current_zone, srv_conf_in, stream_upstream_conf, variable};
 
 /// A session's balancing state, owned by its pool (freed by a cleanup).
 struct StreamPeer {
@@ -136,23 +135,6 @@ unsafe extern "C" fn drop_peer(data: *mut c_void) {
         // SAFETY: `data` is the Box::into_raw of init_peer, freed only here.
         drop(unsafe { Box::from_raw(data.cast::<StreamPeer>()) });
     })
-}
-
-/// The value of stream variable `name` for session `s`.
-///
-/// # Safety
-/// `s` is a live session on its event loop.
-pub(crate) unsafe fn variable<'s>(s: *mut ngx_stream_session_t, name: &str) -> Option<&'s [u8]> {
-    let lower = name.to_ascii_lowercase();
-    let mut key_name = ngx_str_t {
-        len: lower.len(),
-        data: lower.as_ptr().cast_mut(),
-    };
-    // SAFETY: `s` is live; nginx reads `key_name` only during the call.
-    let v = unsafe { ngx_stream_get_variable(s, &mut key_name, hash_key_lowercase(lower.as_bytes())) };
-    // SAFETY: a non-null result is a value nginx filled, its bytes in the
-    // session's pool or the configuration, which outlive the session.
-    unsafe { v.as_ref().and_then(|v| found_bytes(v)) }
 }
 
 /// `peer.get`: one endpoint for this attempt. nginx calls it with the live

@@ -62,7 +62,7 @@ pub unsafe fn backend(
         );
     })?;
     // SAFETY: this function's contract.
-    let sni = unsafe { super::peer::variable(s, "ssl_preread_server_name") }.unwrap_or_default();
+    let sni = unsafe { super::conf::variable(s, "ssl_preread_server_name") }.unwrap_or_default();
     let conn = Connection {
         host: sni.to_ascii_lowercase(),
     };

@@ -223,7 +223,7 @@ pub fn build_with(snap: &Snapshot, opts: &BuildOptions, quarantine: &Quarantine)
             b.add_canary(ing, a);
         }
     }
-    let gateways = b.add_gateways(&stream_servers);
+    let gateways = b.add_gateways();
     let mut model = b.finish();
     if let Some(structure) = &mut model.structure {
         let structure = Arc::make_mut(structure);
@@ -274,17 +274,12 @@ impl<'s> Builder<'s> {
     /// The Gateway API objects this controller owns: their route table and
     /// servers; their Service ports become backends like an Ingress's
     /// (claimed after every Ingress's, so Ingress backend names carry over).
-    fn add_gateways(&mut self, streams: &[super::StreamServer]) -> crate::gateway::translate::GatewayModel {
+    fn add_gateways(&mut self) -> crate::gateway::translate::GatewayModel {
         let (snap, opts) = (self.snap, self.opts);
-        // The controller's own ports and the TCP ports of `tcp-services`:
-        // a Gateway port on either would fail nginx's bind for everyone.
-        let mut reserved = opts.stream_reserved.ports();
-        reserved.extend(
-            streams
-                .iter()
-                .filter(|s| s.protocol == super::l4_services::L4Protocol::Tcp)
-                .map(|s| s.port),
-        );
+        // The controller's own ports and those of `tcp-services` and
+        // `udp-services`: a Gateway port on one would fail nginx's bind
+        // for everyone.
+        let reserved = super::l4_services::gateway_reserved(&opts.stream_reserved, snap);
         let mut claimed = Vec::new();
         let names = &mut self.names;
         let model = crate::gateway::translate::translate(
