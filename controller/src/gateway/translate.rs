@@ -15,10 +15,11 @@ use gateway_api_types::httproutes::{
     HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType,
     HttpRouteRulesMatches,
 };
-use lua_compat::routes::validate::{validate_routes, MAX_RETRY_ATTEMPTS, MAX_TIMEOUT_MS, RETRYABLE_CODES};
+use lua_compat::routes::cors::Cors;
+use lua_compat::routes::validate::{validate_routes, MAX_RETRY_ATTEMPTS, MAX_TIMEOUT_MS, MAX_WEIGHT, RETRYABLE_CODES};
 use lua_compat::routes::{
-    BackendProtocol, Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, PathMatch, PathModifier,
-    Redirect, Retry, Rewrite, RouteMatch, RouteTable, Rule, Timeouts, ValueMatch, WeightedBackend,
+    BackendProtocol, Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, Mirror, PathMatch,
+    PathModifier, Redirect, Retry, Rewrite, RouteMatch, RouteTable, Rule, Timeouts, ValueMatch, WeightedBackend,
 };
 
 use super::hostnames::intersect_from;
@@ -671,6 +672,12 @@ fn translate_rule(
     let mut filters = Filters::default();
     let mut unsupported = false;
     for f in r.filters.iter().flatten() {
+        if let (FilterType::RequestMirror, Some(m)) = (&f.r#type, &f.request_mirror) {
+            if let Some(mirror) = translate_mirror(snap, kind, ns, m, backend, report) {
+                filters.mirrors.push(mirror);
+            }
+            continue;
+        }
         if let Err(why) = apply_filter(&mut filters, f) {
             report("UnsupportedValue", why);
             unsupported = true;
@@ -722,63 +729,19 @@ fn translate_rule(
     for b in r.backend_refs.iter().flatten() {
         let weight = b.weight.unwrap_or(1).clamp(0, 1_000_000) as u32;
         let target_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-        let resolved = (|| {
-            if b.group.as_deref().is_some_and(|g| !g.is_empty() && g != "core")
-                || b.kind.as_deref().is_some_and(|k| k != "Service")
-            {
-                return Err((
-                    "InvalidKind",
-                    format!("backend {}: only Services are supported", b.name),
-                ));
-            }
-            let port = b.port.and_then(|p| u16::try_from(p).ok()).ok_or_else(|| {
-                (
-                    "UnsupportedValue",
-                    format!("backend {}: a Service needs a port", b.name),
-                )
-            })?;
-            if target_ns != ns && !granted_to(snap, kind.name(), ns, &target_ns, "Service", &b.name) {
-                return Err((
-                    "RefNotPermitted",
-                    format!(
-                        "backend {target_ns}/{}: no ReferenceGrant in {target_ns} lets {}s of {ns} refer to it",
-                        b.name,
-                        kind.name()
-                    ),
-                ));
-            }
-            let service = snap
-                .services
-                .iter()
-                .find(|s| {
-                    s.metadata.namespace.as_deref().unwrap_or("default") == target_ns
-                        && s.metadata.name.as_deref() == Some(&b.name)
-                })
-                .ok_or_else(|| {
-                    (
-                        "BackendNotFound",
-                        format!("backend {target_ns}/{}: Service not found", b.name),
-                    )
-                })?;
-            let service_port = service
-                .spec
-                .iter()
-                .flat_map(|s| s.ports.iter().flatten())
-                .find(|p| p.port == i32::from(port))
-                .ok_or_else(|| {
-                    (
-                        "BackendNotFound",
-                        format!("backend {target_ns}/{}: the Service has no port {port}", b.name),
-                    )
-                })?;
-            let protocol = backend_protocol(kind, service_port.app_protocol.as_deref());
-            let name = backend(&ServiceRef {
-                namespace: target_ns.clone(),
-                name: b.name.clone(),
-                port,
-            });
-            Ok((name, protocol))
-        })();
+        let resolved = resolve_service(
+            snap,
+            kind,
+            ns,
+            &BackendTarget {
+                group: b.group.as_deref(),
+                kind: b.kind.as_deref(),
+                name: &b.name,
+                namespace: &target_ns,
+                port: b.port,
+            },
+            backend,
+        );
         let mut protocol = BackendProtocol::Http1;
         let mut name = match resolved {
             Ok((name, p)) => {
@@ -794,17 +757,31 @@ fn translate_rule(
         // other is not supported, and the backend's share gets 500 rather
         // than being served without it.
         let mut request_headers = None;
+        let mut rewrite = None;
         for f in b.filters.iter().flatten() {
             use gateway_api_types::httproutes::HttpRouteRulesBackendRefsFiltersType as T;
-            match (&f.r#type, &f.request_header_modifier) {
-                (T::RequestHeaderModifier, Some(m)) => {
+            use gateway_api_types::httproutes::HttpRouteRulesBackendRefsFiltersUrlRewritePathType as P;
+            match (&f.r#type, &f.request_header_modifier, &f.url_rewrite) {
+                (T::RequestHeaderModifier, Some(m), _) => {
                     request_headers = Some(modifier(
                         m.set.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
                         m.add.iter().flatten().map(|h| (h.name.clone(), h.value.clone())),
                         m.remove.as_ref(),
                     ));
                 }
-                (other, _) => {
+                (T::UrlRewrite, _, Some(w)) => {
+                    rewrite = Some(Rewrite {
+                        hostname: w.hostname.clone(),
+                        path: w.path.as_ref().map(|p| {
+                            path_modifier(
+                                matches!(p.r#type, P::ReplaceFullPath),
+                                &p.replace_full_path,
+                                &p.replace_prefix_match,
+                            )
+                        }),
+                    });
+                }
+                (other, _, _) => {
                     report(
                         "UnsupportedValue",
                         format!(
@@ -820,6 +797,7 @@ fn translate_rule(
             backend: name,
             weight,
             request_headers,
+            rewrite,
             protocol,
         });
     }
@@ -837,6 +815,126 @@ fn translate_rule(
         timeouts,
         retry,
     }
+}
+
+/// A backend ref's target, as the route names it (the generated types of
+/// backend refs and mirror refs differ).
+struct BackendTarget<'a> {
+    group: Option<&'a str>,
+    kind: Option<&'a str>,
+    name: &'a str,
+    /// Defaulted to the route's.
+    namespace: &'a str,
+    port: Option<i32>,
+}
+
+/// The backend name (and protocol) of a Service a route of `kind` in `ns`
+/// refers to, or why it cannot be used: `(condition reason, message)`.
+fn resolve_service(
+    snap: &Snapshot,
+    kind: RouteKind,
+    ns: &str,
+    b: &BackendTarget,
+    backend: &mut impl FnMut(&ServiceRef) -> String,
+) -> Result<(String, BackendProtocol), (&'static str, String)> {
+    let target_ns = b.namespace;
+    if b.group.is_some_and(|g| !g.is_empty() && g != "core") || b.kind.is_some_and(|k| k != "Service") {
+        return Err((
+            "InvalidKind",
+            format!("backend {}: only Services are supported", b.name),
+        ));
+    }
+    let port = b.port.and_then(|p| u16::try_from(p).ok()).ok_or_else(|| {
+        (
+            "UnsupportedValue",
+            format!("backend {}: a Service needs a port", b.name),
+        )
+    })?;
+    if target_ns != ns && !granted_to(snap, kind.name(), ns, target_ns, "Service", b.name) {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "backend {target_ns}/{}: no ReferenceGrant in {target_ns} lets {}s of {ns} refer to it",
+                b.name,
+                kind.name()
+            ),
+        ));
+    }
+    let service = snap
+        .services
+        .iter()
+        .find(|s| {
+            s.metadata.namespace.as_deref().unwrap_or("default") == target_ns
+                && s.metadata.name.as_deref() == Some(b.name)
+        })
+        .ok_or_else(|| {
+            (
+                "BackendNotFound",
+                format!("backend {target_ns}/{}: Service not found", b.name),
+            )
+        })?;
+    let service_port = service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .find(|p| p.port == i32::from(port))
+        .ok_or_else(|| {
+            (
+                "BackendNotFound",
+                format!("backend {target_ns}/{}: the Service has no port {port}", b.name),
+            )
+        })?;
+    let protocol = backend_protocol(kind, service_port.app_protocol.as_deref());
+    let name = backend(&ServiceRef {
+        namespace: target_ns.to_string(),
+        name: b.name.to_string(),
+        port,
+    });
+    Ok((name, protocol))
+}
+
+/// A `RequestMirror` filter: its backend and share of requests. A mirror
+/// whose backend cannot be used is reported and left out (the rule's own
+/// requests are served as before: only the copies are lost).
+fn translate_mirror(
+    snap: &Snapshot,
+    kind: RouteKind,
+    ns: &str,
+    m: &gateway_api_types::httproutes::HttpRouteRulesFiltersRequestMirror,
+    backend: &mut impl FnMut(&ServiceRef) -> String,
+    report: &mut impl FnMut(&str, String),
+) -> Option<Mirror> {
+    let r = &m.backend_ref;
+    let target_ns = r.namespace.clone().unwrap_or_else(|| ns.to_string());
+    let target = BackendTarget {
+        group: r.group.as_deref(),
+        kind: r.kind.as_deref(),
+        name: &r.name,
+        namespace: &target_ns,
+        port: r.port,
+    };
+    let (name, protocol) = match resolve_service(snap, kind, ns, &target, backend) {
+        Ok(found) => found,
+        Err((reason, why)) => {
+            report(reason, format!("mirror {why}; requests are not mirrored to it"));
+            return None;
+        }
+    };
+    // The spec: `percent` or `fraction` (denominator 100 by default);
+    // neither: every request.
+    let (numerator, denominator) = match (&m.percent, &m.fraction) {
+        (Some(p), _) => (*p, 100),
+        (None, Some(f)) => (f.numerator, f.denominator.unwrap_or(100)),
+        (None, None) => (1, 1),
+    };
+    let denominator = denominator.clamp(1, MAX_WEIGHT as i32) as u32;
+    let numerator = (numerator.max(0) as u32).min(denominator);
+    (numerator > 0).then_some(Mirror {
+        backend: name,
+        protocol,
+        numerator,
+        denominator,
+    })
 }
 
 fn modifier(
@@ -916,7 +1014,19 @@ fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), 
                 path,
             });
         }
-        FilterType::RequestMirror | FilterType::Cors | FilterType::ExtensionRef => {
+        FilterType::Cors => {
+            let c = f.cors.as_ref().ok_or("CORS without its settings")?;
+            let list = |v: &Option<Vec<String>>| v.clone().unwrap_or_default();
+            filters.cors = Some(Cors {
+                allow_origins: list(&c.allow_origins),
+                allow_methods: list(&c.allow_methods),
+                allow_headers: list(&c.allow_headers),
+                expose_headers: list(&c.expose_headers),
+                allow_credentials: c.allow_credentials.unwrap_or(false),
+                max_age: c.max_age.map_or(5, |a| a.clamp(1, 86_400) as u32),
+            });
+        }
+        FilterType::RequestMirror | FilterType::ExtensionRef => {
             return Err(format!(
                 "filter {:?} is not supported yet; the rule answers 500",
                 serde_json::to_value(&f.r#type)

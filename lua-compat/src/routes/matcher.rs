@@ -45,8 +45,10 @@ pub struct CompiledListener {
     any: Option<usize>,
     groups: Vec<Vec<CompiledMatch>>,
     pub rules: Vec<CompiledRule>,
-    /// Certificate ids by SNI, looked up as the host groups are.
-    certificates: HostMap<Box<str>>,
+    /// Certificate ids by SNI, looked up as the host groups are, each
+    /// with the index of its listener hostname (an HTTPS listener has one
+    /// certificate per hostname).
+    certificates: HostMap<(usize, Box<str>)>,
 }
 
 /// Values by host name: exact, else the longest wildcard that covers the
@@ -127,6 +129,9 @@ pub struct CompiledRule {
     pub rewrite_host: Option<CompiledHeader>,
     /// Each backend's own request header modifier, by backend index.
     pub backend_request_headers: Vec<Option<CompiledModifier>>,
+    /// Each backend's own `URLRewrite` hostname, by backend index.
+    pub backend_rewrite_host: Vec<Option<CompiledHeader>>,
+    pub cors: Option<super::cors::CompiledCors>,
 }
 
 /// A header modifier whose names are lower-cased and hashed once per
@@ -285,6 +290,17 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
                 .iter()
                 .map(|b| b.request_headers.as_ref().map(CompiledModifier::new))
                 .collect(),
+            backend_rewrite_host: r
+                .backends
+                .iter()
+                .map(|b| {
+                    b.rewrite
+                        .as_ref()
+                        .and_then(|w| w.hostname.as_deref())
+                        .map(|h| CompiledHeader::new("Host", h))
+                })
+                .collect(),
+            cors: r.filters.cors.as_ref().map(super::cors::CompiledCors::new),
             response_headers: r.filters.response_headers.as_ref().map(CompiledModifier::new),
             rewrite_host: r
                 .filters
@@ -304,7 +320,8 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
         certificates: HostMap::new(
             l.certificates
                 .iter()
-                .map(|c| (c.hostname.as_str(), Box::from(c.certificate.as_str()))),
+                .enumerate()
+                .map(|(i, c)| (c.hostname.as_str(), (i, Box::from(c.certificate.as_str())))),
         ),
     })
 }
@@ -317,7 +334,26 @@ impl CompiledListener {
             Some(host) => self.certificates.get(host.as_bytes()),
             None => self.certificates.any.as_ref(),
         }
-        .map(|id| &**id)
+        .map(|(_, id)| &**id)
+    }
+
+    /// Whether a request is misdirected (the spec's 421): its connection's
+    /// SNI chose one listener of this port (the most specific hostname
+    /// that covers it) and its `Host` belongs to another, or to none. Its
+    /// routes, and the certificate the client checked, are that other
+    /// listener's business. Always false on a port without TLS.
+    pub fn misdirected(&self, sni: &[u8], host: &[u8]) -> bool {
+        match self.certificates.get(sni) {
+            Some((by_sni, _)) => self.certificates.get(host).map(|(i, _)| i) != Some(by_sni),
+            None => false,
+        }
+    }
+
+    /// Whether the listener serves TLS (it has certificates).
+    pub fn has_certificates(&self) -> bool {
+        !self.certificates.exact.is_empty()
+            || !self.certificates.wildcards.is_empty()
+            || self.certificates.any.is_some()
     }
 
     /// The group for `host`: exact, else the longest wildcard that covers
@@ -560,6 +596,39 @@ mod tests {
         let dup = serde_json::json!({"listeners": [{"name": "l", "port": 443, "hosts": [], "rules": [],
             "certificates": [{"hostname": "a.test", "certificate": "x"}, {"hostname": "a.test", "certificate": "y"}]}]});
         assert!(parse_routes(dup.to_string().as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_host_of_another_listener_than_the_sni_is_misdirected() {
+        let body = serde_json::json!({"listeners": [{"name": "ns/gw/443", "port": 443, "hosts": [], "rules": [],
+            "certificates": [
+                {"hostname": "*", "certificate": "ns_any"},
+                {"hostname": "second.org", "certificate": "ns_second"},
+                {"hostname": "*.wild.org", "certificate": "ns_wild"},
+                {"hostname": "four.wild.org", "certificate": "ns_four"}]}]});
+        let c = Compiled::new(&parse_routes(body.to_string().as_bytes()).unwrap()).unwrap();
+        let l = c.listener(b"ns/gw/443").unwrap();
+        assert!(l.has_certificates());
+        for (sni, host, misdirected) in [
+            ("example.org", "example.org", false),
+            ("example.org", "second.org", true),
+            ("example.org", "unknown.org", false),
+            ("second.org", "unknown.org", true),
+            ("three.wild.org", "five.wild.org", false),
+            ("three.wild.org", "four.wild.org", true),
+            ("four.wild.org", "five.wild.org", true),
+            ("unknown.org", "example.org", false),
+        ] {
+            assert_eq!(
+                l.misdirected(sni.as_bytes(), host.as_bytes()),
+                misdirected,
+                "{sni} {host}"
+            );
+        }
+        let plain = serde_json::json!({"listeners": [{"name": "p", "port": 80, "hosts": [], "rules": []}]});
+        let c = Compiled::new(&parse_routes(plain.to_string().as_bytes()).unwrap()).unwrap();
+        let l = c.listener(b"p").unwrap();
+        assert!(!l.has_certificates() && !l.misdirected(b"a", b"b"));
     }
 
     #[test]

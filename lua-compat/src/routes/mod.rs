@@ -14,11 +14,13 @@
 //! - [`validate`]: parsing with the JSON path of the first bad value;
 //! - [`matcher`]: the compiled table and the per-request lookup;
 //! - [`rewrite`]: redirect locations and rewritten paths;
+//! - [`cors`]: the CORS filter's answers;
 //! - [`weighted`]: the backend of a rule, by weight.
 //!
 //! GRPCRoutes come as the same rules: a gRPC method is a path
 //! (`/service/method`), and their backends speak [`BackendProtocol::H2c`].
 
+pub mod cors;
 pub mod matcher;
 pub mod rewrite;
 pub mod validate;
@@ -234,6 +236,37 @@ pub struct Filters {
     pub redirect: Option<Redirect>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<Rewrite>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<cors::Cors>,
+    /// `RequestMirror` filters (a rule may have several): each gets a copy
+    /// of the request, whose answer is thrown away.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<Mirror>,
+}
+
+/// One `RequestMirror`: the backend that gets a copy of the request, for
+/// `numerator` of every `denominator` requests (1/1: all of them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Mirror {
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "BackendProtocol::is_http1")]
+    pub protocol: BackendProtocol,
+    #[serde(default = "one")]
+    pub numerator: u32,
+    #[serde(default = "one")]
+    pub denominator: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Mirror {
+    /// Whether a request whose random draw is `draw` is mirrored.
+    pub fn takes(&self, draw: u64) -> bool {
+        self.numerator >= self.denominator || draw % u64::from(self.denominator.max(1)) < u64::from(self.numerator)
+    }
 }
 
 impl Filters {
@@ -307,6 +340,10 @@ pub struct WeightedBackend {
     /// rule's when this backend is chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_headers: Option<HeaderModifier>,
+    /// The backend ref's own `URLRewrite`: it replaces the rule's (host
+    /// and path each) when this backend is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<Rewrite>,
     /// How nginx talks to it: HTTP/1.1 (the default) or HTTP/2 without
     /// TLS (a GRPCRoute's backends, a Service port whose `appProtocol` is
     /// `kubernetes.io/h2c`).

@@ -27,6 +27,10 @@ pub const MAX_RETRY_ATTEMPTS: u32 = 16;
 /// The response codes nginx's upstream can retry on (`proxy_next_upstream
 /// http_500` and its siblings).
 pub const RETRYABLE_CODES: [u16; 7] = [403, 404, 429, 500, 502, 503, 504];
+/// `RequestMirror` filters of one rule.
+pub const MAX_MIRRORS: usize = 16;
+/// Entries in one CORS list (the Gateway API's maximum is 64).
+pub const MAX_CORS_ENTRIES: usize = 64;
 /// The longest rule timeout: a day (nginx's timers take milliseconds).
 pub const MAX_TIMEOUT_MS: u32 = 86_400_000;
 /// Largest backend weight (the Gateway API's maximum).
@@ -152,13 +156,13 @@ fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
                 .map_err(|(i, e)| ValidationError::at(format!("{at}.headers[{i}]"), e))?;
             check_value_matches(&route_match.query, false)
                 .map_err(|(i, e)| ValidationError::at(format!("{at}.query[{i}]"), e))?;
-            if let Some(PathModifier::ReplacePrefixMatch(_)) = rule_path_modifier(&l.rules[route_match.rule as usize]) {
-                if !matches!(route_match.path, PathMatch::PathPrefix(_)) {
-                    return Err(ValidationError::at(
-                        format!("{at}.path"),
-                        "a rule with ReplacePrefixMatch needs PathPrefix matches",
-                    ));
-                }
+            if replaces_prefix(&l.rules[route_match.rule as usize])
+                && !matches!(route_match.path, PathMatch::PathPrefix(_))
+            {
+                return Err(ValidationError::at(
+                    format!("{at}.path"),
+                    "a rule with ReplacePrefixMatch needs PathPrefix matches",
+                ));
             }
         }
     }
@@ -168,12 +172,81 @@ fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
-fn rule_path_modifier(rule: &Rule) -> Option<&PathModifier> {
+/// Whether a redirect or rewrite of the rule (or of one of its backends)
+/// replaces what a prefix match matched.
+fn replaces_prefix(rule: &Rule) -> bool {
     let f = &rule.filters;
     f.redirect
         .as_ref()
         .and_then(|r| r.path.as_ref())
-        .or_else(|| f.rewrite.as_ref().and_then(|r| r.path.as_ref()))
+        .into_iter()
+        .chain(
+            f.rewrite
+                .iter()
+                .chain(rule.backends.iter().filter_map(|b| b.rewrite.as_ref()))
+                .filter_map(|r| r.path.as_ref()),
+        )
+        .any(|p| matches!(p, PathModifier::ReplacePrefixMatch(_)))
+}
+
+fn check_rewrite(r: &super::Rewrite) -> Result<(), (&'static str, String)> {
+    if let Some(h) = &r.hostname {
+        if !is_route_hostname(h, false) {
+            return Err(("hostname", format!("{h:?} is not a host name")));
+        }
+    }
+    if let Some(p) = &r.path {
+        check_path_modifier(p).map_err(|e| ("path", e))?;
+    }
+    Ok(())
+}
+
+fn check_cors(c: &super::cors::Cors) -> Result<(), (&'static str, String)> {
+    for (field, list) in [
+        ("allowOrigins", &c.allow_origins),
+        ("allowMethods", &c.allow_methods),
+        ("allowHeaders", &c.allow_headers),
+        ("exposeHeaders", &c.expose_headers),
+    ] {
+        if list.len() > MAX_CORS_ENTRIES {
+            return Err((field, format!("more than {MAX_CORS_ENTRIES} entries")));
+        }
+    }
+    if let Some(o) = c.allow_origins.iter().find(|o| !super::cors::is_origin_pattern(o)) {
+        return Err((
+            "allowOrigins",
+            format!("{o:?} is not *, nor scheme://host[:port] (the host may start with *.)"),
+        ));
+    }
+    if let Some(m) = c
+        .allow_methods
+        .iter()
+        .find(|m| *m != "*" && !METHODS.contains(&m.as_str()))
+    {
+        return Err((
+            "allowMethods",
+            format!("{m:?} is not * nor one of {}", METHODS.join(", ")),
+        ));
+    }
+    for (field, list, wildcard) in [
+        ("allowHeaders", &c.allow_headers, true),
+        ("exposeHeaders", &c.expose_headers, true),
+    ] {
+        for h in list {
+            if !(wildcard && h == "*") && (h.is_empty() || h.len() > MAX_NAME_LEN || !h.bytes().all(is_tchar)) {
+                return Err((field, format!("{h:?} is not a header name")));
+            }
+        }
+    }
+    if c.max_age == 0 || c.max_age > MAX_TIMEOUT_MS / 1000 {
+        return Err(("maxAge", format!("must be 1-{} seconds", MAX_TIMEOUT_MS / 1000)));
+    }
+    Ok(())
+}
+
+/// RFC 9110's `tchar`: what a header name is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
@@ -224,13 +297,21 @@ fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
         }
     }
     if let Some(r) = &f.rewrite {
-        if let Some(h) = &r.hostname {
-            if !is_route_hostname(h, false) {
-                return Err(bad("filters.rewrite.hostname", format!("{h:?} is not a host name")));
-            }
-        }
-        if let Some(p) = &r.path {
-            check_path_modifier(p).map_err(|e| bad("filters.rewrite.path", e))?;
+        check_rewrite(r).map_err(|(field, e)| bad(&format!("filters.rewrite.{field}"), e))?;
+    }
+    if let Some(c) = &f.cors {
+        check_cors(c).map_err(|(field, e)| bad(&format!("filters.cors.{field}"), e))?;
+    }
+    if f.mirrors.len() > MAX_MIRRORS {
+        return Err(bad("filters.mirrors", format!("more than {MAX_MIRRORS} mirrors")));
+    }
+    for (i, m) in f.mirrors.iter().enumerate() {
+        check_name(&m.backend).map_err(|e| bad(&format!("filters.mirrors[{i}].backend"), e))?;
+        if m.denominator == 0 || m.numerator > m.denominator || m.denominator > MAX_WEIGHT {
+            return Err(bad(
+                &format!("filters.mirrors[{i}]"),
+                format!("numerator must be 0-denominator and denominator 1-{MAX_WEIGHT}"),
+            ));
         }
     }
     for (field, t) in [
@@ -258,6 +339,9 @@ fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
     for (i, b) in rule.backends.iter().enumerate() {
         if let Some(m) = &b.request_headers {
             check_modifier(m).map_err(|(field, e)| bad(&format!("backends[{i}].requestHeaders.{field}"), e))?;
+        }
+        if let Some(r) = &b.rewrite {
+            check_rewrite(r).map_err(|(field, e)| bad(&format!("backends[{i}].rewrite.{field}"), e))?;
         }
         if b.weight > MAX_WEIGHT {
             return Err(bad(
@@ -512,6 +596,94 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(e.path, "listeners[0].hosts[0].matches[0].path");
+    }
+
+    #[test]
+    fn a_backend_rewrite_to_a_prefix_needs_prefix_matches_too() {
+        let e = table(listener(
+            serde_json::json!([{"hostname": "*", "matches": [{"path": {"type": "Exact", "value": "/a"}, "rule": 0}]}]),
+            serde_json::json!([{"route": "a/b", "backends": [{"backend": "x", "weight": 1,
+                "rewrite": {"path": {"type": "ReplacePrefixMatch", "value": "/b"}}}]}]),
+        ))
+        .unwrap_err();
+        assert_eq!(e.path, "listeners[0].hosts[0].matches[0].path");
+    }
+
+    #[test]
+    fn hostile_cors_and_mirror_values_are_refused() {
+        let with = |filters: serde_json::Value| {
+            table(listener(
+                serde_json::json!([]),
+                serde_json::json!([{"route": "a/b", "filters": filters}]),
+            ))
+        };
+        let cases = [
+            (
+                serde_json::json!({"cors": {"allowOrigins": ["https://a.b\r\nX: 1"]}}),
+                "listeners[0].rules[0].filters.cors.allowOrigins",
+            ),
+            (
+                serde_json::json!({"cors": {"allowOrigins": ["https://a.*"]}}),
+                "listeners[0].rules[0].filters.cors.allowOrigins",
+            ),
+            (
+                serde_json::json!({"cors": {"allowMethods": ["GET, X"]}}),
+                "listeners[0].rules[0].filters.cors.allowMethods",
+            ),
+            (
+                serde_json::json!({"cors": {"exposeHeaders": ["x;y"]}}),
+                "listeners[0].rules[0].filters.cors.exposeHeaders",
+            ),
+            (
+                serde_json::json!({"cors": {"maxAge": 0}}),
+                "listeners[0].rules[0].filters.cors.maxAge",
+            ),
+            (
+                serde_json::json!({"mirrors": [{"backend": "x", "numerator": 3, "denominator": 2}]}),
+                "listeners[0].rules[0].filters.mirrors[0]",
+            ),
+            (
+                serde_json::json!({"mirrors": [{"backend": "x", "numerator": 0, "denominator": 0}]}),
+                "listeners[0].rules[0].filters.mirrors[0]",
+            ),
+            (
+                serde_json::json!({"mirrors": [{"backend": "../x"}]}),
+                "listeners[0].rules[0].filters.mirrors[0].backend",
+            ),
+            (
+                serde_json::json!({"mirrors": vec![serde_json::json!({"backend": "x"}); MAX_MIRRORS + 1]}),
+                "listeners[0].rules[0].filters.mirrors",
+            ),
+        ];
+        for (filters, path) in cases {
+            let e = with(filters.clone()).expect_err(&filters.to_string());
+            assert_eq!(e.path, path, "{filters}: {e}");
+        }
+        let ok = with(serde_json::json!({
+            "cors": {"allowOrigins": ["*", "https://*.a.b"], "allowMethods": ["*"], "allowHeaders": ["*"], "allowCredentials": true},
+            "mirrors": [{"backend": "x"}, {"backend": "y", "numerator": 1, "denominator": 5}]}))
+        .unwrap();
+        let f = &ok.listeners[0].rules[0].filters;
+        assert_eq!(f.cors.as_ref().unwrap().max_age, 5, "the spec's default");
+        assert_eq!(
+            (f.mirrors[0].numerator, f.mirrors[0].denominator),
+            (1, 1),
+            "every request"
+        );
+    }
+
+    #[test]
+    fn a_mirror_takes_its_share_of_draws() {
+        let m = |numerator, denominator| super::super::Mirror {
+            backend: "x".into(),
+            protocol: Default::default(),
+            numerator,
+            denominator,
+        };
+        assert!((0..1000).all(|d| m(1, 1).takes(d)));
+        assert!(!(0..1000).any(|d| m(0, 100).takes(d)));
+        assert_eq!((0..1000).filter(|d| m(20, 100).takes(*d)).count(), 200);
+        assert_eq!((0..1000).filter(|d| m(25, 50).takes(*d)).count(), 500);
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod tests {
                 backend: Some(format!("b{i}")),
                 weight: *w,
                 request_headers: None,
+                rewrite: None,
                 protocol: Default::default(),
             })
             .collect()

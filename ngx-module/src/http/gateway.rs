@@ -22,6 +22,7 @@
 //! Nothing is reloaded for any of this: a new table reaches the next
 //! request of every worker.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use lua_compat::routes::matcher::{Compiled, CompiledModifier, CompiledRule, Lookup, RequestView};
@@ -37,6 +38,8 @@ use ngx::ngx_log_error;
 
 use crate::backends::routes_cache;
 use crate::conf::{own_variable, read_variable, zone_of};
+use crate::http::gateway_cors;
+use crate::http::gateway_mirror::{self, MirrorState};
 use crate::http::grpc_status::{self, GrpcAnswer};
 use crate::http::https_redirect::{client_scheme, send_redirect};
 use crate::nginx::guard::ffi_guard;
@@ -52,6 +55,8 @@ use crate::nginx::variables::{self, Own, Read};
 pub struct Matched {
     _table: Rc<Compiled>,
     rule: *const CompiledRule,
+    /// Where the rule's `RequestMirror`s are (see [`super::gateway_mirror`]).
+    pub mirrors: Cell<MirrorState>,
 }
 
 impl Matched {
@@ -105,7 +110,10 @@ pub unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_
         // SAFETY: the directive stored an argument in the configuration
         // pool, which outlives the request.
         let listener = unsafe { std::slice::from_raw_parts(listener.data, listener.len) };
-        let rc = route(req, listener);
+        let rc = match gateway_mirror::mirror_index(req) {
+            Some(i) => route_copy(req, i),
+            None => route(req, listener),
+        };
         if rc != H2C {
             return rc;
         }
@@ -137,6 +145,26 @@ pub unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_
 /// nginx code, so it cannot be mistaken for one.
 const H2C: ngx_int_t = -1000;
 
+/// Points a mirror copy (see [`gateway_mirror`]) at its mirror backend;
+/// nothing else of the rule applies to it again.
+fn route_copy(req: &mut Request, index: usize) -> ngx_int_t {
+    let Some(mirror) = gateway_mirror::mirror_of(req, index).map(std::ptr::from_ref) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    // SAFETY: the mirror lives in the route table the main request holds,
+    // longer than this copy.
+    let mirror = unsafe { &*mirror };
+    let Some(index) = Module::main_conf(req).map(|m| m.read_variables[Read::UpstreamName as usize]) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    // SAFETY: as above: the name outlives the copy.
+    unsafe { variables::set_borrowed(req, index, mirror.backend.as_bytes()) };
+    match mirror.protocol {
+        BackendProtocol::H2c => H2C,
+        BackendProtocol::Http1 => NGX_DECLINED as ngx_int_t,
+    }
+}
+
 fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     let log = req.log();
     let Some(zone) = zone_of(req) else {
@@ -158,8 +186,32 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
             Lookup::NoRoute | Lookup::NoListener => return refuse(req, GrpcAnswer::NoRoute),
         }
     };
-    let rule = &found.rule.rule;
     let found_prefix = found.prefix_len;
+    let compiled: *const CompiledRule = found.rule;
+    let matched = Matched {
+        _table: table.clone(),
+        rule: compiled,
+        mirrors: Cell::new(MirrorState::NotYet),
+    };
+    // SAFETY: a live request's pool is live; the value is dropped by the
+    // pool's cleanup, when the request ends.
+    let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    if let Some(slot) = own_variable(req, Own::GatewayRoute) {
+        variables::set_opaque(req, slot, p.as_ptr().cast());
+    }
+    // SAFETY: the rule lives in the table that `Matched`, in the request's
+    // pool, keeps alive until the request ends; every header and name the
+    // request is given below points into it.
+    let compiled = unsafe { &*compiled };
+    let rule = &compiled.rule;
+    if let Some(cors) = &compiled.cors {
+        // SAFETY: as above.
+        if let Some(rc) = unsafe { gateway_cors::answer_preflight(req, cors) } {
+            return rc;
+        }
+    }
     if let Some(redirect) = &rule.filters.redirect {
         let raw = read_variable(req, Read::RequestUri).unwrap_or(b"/");
         let raw_path = raw.split(|b| *b == b'?').next().unwrap_or(raw);
@@ -175,13 +227,13 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
                 host: read_variable(req, Read::Host).unwrap_or_default(),
                 listener_port: port,
                 path,
-                prefix_len: found.prefix_len,
+                prefix_len: found_prefix,
                 args: ngx_bytes(&req.as_ref().args),
             },
         );
         return send_redirect(req, redirect.status_code, &target);
     }
-    let Some(chosen) = weighted::pick(&rule.backends, found.rule.total_weight, fastrand::u64(..)) else {
+    let Some(chosen) = weighted::pick(&rule.backends, compiled.total_weight, fastrand::u64(..)) else {
         return refuse(req, GrpcAnswer::NoBackend);
     };
     let Some(backend) = rule.backends[chosen].backend.as_deref() else {
@@ -190,22 +242,6 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     let Some(index) = Module::main_conf(req).map(|m| m.read_variables[Read::UpstreamName as usize]) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    let compiled: *const CompiledRule = found.rule;
-    let matched = Matched {
-        _table: table.clone(),
-        rule: compiled,
-    };
-    // SAFETY: a live request's pool is live; the value is dropped by the
-    // pool's cleanup, when the request ends.
-    let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
-    };
-    if let Some(slot) = own_variable(req, Own::GatewayRoute) {
-        variables::set_opaque(req, slot, p.as_ptr().cast());
-    }
-    // SAFETY: the rule lives in the table that `Matched`, in the request's
-    // pool, keeps alive until the request ends.
-    let compiled = unsafe { &*compiled };
     // SAFETY: the backend name lives in that table too.
     unsafe { variables::set_borrowed(req, index, backend.as_bytes()) };
     if let Some(m) = &compiled.request_headers {
@@ -216,11 +252,20 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         // SAFETY: as above.
         unsafe { modify(req, Side::Request, m) };
     }
-    if let Some(host) = &compiled.rewrite_host {
+    // A backend's own URLRewrite replaces the rule's, part by part.
+    let backend_rewrite = rule.backends[chosen].rewrite.as_ref();
+    let host = match compiled.backend_rewrite_host.get(chosen) {
+        Some(Some(h)) => Some(h),
+        _ => compiled.rewrite_host.as_ref(),
+    };
+    if let Some(host) = host {
         // SAFETY: as above.
         unsafe { headers::set(req, Side::Request, host) };
     }
-    if let Some(m) = compiled.rule.filters.rewrite.as_ref().and_then(|w| w.path.as_ref()) {
+    let path_modifier = backend_rewrite
+        .and_then(|w| w.path.as_ref())
+        .or_else(|| rule.filters.rewrite.as_ref().and_then(|w| w.path.as_ref()));
+    if let Some(m) = path_modifier {
         let path = rewritten_path(m, ngx_bytes(&req.as_ref().uri), found_prefix);
         let Some(data) = variables::pool_copy(req, &path) else {
             return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;

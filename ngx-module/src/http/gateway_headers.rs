@@ -1,6 +1,6 @@
-//! The response half of the Gateway API filters: `ResponseHeaderModifier`,
-//! applied in a header filter to the response of a request that
-//! [`super::gateway`] routed by a rule with one.
+//! The response half of the Gateway API filters: `ResponseHeaderModifier`
+//! and the `CORS` allow headers, applied in a header filter to the
+//! response of a request that [`super::gateway`] routed by a rule with one.
 
 use std::ptr;
 
@@ -8,6 +8,7 @@ use ngx::ffi::{ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_int_t, 
 use ngx::http::Request;
 
 use crate::http::gateway::{matched, modify};
+use crate::http::gateway_cors;
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::headers::Side;
 
@@ -36,11 +37,18 @@ unsafe extern "C" fn header_filter(r: *mut ngx_http_request_t) -> ngx_int_t {
         // SAFETY: nginx calls header filters with a live request, on the
         // event loop, and holds no reference into it meanwhile.
         let req = unsafe { Request::from_ngx_http_request(r) };
-        let modifier = matched(req).and_then(|m| m.rule().response_headers.as_ref());
-        if let Some(m) = modifier.map(std::ptr::from_ref) {
-            // SAFETY: the modifier lives in the route table that the
-            // request's `Matched` (in its pool) keeps alive.
-            unsafe { modify(req, Side::Response, &*m) };
+        if let Some(rule) = matched(req).map(|m| std::ptr::from_ref(m.rule())) {
+            // SAFETY: the rule lives in the route table that the request's
+            // `Matched` (in its pool) keeps alive.
+            let rule = unsafe { &*rule };
+            if let Some(m) = &rule.response_headers {
+                // SAFETY: as above.
+                unsafe { modify(req, Side::Response, m) };
+            }
+            if let Some(cors) = &rule.cors {
+                // SAFETY: as above.
+                unsafe { gateway_cors::add_to_response(req, cors) };
+            }
         }
         // SAFETY: the next filter of the chain, with the live request.
         unsafe { next(ptr::from_mut(req.as_mut())) }

@@ -41,8 +41,15 @@ fn target_host(req: &Request) -> &[u8] {
     forwarded.or_else(|| read_variable(req, Read::Host)).unwrap_or_default()
 }
 
-/// Answers `code` with `location` as nginx's `return` does; returns what
+/// Answers `code` with no body (a 204 to a CORS preflight); returns what
 /// the phase handler returns.
+pub(crate) fn send_status(req: &Request, code: u16) -> ngx_int_t {
+    send_redirect(req, code, b"")
+}
+
+/// Answers `code` with `location` as nginx's `return` does (for a code
+/// that is no redirect, `location` is the body); returns what the phase
+/// handler returns.
 pub(crate) fn send_redirect(req: &Request, code: u16, location: &[u8]) -> ngx_int_t {
     let r = req.as_ref();
     let Some(data) = variables::pool_copy(req, location) else {

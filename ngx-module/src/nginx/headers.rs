@@ -79,6 +79,16 @@ fn each_named(list: *mut ngx_list_t, name: &[u8], mut each: impl FnMut(*mut ngx_
 /// # Safety
 /// `h` lives as long as the request (the request holds its route table).
 pub unsafe fn add(req: &mut Request, side: Side, h: &CompiledHeader) -> bool {
+    // SAFETY: this function's contract.
+    unsafe { add_with(req, side, h, h.value.as_bytes()) }
+}
+
+/// Appends a header named as `h` with `value` (not `h`'s).
+///
+/// # Safety
+/// `h` and `value` live as long as the request (in its route table, pool
+/// or header buffers).
+pub unsafe fn add_with(req: &mut Request, side: Side, h: &CompiledHeader, value: &[u8]) -> bool {
     let list = list(req, side);
     // SAFETY: the request's own headers list, initialised by nginx for
     // every request; pushing allocates from its pool.
@@ -96,7 +106,7 @@ pub unsafe fn add(req: &mut Request, side: Side, h: &CompiledHeader) -> bool {
     e.hash = (h.hash as ngx_uint_t).max(1);
     e.key = borrowed(h.name.as_bytes());
     e.lowcase_key = h.lower.as_ptr().cast_mut();
-    e.value = borrowed(h.value.as_bytes());
+    e.value = borrowed(value);
     if side == Side::Request && &*h.lower == "host" {
         req.as_mut().headers_in.host = e;
     }
@@ -108,13 +118,22 @@ pub unsafe fn add(req: &mut Request, side: Side, h: &CompiledHeader) -> bool {
 /// # Safety
 /// As [`add`].
 pub unsafe fn set(req: &mut Request, side: Side, h: &CompiledHeader) -> bool {
+    // SAFETY: this function's contract.
+    unsafe { set_with(req, side, h, h.value.as_bytes()) }
+}
+
+/// Replaces every header named as `h` with one holding `value`.
+///
+/// # Safety
+/// As [`add_with`].
+pub unsafe fn set_with(req: &mut Request, side: Side, h: &CompiledHeader, value: &[u8]) -> bool {
     let list = list(req, side);
     let mut first = true;
     each_named(list, h.name.as_bytes(), |e| {
         if first {
             // SAFETY: `e` is a live element of the request's list; the
             // value lives as long as the request (this function's contract).
-            unsafe { (*e).value = borrowed(h.value.as_bytes()) };
+            unsafe { (*e).value = borrowed(value) };
             first = false;
         } else {
             // SAFETY: a live element of the request's list.
@@ -123,7 +142,7 @@ pub unsafe fn set(req: &mut Request, side: Side, h: &CompiledHeader) -> bool {
     });
     if first {
         // SAFETY: this function's contract.
-        return unsafe { add(req, side, h) };
+        return unsafe { add_with(req, side, h, value) };
     }
     true
 }

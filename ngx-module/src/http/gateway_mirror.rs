@@ -1,0 +1,176 @@
+//! The HTTPRoute `RequestMirror` filter: a copy of the request goes to
+//! each mirror backend (for its share of requests), and its answer is
+//! thrown away.
+//!
+//! As nginx's own `mirror` module does it, but chosen per request from
+//! the route table: a PRECONTENT handler reads the request body (the copies
+//! need it too, and the main request keeps it: `preserve_body`), then
+//! starts one background subrequest per mirror, to the request's own
+//! (possibly rewritten) URI and arguments, with `header_only` so that no
+//! byte of its answer reaches the client. A copy lands in the same
+//! location as the request; the route handler recognises it
+//! ([`mirror_index`]) and, instead of routing it, points it at its mirror
+//! backend. The client's request never waits for a copy.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use lua_compat::routes::validate::MAX_MIRRORS;
+use lua_compat::routes::Mirror;
+use ngx::ffi::{
+    ngx_http_core_run_phases, ngx_http_finalize_request, ngx_http_post_subrequest_t, ngx_http_read_client_request_body,
+    ngx_http_request_t, ngx_http_subrequest, ngx_int_t, ngx_palloc, NGX_DECLINED, NGX_DONE,
+    NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_SPECIAL_RESPONSE, NGX_HTTP_SUBREQUEST_BACKGROUND, NGX_OK,
+};
+use ngx::http::Request;
+
+use crate::http::gateway::{matched, Matched};
+use crate::nginx::guard::ffi_guard;
+
+/// Where a request is with its mirrors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorState {
+    NotYet,
+    /// Its body is being read; the copies start when it is.
+    Reading,
+    /// The copies started; what the handler answers from now on.
+    Done(ngx_int_t),
+}
+
+/// One byte per possible mirror of a rule: a copy's `post_subrequest`
+/// data points at the byte of its mirror. An address inside this array
+/// can only come from [`start_copies`], so it both marks a subrequest as
+/// a mirror copy and says which mirror.
+static MIRROR_SLOTS: [u8; MAX_MIRRORS] = [0; MAX_MIRRORS];
+
+/// For a mirror copy this module started: the index of its mirror in the
+/// rule the main request matched.
+pub fn mirror_index(req: &Request) -> Option<usize> {
+    let r = req.as_ref();
+    if ptr::eq(r, r.main) {
+        return None;
+    }
+    // SAFETY: a subrequest's `post_subrequest` is null or points at the
+    // handler its creator allocated, live for the main request.
+    let ps = unsafe { r.post_subrequest.as_ref() }?;
+    let base = MIRROR_SLOTS.as_ptr() as usize;
+    let at = ps.data as usize;
+    (base..base + MAX_MIRRORS).contains(&at).then(|| at - base)
+}
+
+/// The mirror a copy goes to, from the rule its main request matched.
+pub fn mirror_of(req: &Request, index: usize) -> Option<&Mirror> {
+    // SAFETY: a subrequest's `main` is its live main request, which
+    // outlives it (it counts its subrequests).
+    let main = unsafe { Request::from_ngx_http_request(req.as_ref().main) };
+    let m: &Matched = matched(main)?;
+    let mirror = m.rule().rule.filters.mirrors.get(index)?;
+    // SAFETY: the mirror lives in the route table the main request's
+    // `Matched` keeps alive, longer than this subrequest.
+    Some(unsafe { &*ptr::from_ref(mirror) })
+}
+
+/// The PRECONTENT handler: nginx calls it with a live request, on the
+/// event loop. It declines unless the main request matched a rule with
+/// mirrors.
+pub unsafe extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
+    ffi_guard("gateway mirror", NGX_DECLINED as ngx_int_t, || {
+        // SAFETY: nginx runs phase handlers with a live request, on the
+        // event loop, and holds no reference into it meanwhile.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        if !ptr::eq(req.as_ref(), req.as_ref().main) {
+            return NGX_DECLINED as ngx_int_t;
+        }
+        let Some(m) = matched(req).filter(|m| !m.rule().rule.filters.mirrors.is_empty()) else {
+            return NGX_DECLINED as ngx_int_t;
+        };
+        match m.mirrors.get() {
+            MirrorState::Done(rc) => return rc,
+            MirrorState::Reading => return NGX_DONE as ngx_int_t,
+            MirrorState::NotYet => m.mirrors.set(MirrorState::Reading),
+        }
+        // SAFETY: a live main request; nginx calls `body_read` once the
+        // body is in (maybe before this returns), and counts the read as a
+        // reference to the request that the NGX_DONE finalization gives
+        // back, as its mirror module does.
+        unsafe {
+            let rc = ngx_http_read_client_request_body(r, Some(body_read));
+            if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
+                return rc;
+            }
+            ngx_http_finalize_request(r, NGX_DONE as ngx_int_t);
+        }
+        NGX_DONE as ngx_int_t
+    })
+}
+
+/// nginx calls it with the live main request when its body is read.
+unsafe extern "C" fn body_read(r: *mut ngx_http_request_t) {
+    ffi_guard("gateway mirror body", (), || {
+        // SAFETY: as in `precontent_handler`.
+        let req = unsafe { Request::from_ngx_http_request(r) };
+        let rc = start_copies(req);
+        if let Some(m) = matched(req) {
+            m.mirrors.set(MirrorState::Done(rc));
+        }
+        // SAFETY: a live request on the event loop; the phases go on from
+        // the PRECONTENT handler, which now answers `rc`, and the body
+        // stays for the proxy after the copies took it.
+        unsafe {
+            (*r).set_preserve_body(1);
+            (*r).write_event_handler = Some(ngx_http_core_run_phases);
+            ngx_http_core_run_phases(r);
+        }
+    })
+}
+
+/// nginx calls it when a copy ends: its answer is ignored.
+unsafe extern "C" fn copy_done(_r: *mut ngx_http_request_t, _data: *mut c_void, rc: ngx_int_t) -> ngx_int_t {
+    rc
+}
+
+/// Starts the copies the rule's mirrors take; what the PRECONTENT
+/// handler answers (declines, or 500 when nginx could not make one).
+fn start_copies(req: &mut Request) -> ngx_int_t {
+    let Some(m) = matched(req) else {
+        return NGX_DECLINED as ngx_int_t;
+    };
+    let mirrors: *const [Mirror] = m.rule().rule.filters.mirrors.as_slice();
+    // SAFETY: the mirrors live in the route table the request's `Matched`
+    // keeps alive until it ends.
+    let mirrors = unsafe { &*mirrors };
+    let r: *mut ngx_http_request_t = req.as_mut();
+    for (i, mirror) in mirrors.iter().enumerate().take(MAX_MIRRORS) {
+        if !mirror.takes(fastrand::u64(..)) {
+            continue;
+        }
+        // SAFETY: a live main request: its pool, URI and arguments are
+        // live; nginx copies the URI and arguments into the subrequest and
+        // keeps `ps`, allocated from the request's pool, for the
+        // subrequest's life, which the main request's outlives.
+        unsafe {
+            let ps = ngx_palloc((*r).pool, std::mem::size_of::<ngx_http_post_subrequest_t>())
+                .cast::<ngx_http_post_subrequest_t>();
+            if ps.is_null() {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+            }
+            ps.write(ngx_http_post_subrequest_t {
+                handler: Some(copy_done),
+                data: MIRROR_SLOTS.as_ptr().add(i).cast_mut().cast(),
+            });
+            let mut uri = (*r).uri;
+            let mut args = (*r).args;
+            let mut sr: *mut ngx_http_request_t = ptr::null_mut();
+            if ngx_http_subrequest(r, &mut uri, &mut args, &mut sr, ps, NGX_HTTP_SUBREQUEST_BACKGROUND as _)
+                != NGX_OK as ngx_int_t
+                || sr.is_null()
+            {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+            }
+            (*sr).set_header_only(1);
+            (*sr).method = (*r).method;
+            (*sr).method_name = (*r).method_name;
+        }
+    }
+    NGX_DECLINED as ngx_int_t
+}
