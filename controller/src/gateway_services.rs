@@ -30,6 +30,10 @@ fn same(want: &Service, have: &Service) -> bool {
     };
     w.type_ == h.type_
         && w.selector == h.selector
+        && w.load_balancer_ip
+            .as_ref()
+            .is_none_or(|ip| h.load_balancer_ip.as_ref() == Some(ip))
+        && !needs_new_cluster_ip(want, have)
         && ports(w) == ports(h)
         && want
             .metadata
@@ -43,6 +47,14 @@ fn same(want: &Service, have: &Service) -> bool {
                 .and_then(|a| a.get(GATEWAY_ANNOTATION))
 }
 
+/// Whether `want` asks for a cluster IP that `have` does not have: a
+/// cluster IP cannot change, so the Service is made anew.
+fn needs_new_cluster_ip(want: &Service, have: &Service) -> bool {
+    let wanted = want.spec.as_ref().and_then(|s| s.cluster_ip.as_ref());
+    let had = have.spec.as_ref().and_then(|s| s.cluster_ip.as_ref());
+    wanted.is_some_and(|w| had != Some(w))
+}
+
 /// Brings the Services up to date with `servers`; returns each Gateway's
 /// addresses (`namespace/name` → addresses; a Gateway whose Service has
 /// no address yet is absent).
@@ -50,12 +62,13 @@ pub async fn sync(
     client: &kube::Client,
     opts: &ServiceOptions,
     servers: &[GatewayServer],
+    requested: &BTreeMap<String, Vec<String>>,
 ) -> kube::Result<BTreeMap<String, Vec<String>>> {
     let api: Api<Service> = Api::namespaced(client.clone(), &opts.namespace);
     let existing = api
         .list(&ListParams::default().labels(&list_selector(&opts.controller_name)))
         .await?;
-    let want = desired(servers, opts);
+    let want = desired(servers, opts, requested);
     let mut out = BTreeMap::new();
     for (name, service) in &want {
         let gateway = service
@@ -72,6 +85,15 @@ pub async fn sync(
         let current = match have {
             Some(h) if same(service, h) => h.clone(),
             _ => {
+                if have.is_some_and(|h| needs_new_cluster_ip(service, h)) {
+                    // The Gateway asks for another static address: its
+                    // address changes anyway, so the Service is replaced.
+                    if let Err(e) = api.delete(name, &DeleteParams::default()).await {
+                        tracing::warn!(service = %name, gateway = %gateway, error = %e, "replacing the Gateway's Service for its new address failed; retried on the next round");
+                        continue;
+                    }
+                    tracing::info!(service = %name, gateway = %gateway, "deleted the Gateway's Service to give it the address it asks for");
+                }
                 let applied = api
                     .patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(service))
                     .await;
@@ -81,6 +103,9 @@ pub async fn sync(
                         s
                     }
                     Err(e) => {
+                        // A static address the cluster refuses (outside the
+                        // Service range, taken) lands here: the Gateway then
+                        // says AddressNotUsable.
                         tracing::warn!(service = %name, gateway = %gateway, error = %e, "applying the Gateway's Service failed; retried on the next round");
                         continue;
                     }

@@ -177,7 +177,14 @@ async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Sn
         format!("{}-{}-{}", r.namespace, r.name, r.port)
     });
     let per_gateway = match &opts.services {
-        Some(services) => match crate::gateway_services::sync(client, services, &model.servers).await {
+        Some(services) => match crate::gateway_services::sync(
+            client,
+            services,
+            &model.servers,
+            &crate::gateway::addresses::requested_by_gateway(snap.gateways.iter().map(|g| &**g)),
+        )
+        .await
+        {
             Ok(found) => Some(found),
             Err(e) => {
                 tracing::warn!(error = %e, "listing the Gateways' Services failed; retried on the next round");

@@ -391,3 +391,121 @@ fn websockets_stay_open_across_100_route_edits() {
     }
     assert_eq!(c.reloads(), reloads, "route edits never reload");
 }
+
+/// An HTTPRoute whose `/m` rule mirrors to `shadow` (when `mirror`) and
+/// lets `https://app.test` call it from a browser.
+fn cors_mirror_route(mirror: bool) -> String {
+    // Without the mirror, PUT is allowed too: the edit is visible.
+    let (mirror, methods) = if mirror {
+        (
+            "\n    - type: RequestMirror\n      requestMirror: {backendRef: {name: shadow, port: 80}}",
+            "GET, POST",
+        )
+    } else {
+        ("", "GET, POST, PUT")
+    };
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{namespace: demo, name: browser}}\nspec:\n  parentRefs: [{{name: gw}}]\n  hostnames: [api.test]\n  rules:\n  - matches: [{{path: {{type: PathPrefix, value: /m}}}}]\n    backendRefs: [{{name: web, port: 80}}]\n    filters:\n    - type: CORS\n      cors: {{allowOrigins: [\"https://app.test\"], allowMethods: [{methods}], allowHeaders: [X-Token], allowCredentials: true, maxAge: 600}}{mirror}\n"
+    )
+}
+
+#[test]
+fn cors_preflights_are_answered_and_mirrors_get_copies_without_reload() {
+    let web = Upstream::start();
+    let (shadow_port, seen) = tests::upstream::recording("shadow");
+    let gw = free_port();
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gateway.yaml", gateway("gw", gw, "Same")),
+        ("web.yaml", service("web", &[web.port])),
+        ("shadow.yaml", service("shadow", &[shadow_port])),
+        ("route.yaml", cors_mirror_route(true)),
+    ];
+    let c = Controller::start(&files, &[]);
+    let call = |method: &str, origin: &str, extra: &[(&str, &str)]| {
+        let mut req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("http://127.0.0.1:{gw}/m/items?x=1"))
+            .header("Host", "api.test")
+            .header("Origin", origin);
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        let req = req.body("hello".to_string()).unwrap();
+        match tests::agent().run(req) {
+            Ok(r) => {
+                let h = |n: &str| {
+                    r.headers()
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                (
+                    r.status().as_u16(),
+                    h("x-upstream"),
+                    h("access-control-allow-origin"),
+                    h("access-control-allow-methods"),
+                    h("access-control-allow-credentials"),
+                )
+            }
+            Err(ureq::Error::StatusCode(code)) => (code, String::new(), String::new(), String::new(), String::new()),
+            Err(_) => Default::default(),
+        }
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || call("POST", "https://app.test", &[]).0
+            == 200),
+        "{}",
+        c.log()
+    );
+    // An actual request: the backend answers, the allow headers are added.
+    let (status, upstream, origin, _, credentials) = call("POST", "https://app.test", &[]);
+    assert_eq!((status, upstream.as_str()), (200, web.identity.as_str()));
+    assert_eq!((origin.as_str(), credentials.as_str()), ("https://app.test", "true"));
+    // The mirror got each POST, with its URI, method and body length.
+    assert!(
+        wait_until(Duration::from_secs(5), || seen.lock().unwrap().len() >= 2),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    let copy = seen.lock().unwrap()[0].to_ascii_lowercase();
+    assert!(copy.starts_with("post /m/items?x=1 "), "{copy}");
+    assert!(copy.contains("content-length: 5"), "{copy}");
+    // A preflight is the gateway's: 204, the allow headers, no backend hit.
+    let hits = web.hits();
+    let preflight = [
+        ("Access-Control-Request-Method", "POST"),
+        ("Access-Control-Request-Headers", "x-token"),
+    ];
+    let (status, _, origin, methods, _) = call("OPTIONS", "https://app.test", &preflight);
+    assert_eq!(
+        (status, origin.as_str(), methods.as_str()),
+        (204, "https://app.test", "GET, POST")
+    );
+    let (status, _, origin, _, _) = call("OPTIONS", "https://evil.test", &preflight);
+    assert_eq!(
+        (status, origin.as_str()),
+        (204, ""),
+        "another origin gets no allow header"
+    );
+    let (_, _, origin, _, _) = call("POST", "https://evil.test", &[]);
+    assert_eq!(origin, "", "nor does its actual request");
+    assert_eq!(web.hits(), hits + 1, "only the actual request reached the backend");
+    // Dropping the mirror applies with no reload; copies stop.
+    let reloads = c.reloads();
+    c.write("route.yaml", &cors_mirror_route(false));
+    assert!(wait_until(Duration::from_secs(10), || call(
+        "OPTIONS",
+        "https://app.test",
+        &preflight
+    )
+    .3 == "GET, POST, PUT"));
+    let copies = seen.lock().unwrap().len();
+    for _ in 0..3 {
+        assert_eq!(call("POST", "https://app.test", &[]).0, 200);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(seen.lock().unwrap().len(), copies, "no copy once the mirror is gone");
+    assert_eq!(c.reloads(), reloads, "filter edits never reload");
+}

@@ -10,8 +10,10 @@
 //! - [`translate`]: the Gateway objects this controller owns into that
 //!   table and the nginx servers it needs;
 //! - [`services`]: a Service per Gateway, its address;
+//! - [`addresses`]: the static addresses a Gateway asks for;
 //! - [`status`]: the conditions the spec asks for.
 
+pub mod addresses;
 pub mod duration;
 pub mod grpc;
 pub mod hostnames;

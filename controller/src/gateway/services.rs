@@ -116,7 +116,15 @@ pub fn list_selector(controller_name: &str) -> String {
 }
 
 /// The Services the Gateways' servers need, by name.
-pub fn desired(servers: &[GatewayServer], opts: &ServiceOptions) -> BTreeMap<String, Service> {
+/// `requested`: the static addresses Gateways ask for, by
+/// `namespace/name` ([`super::addresses::requested_by_gateway`]): the
+/// cluster IP(s) of a `ClusterIP` Service, the load balancer IP of a
+/// `LoadBalancer` one.
+pub fn desired(
+    servers: &[GatewayServer],
+    opts: &ServiceOptions,
+    requested: &BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, Service> {
     let mut ports: BTreeMap<&str, Vec<&GatewayServer>> = BTreeMap::new();
     for s in servers {
         ports.entry(s.gateway.as_str()).or_default().push(s);
@@ -166,13 +174,35 @@ pub fn desired(servers: &[GatewayServer], opts: &ServiceOptions) -> BTreeMap<Str
                 type_: Some(opts.type_.as_str().into()),
                 selector: Some(opts.selector.clone()),
                 ports: Some(service_ports),
-                ..ServiceSpec::default()
+                ..static_address(opts.type_, requested.get(gateway))
             }),
             status: None,
         };
         out.insert(name, service);
     }
     out
+}
+
+/// The part of a Service's spec that gives it the addresses its Gateway
+/// asks for (nothing when it asks for none). Two addresses are one per IP
+/// family (the cluster refuses anything else, and the Gateway then says
+/// `AddressNotUsable`).
+fn static_address(type_: ServiceType, requested: Option<&Vec<String>>) -> ServiceSpec {
+    let Some(ips) = requested.filter(|ips| !ips.is_empty()) else {
+        return ServiceSpec::default();
+    };
+    match type_ {
+        ServiceType::ClusterIP => ServiceSpec {
+            cluster_ip: Some(ips[0].clone()),
+            cluster_ips: Some(ips.clone()),
+            ip_family_policy: (ips.len() > 1).then(|| "RequireDualStack".to_string()),
+            ..ServiceSpec::default()
+        },
+        ServiceType::LoadBalancer => ServiceSpec {
+            load_balancer_ip: Some(ips[0].clone()),
+            ..ServiceSpec::default()
+        },
+    }
 }
 
 /// The addresses a Gateway's Service gives it, or `None` while it has
@@ -256,7 +286,7 @@ mod tests {
     fn a_udp_port_may_share_its_number_with_a_tcp_port() {
         let mut udp = server("infra/dns", 53, 18001);
         udp.protocol = ServerProtocol::Udp;
-        let want = desired(&[server("infra/dns", 53, 18000), udp], &opts());
+        let want = desired(&[server("infra/dns", 53, 18000), udp], &opts(), &BTreeMap::new());
         let ports = want
             .values()
             .next()
@@ -309,7 +339,7 @@ mod tests {
             server("infra/a", 8080, 20001),
             server("infra/b", 80, 20002),
         ];
-        let want = desired(&servers, &opts());
+        let want = desired(&servers, &opts(), &BTreeMap::new());
         assert_eq!(want.len(), 2);
         let a = &want[&service_name("infra/a")];
         let ports = a.spec.as_ref().unwrap().ports.as_ref().unwrap();
@@ -326,8 +356,41 @@ mod tests {
     }
 
     #[test]
+    fn a_static_address_becomes_the_cluster_ip_or_the_load_balancer_ip() {
+        let requested = BTreeMap::from([("infra/a".to_string(), vec!["10.96.0.50".to_string()])]);
+        let servers = [server("infra/a", 80, 20000), server("infra/b", 80, 20001)];
+        let want = desired(&servers, &opts(), &requested);
+        let a = want[&service_name("infra/a")].spec.clone().unwrap();
+        assert_eq!(a.cluster_ip.as_deref(), Some("10.96.0.50"));
+        assert_eq!(a.cluster_ips, Some(vec!["10.96.0.50".to_string()]));
+        assert_eq!(a.ip_family_policy, None);
+        assert_eq!(want[&service_name("infra/b")].spec.as_ref().unwrap().cluster_ip, None);
+        let lb = ServiceOptions {
+            type_: ServiceType::LoadBalancer,
+            ..opts()
+        };
+        let a = desired(&servers, &lb, &requested)[&service_name("infra/a")]
+            .spec
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (a.cluster_ip, a.load_balancer_ip.as_deref()),
+            (None, Some("10.96.0.50"))
+        );
+        let dual = BTreeMap::from([(
+            "infra/a".to_string(),
+            vec!["10.96.0.50".to_string(), "fd00::50".to_string()],
+        )]);
+        let a = desired(&servers, &opts(), &dual)[&service_name("infra/a")]
+            .spec
+            .clone()
+            .unwrap();
+        assert_eq!(a.ip_family_policy.as_deref(), Some("RequireDualStack"));
+    }
+
+    #[test]
     fn addresses_wait_for_the_load_balancer() {
-        let mut svc = desired(&[server("infra/a", 80, 20000)], &opts())
+        let mut svc = desired(&[server("infra/a", 80, 20000)], &opts(), &BTreeMap::new())
             .into_values()
             .next()
             .unwrap();

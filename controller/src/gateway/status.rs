@@ -25,8 +25,10 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
     "GatewayRouteHostnameIntersectionPrecedence",
+    "GatewayStaticAddresses",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -245,7 +247,37 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
         } else {
             cond("Accepted", true, "Accepted", "Gateway accepted")
         };
-        let conditions = if any_served && assigned.is_none() {
+        let requested = super::addresses::requested(g);
+        let unusable = match (&requested, &assigned) {
+            (Ok(ips), Some(have)) if !ips.is_empty() => {
+                let missing = super::addresses::missing(ips, have);
+                (!missing.is_empty()).then(|| {
+                    format!(
+                        "the cluster did not give the Gateway's Service {} (outside the Service range, taken, or not one per IP family)",
+                        missing.iter().map(|ip| ip.to_string()).collect::<Vec<_>>().join(", ")
+                    )
+                })
+            }
+            _ => None,
+        };
+        let conditions = if let Err(why) = &requested {
+            vec![
+                cond("Accepted", false, "UnsupportedAddress", why.clone()),
+                cond("Programmed", false, "Invalid", why.clone()),
+            ]
+        } else if let (true, Some(why)) = (any_served, &unusable) {
+            vec![accepted, cond("Programmed", false, "AddressNotUsable", why.clone())]
+        } else if any_served && assigned.is_none() && requested.as_ref().is_ok_and(|r| !r.is_empty()) {
+            vec![
+                accepted,
+                cond(
+                    "Programmed",
+                    false,
+                    "AddressNotUsable",
+                    "the cluster did not give the Gateway's Service the address it asks for (outside the Service range, or taken)",
+                ),
+            ]
+        } else if any_served && assigned.is_none() {
             vec![
                 accepted,
                 cond(
@@ -584,6 +616,51 @@ mod tests {
                 ("term", vec![], 0),
                 ("sctp", vec![], 0)
             ]
+        );
+    }
+
+    #[test]
+    fn static_addresses_are_ip_addresses_the_cluster_gave() {
+        let s = |addresses: serde_json::Value| {
+            snap(&[
+                json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+                json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {"gatewayClassName": "ours",
+                    "addresses": addresses, "listeners": [{"name": "web", "protocol": "HTTP", "port": 8080}]}}),
+            ])
+        };
+        let programmed = |snap: &Snapshot, assigned: Option<&str>| {
+            let model = translate(snap, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+            let per_gateway: BTreeMap<String, Vec<String>> = assigned
+                .map(|a| ("infra/gw".to_string(), vec![a.to_string()]))
+                .into_iter()
+                .collect();
+            let d = desired(snap, &model, CONTROLLER_NAME, Addresses::PerGateway(&per_gateway));
+            let gw = &d.gateways["infra/gw"];
+            let c = |t: &str| {
+                let c = gw.conditions.iter().find(|c| c.type_ == t).unwrap();
+                (c.status, c.reason.to_string())
+            };
+            (c("Accepted"), c("Programmed"), gw.addresses.clone())
+        };
+        let fake = s(json!([{"type": "test/fake-invalid-type", "value": "x"}, {"value": "198.19.16.200"}]));
+        assert_eq!(
+            programmed(&fake, Some("198.19.16.9")).0,
+            (false, "UnsupportedAddress".into())
+        );
+        let refused = s(json!([{"value": "198.51.100.7"}, {"value": "198.19.16.200"}]));
+        assert_eq!(programmed(&refused, None).1, (false, "AddressNotUsable".into()));
+        assert_eq!(
+            programmed(&refused, Some("198.19.16.9")).1,
+            (false, "AddressNotUsable".into())
+        );
+        let usable = s(json!([{"type": "IPAddress", "value": "198.19.16.200"}]));
+        assert_eq!(
+            programmed(&usable, Some("198.19.16.200")),
+            (
+                (true, "Accepted".into()),
+                (true, "Programmed".into()),
+                vec!["198.19.16.200".to_string()]
+            )
         );
     }
 

@@ -30,8 +30,8 @@ use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::weighted;
 use lua_compat::routes::BackendProtocol;
 use ngx::ffi::{
-    ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_DONE, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_NOT_FOUND,
-    NGX_LOG_ERR,
+    ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_DONE, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    NGX_HTTP_MISDIRECTED_REQUEST, NGX_HTTP_NOT_FOUND, NGX_LOG_ERR,
 };
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
@@ -45,7 +45,7 @@ use crate::http::https_redirect::{client_scheme, send_redirect};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::headers::{self, Side};
 use crate::nginx::module::Module;
-use crate::nginx::request::{header_in, pool_box};
+use crate::nginx::request::{header_in, pool_box, ssl_server_name};
 
 use crate::nginx::variables::{self, Own, Read};
 
@@ -179,6 +179,15 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     }) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
+    // HTTPS: a request whose Host belongs to another listener than the
+    // one its connection's SNI chose is answered 421, as the spec asks.
+    if let Some(l) = table.listener(listener).filter(|l| l.has_certificates()) {
+        let host = read_variable(req, Read::Host).unwrap_or_default();
+        let sni = ssl_server_name(req).and_then(lua_compat::certificates::sni_key);
+        if sni.is_some_and(|sni| l.misdirected(sni.as_bytes(), host)) {
+            return NGX_HTTP_MISDIRECTED_REQUEST as ngx_int_t;
+        }
+    }
     let (found, port) = {
         let view = View { req };
         match table.find(listener, &view) {

@@ -397,3 +397,24 @@ unsafe extern "C" fn drop_in_pool<T>(data: *mut c_void) {
         unsafe { ptr::drop_in_place(data.cast::<T>()) }
     })
 }
+
+/// The SNI the client of the request's TLS connection sent, as it sent
+/// it; `None` over plain TCP or without SNI.
+pub fn ssl_server_name(req: &Request) -> Option<&[u8]> {
+    let c = req.connection();
+    // SAFETY: a live request's connection is live; `ssl` is null or
+    // nginx's TLS state for it, whose `SSL` lives as long as it.
+    let ssl = unsafe { c.as_ref()?.ssl.as_ref()? }.connection;
+    if ssl.is_null() {
+        return None;
+    }
+    // SAFETY: a live `SSL`; the name, if any, is a NUL-terminated string it
+    // owns for the connection's life (TLSEXT_NAMETYPE_host_name is 0).
+    let name = unsafe { ngx::ffi::SSL_get_servername(ssl, 0) };
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: non-null: the NUL-terminated SNI (above), which outlives
+    // the request.
+    Some(unsafe { CStr::from_ptr(name.cast()) }.to_bytes())
+}

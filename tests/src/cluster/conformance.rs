@@ -197,6 +197,12 @@ pub struct Outcome {
     pub success: bool,
 }
 
+/// A static Gateway address the cluster can give: in [`super::SERVICE_CIDR`]'s
+/// low band, which Kubernetes keeps for cluster IPs asked for by value.
+pub const STATIC_ADDRESS: &str = "198.19.16.200";
+/// One it cannot: outside that range (TEST-NET-2).
+pub const UNUSABLE_ADDRESS: &str = "198.51.100.7";
+
 /// Runs the suite (its whole output into `opts.log`, each test's verdict
 /// echoed as it comes).
 pub fn run(c: &Cluster, bin: &Path, features: &[String], opts: &Options) -> Result<Outcome, String> {
@@ -216,6 +222,10 @@ pub fn run(c: &Cluster, bin: &Path, features: &[String], opts: &Options) -> Resu
         format!("--version={}", opts.version),
         "--contact=https://github.com/dynamic-balancer/dynamic-balancer/issues".into(),
         "--cleanup-base-resources=true".into(),
+        // GatewayStaticAddresses: an address of the Service range (its
+        // low band, kept for static cluster IPs) and one outside it.
+        format!("--usable-address={STATIC_ADDRESS}"),
+        format!("--unusable-address={UNUSABLE_ADDRESS}"),
     ];
     if let Some(t) = &opts.run_test {
         // With --run-test the suite no longer reads the GatewayClass.

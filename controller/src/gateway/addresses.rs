@@ -1,0 +1,106 @@
+//! Static Gateway addresses (`spec.addresses`): the addresses a Gateway
+//! asks for, checked before its Service is made with them.
+//!
+//! This controller can give a Gateway an IP address only (its Service's
+//! cluster IP, or the load balancer IP it asks for): any other address
+//! type makes the Gateway not Accepted (`UnsupportedAddress`). An IP the
+//! cluster refuses (outside the Service range, or taken) leaves the
+//! Service without it, and the Gateway not Programmed
+//! (`AddressNotUsable`) until the address changes.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use gateway_api_types::gateways::Gateway;
+
+/// The address type this controller serves (the spec's default).
+pub const IP_ADDRESS: &str = "IPAddress";
+
+/// The IP addresses `g` asks for, in its order (empty: any address), or
+/// why it cannot have them.
+pub fn requested(g: &Gateway) -> Result<Vec<IpAddr>, String> {
+    let mut out = Vec::new();
+    for a in g.spec.addresses.iter().flatten() {
+        let type_ = a.r#type.as_deref().unwrap_or(IP_ADDRESS);
+        let value = a.value.as_deref().unwrap_or("");
+        if type_ != IP_ADDRESS {
+            return Err(format!(
+                "address {value:?} of type {type_:?}: only {IP_ADDRESS} addresses are supported"
+            ));
+        }
+        let ip: IpAddr = value
+            .parse()
+            .map_err(|_| format!("address {value:?} is not an IP address"))?;
+        if !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    Ok(out)
+}
+
+/// Every Gateway's usable request, by `namespace/name` (Gateways that ask
+/// for nothing, or for what cannot be had, are left out).
+pub fn requested_by_gateway<'a>(gateways: impl Iterator<Item = &'a Gateway>) -> BTreeMap<String, Vec<String>> {
+    gateways
+        .filter_map(|g| {
+            let ips = requested(g).ok().filter(|ips| !ips.is_empty())?;
+            Some((
+                crate::snapshot::key(&g.metadata),
+                ips.iter().map(IpAddr::to_string).collect(),
+            ))
+        })
+        .collect()
+}
+
+/// The requested addresses `assigned` lacks (all of them must be had).
+pub fn missing<'a>(requested: &'a [IpAddr], assigned: &[String]) -> Vec<&'a IpAddr> {
+    requested
+        .iter()
+        .filter(|ip| !assigned.iter().any(|a| a.parse::<IpAddr>().ok().as_ref() == Some(*ip)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gateway(addresses: serde_json::Value) -> Gateway {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"namespace": "infra", "name": "gw"},
+            "spec": {"gatewayClassName": "c", "addresses": addresses,
+                     "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn ip_addresses_are_taken_and_other_types_refused() {
+        let g = gateway(serde_json::json!([{"value": "10.96.0.50"}, {"type": "IPAddress", "value": "fd00::5"}]));
+        assert_eq!(
+            requested(&g).unwrap(),
+            ["10.96.0.50".parse::<IpAddr>().unwrap(), "fd00::5".parse().unwrap()]
+        );
+        let fake =
+            gateway(serde_json::json!([{"type": "test/fake-invalid-type", "value": "x"}, {"value": "10.0.0.1"}]));
+        assert!(requested(&fake).unwrap_err().contains("only IPAddress"));
+        let host = gateway(serde_json::json!([{"type": "Hostname", "value": "gw.example.com"}]));
+        assert!(requested(&host).is_err());
+        let bad = gateway(serde_json::json!([{"value": "10.0.0.300"}]));
+        assert!(requested(&bad).unwrap_err().contains("not an IP"));
+        assert_eq!(
+            requested_by_gateway([&g, &fake].into_iter()),
+            BTreeMap::from([(
+                "infra/gw".to_string(),
+                vec!["10.96.0.50".to_string(), "fd00::5".to_string()]
+            )])
+        );
+    }
+
+    #[test]
+    fn every_requested_address_must_be_assigned() {
+        let want = ["10.96.0.50".parse::<IpAddr>().unwrap()];
+        assert!(missing(&want, &["10.96.0.50".into()]).is_empty());
+        assert_eq!(missing(&want, &["10.96.0.7".into()]), [&want[0]]);
+        assert_eq!(missing(&want, &[]), [&want[0]]);
+    }
+}
