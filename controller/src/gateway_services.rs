@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::Api;
 
+use crate::gateway::addresses::Infrastructure;
 use crate::gateway::services::{addresses, desired, list_selector, ServiceOptions, GATEWAY_ANNOTATION};
 use crate::gateway::translate::GatewayServer;
 
@@ -28,7 +29,17 @@ fn same(want: &Service, have: &Service) -> bool {
             .map(|p| (p.name.clone(), p.port, p.target_port.clone()))
             .collect::<Vec<_>>()
     };
-    w.type_ == h.type_
+    // The labels and annotations the Service should carry: ours and the
+    // Gateway's `spec.infrastructure` ones (one it no longer asks for is
+    // dropped by the next apply, which any other change sends).
+    let carries = |want: &Option<BTreeMap<String, String>>, have: &Option<BTreeMap<String, String>>| {
+        want.iter()
+            .flatten()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
+    carries(&want.metadata.labels, &have.metadata.labels)
+        && carries(&want.metadata.annotations, &have.metadata.annotations)
+        && w.type_ == h.type_
         && w.selector == h.selector
         && w.load_balancer_ip
             .as_ref()
@@ -62,13 +73,13 @@ pub async fn sync(
     client: &kube::Client,
     opts: &ServiceOptions,
     servers: &[GatewayServer],
-    requested: &BTreeMap<String, Vec<String>>,
+    infra: &BTreeMap<String, Infrastructure>,
 ) -> kube::Result<BTreeMap<String, Vec<String>>> {
     let api: Api<Service> = Api::namespaced(client.clone(), &opts.namespace);
     let existing = api
         .list(&ListParams::default().labels(&list_selector(&opts.controller_name)))
         .await?;
-    let want = desired(servers, opts, requested);
+    let want = desired(servers, opts, infra);
     let mut out = BTreeMap::new();
     for (name, service) in &want {
         let gateway = service

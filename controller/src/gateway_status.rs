@@ -181,7 +181,7 @@ async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Sn
             client,
             services,
             &model.servers,
-            &crate::gateway::addresses::requested_by_gateway(snap.gateways.iter().map(|g| &**g)),
+            &crate::gateway::addresses::by_gateway(snap.gateways.iter().map(|g| &**g)),
         )
         .await
         {

@@ -38,18 +38,43 @@ pub fn requested(g: &Gateway) -> Result<Vec<IpAddr>, String> {
     Ok(out)
 }
 
-/// Every Gateway's usable request, by `namespace/name` (Gateways that ask
-/// for nothing, or for what cannot be had, are left out).
-pub fn requested_by_gateway<'a>(gateways: impl Iterator<Item = &'a Gateway>) -> BTreeMap<String, Vec<String>> {
+/// What a Gateway asks of the resources made for it (its Service): the
+/// static addresses it can have, and `spec.infrastructure`'s labels and
+/// annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Infrastructure {
+    pub addresses: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Every Gateway's [`Infrastructure`], by `namespace/name` (Gateways that
+/// ask for nothing are left out; so are addresses that cannot be had).
+pub fn by_gateway<'a>(gateways: impl Iterator<Item = &'a Gateway>) -> BTreeMap<String, Infrastructure> {
     gateways
         .filter_map(|g| {
-            let ips = requested(g).ok().filter(|ips| !ips.is_empty())?;
-            Some((
-                crate::snapshot::key(&g.metadata),
-                ips.iter().map(IpAddr::to_string).collect(),
-            ))
+            let infra = g.spec.infrastructure.as_ref();
+            let found = Infrastructure {
+                addresses: requested(g).unwrap_or_default().iter().map(IpAddr::to_string).collect(),
+                labels: infra.and_then(|i| i.labels.clone()).unwrap_or_default(),
+                annotations: infra.and_then(|i| i.annotations.clone()).unwrap_or_default(),
+            };
+            (found != Infrastructure::default()).then(|| (crate::snapshot::key(&g.metadata), found))
         })
         .collect()
+}
+
+/// Why `g`'s `spec.infrastructure.parametersRef` cannot be used, if it
+/// has one: this controller defines no parameters kind, so any reference
+/// is one it cannot read (the spec's `InvalidParameters`).
+pub fn invalid_parameters(g: &Gateway) -> Option<String> {
+    let r = g.spec.infrastructure.as_ref()?.parameters_ref.as_ref()?;
+    Some(format!(
+        "parametersRef {}/{} {:?}: this controller takes no parameters resource",
+        if r.group.is_empty() { "core" } else { &r.group },
+        r.kind,
+        r.name
+    ))
 }
 
 /// The requested addresses `assigned` lacks (all of them must be had).
@@ -88,12 +113,29 @@ mod tests {
         let bad = gateway(serde_json::json!([{"value": "10.0.0.300"}]));
         assert!(requested(&bad).unwrap_err().contains("not an IP"));
         assert_eq!(
-            requested_by_gateway([&g, &fake].into_iter()),
-            BTreeMap::from([(
-                "infra/gw".to_string(),
-                vec!["10.96.0.50".to_string(), "fd00::5".to_string()]
-            )])
+            by_gateway([&g, &fake].into_iter())["infra/gw"].addresses,
+            ["10.96.0.50", "fd00::5"]
         );
+    }
+
+    #[test]
+    fn infrastructure_metadata_and_parameters() {
+        let mut g = gateway(serde_json::json!([]));
+        assert!(by_gateway([&g].into_iter()).is_empty(), "asks for nothing");
+        assert_eq!(invalid_parameters(&g), None);
+        g.spec.infrastructure = serde_json::from_value(serde_json::json!({
+            "labels": {"team": "a"}, "annotations": {"lb.example.com/internal": "true"},
+            "parametersRef": {"group": "example.com", "kind": "Params", "name": "p"}}))
+        .unwrap();
+        let i = &by_gateway([&g].into_iter())["infra/gw"];
+        assert_eq!(
+            (
+                i.labels["team"].as_str(),
+                i.annotations["lb.example.com/internal"].as_str()
+            ),
+            ("a", "true")
+        );
+        assert!(invalid_parameters(&g).unwrap().contains("example.com/Params"));
     }
 
     #[test]

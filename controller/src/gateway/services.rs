@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 
+use super::addresses::Infrastructure;
 use super::translate::{GatewayServer, ServerProtocol};
 
 /// Marks the Services this controller keeps for Gateways.
@@ -116,14 +117,16 @@ pub fn list_selector(controller_name: &str) -> String {
 }
 
 /// The Services the Gateways' servers need, by name.
-/// `requested`: the static addresses Gateways ask for, by
-/// `namespace/name` ([`super::addresses::requested_by_gateway`]): the
-/// cluster IP(s) of a `ClusterIP` Service, the load balancer IP of a
-/// `LoadBalancer` one.
+/// `infra`: what Gateways ask of their Service, by `namespace/name`
+/// ([`super::addresses::by_gateway`]): static addresses (the cluster
+/// IP(s) of a `ClusterIP` Service, the load balancer IP of a
+/// `LoadBalancer` one) and `spec.infrastructure`'s labels and annotations
+/// (a load balancer's settings, say), under this controller's own, which
+/// win.
 pub fn desired(
     servers: &[GatewayServer],
     opts: &ServiceOptions,
-    requested: &BTreeMap<String, Vec<String>>,
+    infra: &BTreeMap<String, Infrastructure>,
 ) -> BTreeMap<String, Service> {
     let mut ports: BTreeMap<&str, Vec<&GatewayServer>> = BTreeMap::new();
     for s in servers {
@@ -133,10 +136,14 @@ pub fn desired(
     for (gateway, servers) in ports {
         let name = service_name(gateway);
         let gw_name = gateway.rsplit('/').next().unwrap_or(gateway);
-        let mut labels = BTreeMap::from([
+        let asked = infra.get(gateway);
+        let mut labels = asked.map(|i| i.labels.clone()).unwrap_or_default();
+        labels.extend([
             (MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string()),
             (OWNER_LABEL.to_string(), owner_value(&opts.controller_name)),
         ]);
+        let mut annotations = asked.map(|i| i.annotations.clone()).unwrap_or_default();
+        annotations.insert(GATEWAY_ANNOTATION.to_string(), gateway.to_string());
         if gw_name.len() <= 63 {
             labels.insert(GATEWAY_NAME_LABEL.to_string(), gw_name.to_string());
         }
@@ -167,14 +174,14 @@ pub fn desired(
                 name: Some(name.clone()),
                 namespace: Some(opts.namespace.clone()),
                 labels: Some(labels),
-                annotations: Some(BTreeMap::from([(GATEWAY_ANNOTATION.to_string(), gateway.to_string())])),
+                annotations: Some(annotations),
                 ..ObjectMeta::default()
             },
             spec: Some(ServiceSpec {
                 type_: Some(opts.type_.as_str().into()),
                 selector: Some(opts.selector.clone()),
                 ports: Some(service_ports),
-                ..static_address(opts.type_, requested.get(gateway))
+                ..static_address(opts.type_, asked.map(|i| &i.addresses))
             }),
             status: None,
         };
@@ -357,7 +364,11 @@ mod tests {
 
     #[test]
     fn a_static_address_becomes_the_cluster_ip_or_the_load_balancer_ip() {
-        let requested = BTreeMap::from([("infra/a".to_string(), vec!["10.96.0.50".to_string()])]);
+        let asks = |addresses: &[&str]| Infrastructure {
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            ..Infrastructure::default()
+        };
+        let requested = BTreeMap::from([("infra/a".to_string(), asks(&["10.96.0.50"]))]);
         let servers = [server("infra/a", 80, 20000), server("infra/b", 80, 20001)];
         let want = desired(&servers, &opts(), &requested);
         let a = want[&service_name("infra/a")].spec.clone().unwrap();
@@ -377,15 +388,37 @@ mod tests {
             (a.cluster_ip, a.load_balancer_ip.as_deref()),
             (None, Some("10.96.0.50"))
         );
-        let dual = BTreeMap::from([(
-            "infra/a".to_string(),
-            vec!["10.96.0.50".to_string(), "fd00::50".to_string()],
-        )]);
+        let dual = BTreeMap::from([("infra/a".to_string(), asks(&["10.96.0.50", "fd00::50"]))]);
         let a = desired(&servers, &opts(), &dual)[&service_name("infra/a")]
             .spec
             .clone()
             .unwrap();
         assert_eq!(a.ip_family_policy.as_deref(), Some("RequireDualStack"));
+    }
+
+    #[test]
+    fn infrastructure_labels_and_annotations_go_under_ours() {
+        let infra = BTreeMap::from([(
+            "infra/a".to_string(),
+            Infrastructure {
+                labels: BTreeMap::from([
+                    ("team".to_string(), "a".to_string()),
+                    (MANAGED_BY.0.to_string(), "someone-else".to_string()),
+                ]),
+                annotations: BTreeMap::from([
+                    ("lb.example.com/internal".to_string(), "true".to_string()),
+                    (GATEWAY_ANNOTATION.to_string(), "other/gw".to_string()),
+                ]),
+                ..Infrastructure::default()
+            },
+        )]);
+        let svc = &desired(&[server("infra/a", 80, 20000)], &opts(), &infra)[&service_name("infra/a")];
+        let labels = svc.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels[MANAGED_BY.0], MANAGED_BY.1, "ours win");
+        let annotations = svc.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations["lb.example.com/internal"], "true");
+        assert_eq!(annotations[GATEWAY_ANNOTATION], "infra/a", "ours win");
     }
 
     #[test]

@@ -260,7 +260,12 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
             }
             _ => None,
         };
-        let conditions = if let Err(why) = &requested {
+        let conditions = if let Some(why) = super::addresses::invalid_parameters(g) {
+            vec![
+                cond("Accepted", false, "InvalidParameters", why.clone()),
+                cond("Programmed", false, "Invalid", why),
+            ]
+        } else if let Err(why) = &requested {
             vec![
                 cond("Accepted", false, "UnsupportedAddress", why.clone()),
                 cond("Programmed", false, "Invalid", why.clone()),

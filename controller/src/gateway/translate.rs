@@ -212,6 +212,9 @@ pub fn translate(
         .iter()
         .map(|g| &**g)
         .filter(|g| classes.contains(&g.spec.gateway_class_name.as_str()))
+        // A Gateway that is not Accepted as a whole (parameters or
+        // addresses it cannot have) is not served.
+        .filter(|g| super::addresses::invalid_parameters(g).is_none() && super::addresses::requested(g).is_ok())
         .collect();
     gateways.sort_by_key(|g| (g.metadata.creation_timestamp.clone(), key(&g.metadata)));
 
