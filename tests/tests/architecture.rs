@@ -266,26 +266,36 @@ fn the_checker_finds_a_cycle() {
 }
 
 /// Each module's floor: 0 for a module that imports none of its crate's
-/// modules, else one above the highest module it imports. Defined because
-/// the graph has no cycle.
+/// modules, else one above the highest module it imports. Defined when the
+/// graph has no cycle; an import that closes one counts as nothing here
+/// (the cycle test names it), so a cycle cannot recurse without end.
 fn floors(g: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, usize> {
-    fn floor(g: &BTreeMap<String, BTreeSet<String>>, m: &str, memo: &mut BTreeMap<String, usize>) -> usize {
+    fn floor(
+        g: &BTreeMap<String, BTreeSet<String>>,
+        m: &str,
+        memo: &mut BTreeMap<String, usize>,
+        open: &mut BTreeSet<String>,
+    ) -> usize {
         if let Some(f) = memo.get(m) {
             return *f;
+        }
+        if !open.insert(m.to_string()) {
+            return 0;
         }
         let f = g
             .get(m)
             .into_iter()
             .flatten()
-            .map(|t| floor(g, t, memo) + 1)
+            .map(|t| floor(g, t, memo, open) + 1)
             .max()
             .unwrap_or(0);
+        open.remove(m);
         memo.insert(m.to_string(), f);
         f
     }
     let mut memo = BTreeMap::new();
     for m in g.keys() {
-        floor(g, m, &mut memo);
+        floor(g, m, &mut memo, &mut BTreeSet::new());
     }
     memo
 }

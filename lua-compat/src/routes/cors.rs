@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::matcher::CompiledHeader;
+use super::header::CompiledHeader;
 
 /// The filter as the controller pushes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 
 use regex::bytes::Regex;
 
+pub use super::header::{ngx_hash_key, CompiledHeader};
 use super::validate::compile_regex;
 use super::{ListenerRoutes, PathMatch, RouteTable, Rule};
 use crate::validate::ValidationError;
@@ -143,34 +144,6 @@ pub struct CompiledModifier {
     pub add: Vec<CompiledHeader>,
     /// Values empty.
     pub remove: Vec<CompiledHeader>,
-}
-
-#[derive(Debug)]
-pub struct CompiledHeader {
-    pub name: Box<str>,
-    pub lower: Box<str>,
-    /// nginx's `ngx_hash_key` of `lower` (`hash * 31 + byte`).
-    pub hash: u64,
-    pub value: Box<str>,
-}
-
-impl CompiledHeader {
-    pub fn new(name: &str, value: &str) -> Self {
-        let lower = name.to_ascii_lowercase();
-        CompiledHeader {
-            name: name.into(),
-            hash: ngx_hash_key(lower.as_bytes()),
-            lower: lower.into(),
-            value: value.into(),
-        }
-    }
-}
-
-/// nginx's `ngx_hash_key`: `key * 31 + byte`, wrapping.
-pub fn ngx_hash_key(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0u64, |k, b| k.wrapping_mul(31).wrapping_add(u64::from(*b)))
 }
 
 impl CompiledModifier {

@@ -21,6 +21,7 @@
 //! (`/service/method`), and their backends speak [`BackendProtocol::H2c`].
 
 pub mod cors;
+pub mod header;
 pub mod matcher;
 pub mod rewrite;
 pub mod validate;

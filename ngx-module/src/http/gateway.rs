@@ -22,10 +22,7 @@
 //! Nothing is reloaded for any of this: a new table reaches the next
 //! request of every worker.
 
-use std::cell::Cell;
-use std::rc::Rc;
-
-use lua_compat::routes::matcher::{Compiled, CompiledModifier, CompiledRule, Lookup, RequestView};
+use lua_compat::routes::matcher::{CompiledModifier, CompiledRule, Lookup, RequestView};
 use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::weighted;
 use lua_compat::routes::BackendProtocol;
@@ -39,7 +36,8 @@ use ngx::ngx_log_error;
 use crate::backends::routes_cache;
 use crate::conf::{own_variable, read_variable, zone_of};
 use crate::http::gateway_cors;
-use crate::http::gateway_mirror::{self, MirrorState};
+use crate::http::gateway_matched::Matched;
+use crate::http::gateway_mirror;
 use crate::http::grpc_status::{self, GrpcAnswer};
 use crate::http::https_redirect::{client_scheme, send_redirect};
 use crate::nginx::guard::ffi_guard;
@@ -48,23 +46,6 @@ use crate::nginx::module::Module;
 use crate::nginx::request::{header_in, pool_box, ssl_server_name};
 
 use crate::nginx::variables::{self, Own, Read};
-
-/// The rule a request matched, in the request's pool for its whole life:
-/// it holds the table, so the backend name and the header strings the
-/// request points at stay valid even if the table is replaced meanwhile.
-pub struct Matched {
-    _table: Rc<Compiled>,
-    rule: *const CompiledRule,
-    /// Where the rule's `RequestMirror`s are (see [`super::gateway_mirror`]).
-    pub mirrors: Cell<MirrorState>,
-}
-
-impl Matched {
-    pub fn rule(&self) -> &CompiledRule {
-        // SAFETY: `rule` points into `_table`, which this value keeps alive.
-        unsafe { &*self.rule }
-    }
-}
 
 struct View<'r> {
     req: &'r Request,
@@ -197,11 +178,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     };
     let found_prefix = found.prefix_len;
     let compiled: *const CompiledRule = found.rule;
-    let matched = Matched {
-        _table: table.clone(),
-        rule: compiled,
-        mirrors: Cell::new(MirrorState::NotYet),
-    };
+    let matched = Matched::new(table.clone(), found.rule);
     // SAFETY: a live request's pool is live; the value is dropped by the
     // pool's cleanup, when the request ends.
     let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
@@ -319,12 +296,4 @@ pub unsafe fn modify(req: &mut Request, side: Side, m: &CompiledModifier) {
     for h in &m.remove {
         headers::remove(req, side, &h.name);
     }
-}
-
-/// The rule the request matched, if it was routed by one.
-pub fn matched(req: &Request) -> Option<&Matched> {
-    let p = variables::get_opaque(req, own_variable(req, Own::GatewayRoute)?);
-    // SAFETY: only `route` stores this variable's opaque value: a `Matched`
-    // in the request's pool, alive as long as the request.
-    unsafe { p.cast::<Matched>().as_ref() }
 }

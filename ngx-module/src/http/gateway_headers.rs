@@ -7,8 +7,9 @@ use std::ptr;
 use ngx::ffi::{ngx_http_output_header_filter_pt, ngx_http_request_t, ngx_int_t, NGX_ERROR};
 use ngx::http::Request;
 
-use crate::http::gateway::{matched, modify};
+use crate::http::gateway::modify;
 use crate::http::gateway_cors;
+use crate::http::gateway_matched::matched;
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::headers::Side;
 

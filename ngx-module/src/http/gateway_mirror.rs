@@ -24,18 +24,8 @@ use ngx::ffi::{
 };
 use ngx::http::Request;
 
-use crate::http::gateway::{matched, Matched};
+use crate::http::gateway_matched::{matched, Matched, MirrorState};
 use crate::nginx::guard::ffi_guard;
-
-/// Where a request is with its mirrors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MirrorState {
-    NotYet,
-    /// Its body is being read; the copies start when it is.
-    Reading,
-    /// The copies started; what the handler answers from now on.
-    Done(ngx_int_t),
-}
 
 /// One byte per possible mirror of a rule: a copy's `post_subrequest`
 /// data points at the byte of its mirror. An address inside this array

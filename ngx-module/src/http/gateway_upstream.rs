@@ -52,7 +52,7 @@ pub fn apply(req: &Request, u: &mut ngx_http_upstream_t) -> Result<*mut ngx_http
     if !ptr::eq(r.main, r) {
         return Ok(ptr::null_mut());
     }
-    let Some(m) = super::gateway::matched(req) else {
+    let Some(m) = super::gateway_matched::matched(req) else {
         return Ok(ptr::null_mut());
     };
     let rule = &m.rule().rule;
@@ -121,7 +121,7 @@ pub fn rearm(req: &Request, own_conf: *mut ngx_http_upstream_conf_t) {
     if own_conf.is_null() || r.upstream.is_null() || !ptr::eq(unsafe { (*r.upstream).conf }, own_conf) {
         return;
     }
-    let Some(m) = super::gateway::matched(req) else {
+    let Some(m) = super::gateway_matched::matched(req) else {
         return;
     };
     let t = m.rule().rule.timeouts;

@@ -13,6 +13,7 @@ pub mod forwarded;
 pub mod gateway;
 pub mod gateway_cors;
 pub mod gateway_headers;
+pub mod gateway_matched;
 pub mod gateway_mirror;
 pub mod gateway_upstream;
 pub mod grpc_status;
