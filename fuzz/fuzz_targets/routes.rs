@@ -1,10 +1,13 @@
 //! The `/configuration/routes` parser, validator and matcher: any body is
 //! refused with a path or accepted; an accepted table survives its own
 //! JSON, compiles (as every worker compiles it), and looking requests up
-//! in it, rewriting their paths and building redirects never panics.
+//! in it, rewriting their paths (a rule's or a backend's), building
+//! redirects, answering CORS requests, drawing mirrors and telling
+//! misdirected requests never panics, and writes no CR or LF.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use lua_compat::routes::cors::{classify, Kind};
 use lua_compat::routes::matcher::{Compiled, Lookup, RequestView};
 use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::validate::parse_routes;
@@ -48,6 +51,14 @@ fuzz_target!(|data: &[u8]| {
         .flat_map(|l| l.hosts.iter().map(|h| h.hostname.trim_start_matches('*')))
         .chain(["", "a.b", "x"])
         .collect();
+    for name in &names {
+        let l = compiled.listener(name).expect("a listener of the table");
+        for sni in &hosts {
+            for host in &hosts {
+                let _ = l.misdirected(sni.as_bytes(), host.as_bytes());
+            }
+        }
+    }
     for name in names.iter().chain(&[b"none".as_slice()]) {
         for host in &hosts {
             for path in ["/", "/a", "/a/b", "//", ""] {
@@ -74,9 +85,26 @@ fuzz_target!(|data: &[u8]| {
                         );
                         assert!(!loc.iter().any(|b| *b == b'\r' || *b == b'\n'));
                     }
-                    if let Some(p) = rule.filters.rewrite.as_ref().and_then(|r| r.path.as_ref()) {
+                    let backend_paths = rule.backends.iter().filter_map(|b| b.rewrite.as_ref());
+                    for p in rule.filters.rewrite.iter().chain(backend_paths).filter_map(|r| r.path.as_ref()) {
                         let out = rewritten_path(p, path.as_bytes(), f.prefix_len);
                         assert!(out.starts_with(b"/"));
+                    }
+                    for m in &rule.filters.mirrors {
+                        let _ = m.takes(data.len() as u64);
+                    }
+                    if let Some(cors) = &f.rule.cors {
+                        // The request's own origin (the fuzzed bytes) and
+                        // the table's values: nothing else is written.
+                        let origin = host.as_bytes();
+                        let answer = match classify(b"OPTIONS", Some(origin), Some(b"GET"), Some(b"x-a")) {
+                            Kind::Preflight { origin, method, headers } => cors.preflight(origin, method, headers),
+                            _ => unreachable!("an OPTIONS with both headers is a preflight"),
+                        };
+                        for (h, v) in answer.iter().chain(cors.actual(origin).iter()) {
+                            assert!(!h.name.is_empty());
+                            assert!(!v.iter().any(|b| *b == b'\r' || *b == b'\n'));
+                        }
                     }
                 }
             }
