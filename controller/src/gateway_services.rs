@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 
 use crate::gateway::addresses::Infrastructure;
@@ -61,9 +61,33 @@ fn same(want: &Service, have: &Service) -> bool {
 /// Whether `want` asks for a cluster IP that `have` does not have: a
 /// cluster IP cannot change, so the Service is made anew.
 fn needs_new_cluster_ip(want: &Service, have: &Service) -> bool {
-    let wanted = want.spec.as_ref().and_then(|s| s.cluster_ip.as_ref());
-    let had = have.spec.as_ref().and_then(|s| s.cluster_ip.as_ref());
-    wanted.is_some_and(|w| had != Some(w))
+    let ips = |s: &Service| {
+        let spec = s.spec.as_ref();
+        spec.and_then(|s| s.cluster_ips.clone())
+            .filter(|ips| !ips.is_empty())
+            .or_else(|| spec.and_then(|s| s.cluster_ip.clone()).map(|ip| vec![ip]))
+    };
+    ips(want).is_some_and(|w| ips(have).as_ref() != Some(&w))
+}
+
+/// Whether the cluster would take `service` as it is (a dry-run create
+/// under another name): a static address it refuses (outside the Service
+/// range, taken, a second one of one family) fails here, before the
+/// Service that serves the Gateway now is deleted for it.
+async fn would_accept(api: &Api<Service>, service: &Service) -> Result<(), kube::Error> {
+    let mut probe = service.clone();
+    let name = probe.metadata.name.clone().unwrap_or_default();
+    probe.metadata.name = Some(format!("{}-p", &name[..name.len().min(61)]));
+    probe.metadata.resource_version = None;
+    api.create(
+        &PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
+        &probe,
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Brings the Services up to date with `servers`; returns each Gateway's
@@ -98,7 +122,17 @@ pub async fn sync(
             _ => {
                 if have.is_some_and(|h| needs_new_cluster_ip(service, h)) {
                     // The Gateway asks for another static address: its
-                    // address changes anyway, so the Service is replaced.
+                    // address changes anyway, so the Service is replaced,
+                    // if the cluster will take the new one (else the old
+                    // Service keeps serving, and the Gateway says
+                    // AddressNotUsable).
+                    if let Err(e) = would_accept(&api, service).await {
+                        tracing::warn!(service = %name, gateway = %gateway, error = %e, "the cluster refuses the address the Gateway asks for; its Service keeps its address");
+                        if let Some(a) = have.and_then(|h| addresses(h, opts.type_)) {
+                            out.insert(gateway, a);
+                        }
+                        continue;
+                    }
                     if let Err(e) = api.delete(name, &DeleteParams::default()).await {
                         tracing::warn!(service = %name, gateway = %gateway, error = %e, "replacing the Gateway's Service for its new address failed; retried on the next round");
                         continue;

@@ -97,11 +97,12 @@ fuzz_target!(|data: &[u8]| {
                         // The request's own origin (the fuzzed bytes) and
                         // the table's values: nothing else is written.
                         let origin = host.as_bytes();
+                        // (An empty origin is no CORS request at all.)
                         let answer = match classify(b"OPTIONS", Some(origin), Some(b"GET"), Some(b"x-a")) {
                             Kind::Preflight { origin, method, headers } => cors.preflight(origin, method, headers),
-                            _ => unreachable!("an OPTIONS with both headers is a preflight"),
+                            _ => Vec::new(),
                         };
-                        for (h, v) in answer.iter().chain(cors.actual(origin).iter()) {
+                        for (h, v) in answer.iter().chain(cors.response(Some(origin)).iter()) {
                             assert!(!h.name.is_empty());
                             assert!(!v.iter().any(|b| *b == b'\r' || *b == b'\n'));
                         }

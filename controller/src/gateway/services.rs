@@ -216,13 +216,16 @@ fn static_address(type_: ServiceType, requested: Option<&Vec<String>>) -> Servic
 /// none yet (a LoadBalancer without an ingress entry).
 pub fn addresses(service: &Service, type_: ServiceType) -> Option<Vec<String>> {
     let found: Vec<String> = match type_ {
-        ServiceType::ClusterIP => service
-            .spec
-            .as_ref()
-            .and_then(|s| s.cluster_ip.clone())
-            .filter(|ip| !ip.is_empty() && ip != "None")
-            .into_iter()
-            .collect(),
+        // Every family's cluster IP (a dual-stack Service has two).
+        ServiceType::ClusterIP => {
+            let spec = service.spec.as_ref();
+            let ips = spec
+                .and_then(|s| s.cluster_ips.clone())
+                .filter(|ips| !ips.is_empty())
+                .or_else(|| spec.and_then(|s| s.cluster_ip.clone()).map(|ip| vec![ip]))
+                .unwrap_or_default();
+            ips.into_iter().filter(|ip| !ip.is_empty() && ip != "None").collect()
+        }
         ServiceType::LoadBalancer => service
             .status
             .as_ref()
@@ -431,6 +434,12 @@ mod tests {
         svc.spec.as_mut().unwrap().cluster_ip = Some("10.0.0.7".into());
         assert_eq!(addresses(&svc, ServiceType::ClusterIP), Some(vec!["10.0.0.7".into()]));
         assert_eq!(addresses(&svc, ServiceType::LoadBalancer), None);
+        svc.spec.as_mut().unwrap().cluster_ips = Some(vec!["10.0.0.7".into(), "fd00::7".into()]);
+        assert_eq!(
+            addresses(&svc, ServiceType::ClusterIP),
+            Some(vec!["10.0.0.7".into(), "fd00::7".into()]),
+            "both families"
+        );
     }
 
     #[test]

@@ -676,7 +676,14 @@ fn translate_rule(
     let mut unsupported = false;
     for f in r.filters.iter().flatten() {
         if let (FilterType::RequestMirror, Some(m)) = (&f.r#type, &f.request_mirror) {
-            if let Some(mirror) = translate_mirror(snap, kind, ns, m, backend, report) {
+            if kind == RouteKind::Grpc {
+                // A copy needs the whole body first, which a streaming
+                // call never ends: the call is served, not mirrored.
+                report(
+                    "UnsupportedValue",
+                    "RequestMirror on a GRPCRoute is not supported (a mirror waits for the whole body, which streaming calls never end); calls are served without copies".into(),
+                );
+            } else if let Some(mirror) = translate_mirror(snap, kind, ns, m, backend, report) {
                 filters.mirrors.push(mirror);
             }
             continue;

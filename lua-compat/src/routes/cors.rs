@@ -11,7 +11,8 @@
 //!   browser then refuses the real request); the backend never sees it;
 //! - an **actual** request with `Origin`: it goes to the backend, and an
 //!   allowed origin gets `Access-Control-Allow-Origin` (and credentials and
-//!   exposed headers) on the response.
+//!   exposed headers) on the response. Every response of the rule says
+//!   `Vary: Origin`.
 //!
 //! The allowed origin is always answered back as the request gave it,
 //! never as `*`: that is valid with and without credentials, and a
@@ -211,7 +212,13 @@ impl CompiledCors {
             allow_methods: joined("Access-Control-Allow-Methods", &c.allow_methods),
             any_header: c.allow_headers.iter().any(|h| h == "*"),
             allow_headers: joined("Access-Control-Allow-Headers", &c.allow_headers),
-            expose_headers: joined("Access-Control-Expose-Headers", &c.expose_headers),
+            // `*` exposes every header, but only without credentials (the
+            // Fetch standard); with them it would name a header `*`.
+            expose_headers: if c.expose_headers.iter().any(|h| h == "*") && !c.allow_credentials {
+                Some(CompiledHeader::new("Access-Control-Expose-Headers", "*"))
+            } else {
+                joined("Access-Control-Expose-Headers", &c.expose_headers)
+            },
             max_age: CompiledHeader::new("Access-Control-Max-Age", &c.max_age.to_string()),
             credentials: c
                 .allow_credentials
@@ -254,13 +261,18 @@ impl CompiledCors {
         out
     }
 
-    /// The headers added to the backend's response to an actual request:
-    /// empty when the origin is not allowed.
-    pub fn actual<'a>(&'a self, origin: &'a [u8]) -> Answer<'a> {
+    /// The headers added to the backend's response to a request that is
+    /// no preflight (`origin`: its `Origin`, if any): the allow headers
+    /// for an allowed origin, and always `Vary: Origin`, since the answer
+    /// depends on it (a shared cache must not give one origin's answer to
+    /// another).
+    pub fn response<'a>(&'a self, origin: Option<&'a [u8]>) -> Answer<'a> {
         let mut out = Vec::with_capacity(4);
-        if self.allows(origin) {
+        if let Some(origin) = origin.filter(|o| self.allows(o)) {
             out.push((&self.allow_origin, origin));
             self.common(&mut out);
+        } else {
+            out.push((&self.vary, self.vary.value.as_bytes()));
         }
         out
     }
@@ -363,7 +375,7 @@ mod tests {
     #[test]
     fn an_actual_request_gets_the_origin_credentials_and_exposed_headers() {
         let f = filter(&["https://*.bar.com"], &["GET"], &[], true);
-        let a = f.actual(b"https://www.bar.com");
+        let a = f.response(Some(b"https://www.bar.com"));
         assert_eq!(
             text(&a),
             [
@@ -373,7 +385,18 @@ mod tests {
                 ("Vary", "Origin"),
             ]
         );
-        assert!(f.actual(b"https://foobar.com").is_empty());
+        assert_eq!(text(&f.response(Some(b"https://foobar.com"))), [("Vary", "Origin")]);
+        assert_eq!(
+            text(&f.response(None)),
+            [("Vary", "Origin")],
+            "the answer varies by Origin"
+        );
+        let open = CompiledCors::new(&Cors {
+            allow_origins: vec!["*".into()],
+            expose_headers: vec!["*".into()],
+            ..Cors::default()
+        });
+        assert!(text(&open.response(Some(b"https://a.test"))).contains(&("Access-Control-Expose-Headers", "*")));
     }
 
     #[test]

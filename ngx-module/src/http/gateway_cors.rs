@@ -77,15 +77,18 @@ pub unsafe fn answer_preflight(req: &mut Request, cors: &CompiledCors) -> Option
 }
 
 /// Adds the allow headers to the response of an actual cross-origin
-/// request from an allowed origin. A preflight was answered already.
+/// request from an allowed origin, and `Vary: Origin` to every response
+/// of the rule. A preflight was answered already.
 ///
 /// # Safety
 /// As [`answer_preflight`].
 pub unsafe fn add_to_response(req: &mut Request, cors: &CompiledCors) {
-    let Kind::Actual { origin } = kind(req) else {
-        return;
+    let origin = match kind(req) {
+        Kind::Preflight { .. } => return,
+        Kind::Actual { origin } => Some(origin),
+        Kind::NotCors => None,
     };
-    for (h, v) in cors.actual(origin) {
+    for (h, v) in cors.response(origin) {
         // SAFETY: as in `answer_preflight`. `Vary` is added to the
         // backend's own; the allow headers replace any it sent.
         unsafe {

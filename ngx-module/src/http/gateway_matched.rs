@@ -18,8 +18,10 @@ use crate::nginx::variables::{self, Own};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MirrorState {
     NotYet,
-    /// Its body is being read; the copies start when it is.
-    Reading,
+    /// Its body is being read; then copies go to the mirrors whose bits
+    /// are set (drawn before the read: a request no mirror takes is not
+    /// held for its body).
+    Reading(u32),
     /// The copies started; what the mirror handler answers from now on.
     Done(ngx_int_t),
 }

@@ -19,10 +19,10 @@ use lua_compat::routes::validate::MAX_MIRRORS;
 use lua_compat::routes::Mirror;
 use ngx::ffi::{
     ngx_http_core_run_phases, ngx_http_finalize_request, ngx_http_post_subrequest_t, ngx_http_read_client_request_body,
-    ngx_http_request_t, ngx_http_subrequest, ngx_int_t, ngx_palloc, NGX_DECLINED, NGX_DONE,
+    ngx_http_request_t, ngx_http_subrequest, ngx_http_variable_value_t, ngx_int_t, ngx_palloc, NGX_DECLINED, NGX_DONE,
     NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_SPECIAL_RESPONSE, NGX_HTTP_SUBREQUEST_BACKGROUND, NGX_OK,
 };
-use ngx::http::Request;
+use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule, Request};
 
 use crate::http::gateway_matched::{matched, Matched, MirrorState};
 use crate::nginx::guard::ffi_guard;
@@ -76,9 +76,15 @@ pub unsafe extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_i
         };
         match m.mirrors.get() {
             MirrorState::Done(rc) => return rc,
-            MirrorState::Reading => return NGX_DONE as ngx_int_t,
-            MirrorState::NotYet => m.mirrors.set(MirrorState::Reading),
+            MirrorState::Reading(_) => return NGX_DONE as ngx_int_t,
+            MirrorState::NotYet => {}
         }
+        let taken = draw(&m.rule().rule.filters.mirrors);
+        if taken == 0 {
+            m.mirrors.set(MirrorState::Done(NGX_DECLINED as ngx_int_t));
+            return NGX_DECLINED as ngx_int_t;
+        }
+        m.mirrors.set(MirrorState::Reading(taken));
         // SAFETY: a live main request; nginx calls `body_read` once the
         // body is in (maybe before this returns), and counts the read as a
         // reference to the request that the NGX_DONE finalization gives
@@ -86,6 +92,9 @@ pub unsafe extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_i
         unsafe {
             let rc = ngx_http_read_client_request_body(r, Some(body_read));
             if rc >= NGX_HTTP_SPECIAL_RESPONSE as ngx_int_t {
+                // No copies; if the error page is served through a phase
+                // handler again, it passes on.
+                m.mirrors.set(MirrorState::Done(NGX_DECLINED as ngx_int_t));
                 return rc;
             }
             ngx_http_finalize_request(r, NGX_DONE as ngx_int_t);
@@ -119,19 +128,36 @@ unsafe extern "C" fn copy_done(_r: *mut ngx_http_request_t, _data: *mut c_void, 
     rc
 }
 
-/// Starts the copies the rule's mirrors take; what the PRECONTENT
-/// handler answers (declines, or 500 when nginx could not make one).
+/// The mirrors a request goes to, one bit each: each takes its share of
+/// requests independently.
+fn draw(mirrors: &[Mirror]) -> u32 {
+    mirrors
+        .iter()
+        .take(MAX_MIRRORS)
+        .enumerate()
+        .filter(|(_, m)| m.takes(fastrand::u64(..)))
+        .fold(0, |bits, (i, _)| bits | 1 << i)
+}
+
+/// Starts the copies drawn for the request; what the PRECONTENT handler
+/// answers (declines, or 500 when nginx could not make one).
 fn start_copies(req: &mut Request) -> ngx_int_t {
     let Some(m) = matched(req) else {
         return NGX_DECLINED as ngx_int_t;
+    };
+    let MirrorState::Reading(taken) = m.mirrors.get() else {
+        return NGX_DECLINED as ngx_int_t;
+    };
+    let Some(nvariables) = NgxHttpCoreModule::main_conf(req).map(|c| c.variables.nelts) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     let mirrors: *const [Mirror] = m.rule().rule.filters.mirrors.as_slice();
     // SAFETY: the mirrors live in the route table the request's `Matched`
     // keeps alive until it ends.
     let mirrors = unsafe { &*mirrors };
     let r: *mut ngx_http_request_t = req.as_mut();
-    for (i, mirror) in mirrors.iter().enumerate().take(MAX_MIRRORS) {
-        if !mirror.takes(fastrand::u64(..)) {
+    for (i, _) in mirrors.iter().enumerate().take(MAX_MIRRORS) {
+        if taken & (1 << i) == 0 {
             continue;
         }
         // SAFETY: a live main request: its pool, URI and arguments are
@@ -160,6 +186,22 @@ fn start_copies(req: &mut Request) -> ngx_int_t {
             (*sr).set_header_only(1);
             (*sr).method = (*r).method;
             (*sr).method_name = (*r).method_name;
+            // The client's own URI, as the main request sends it, unless a
+            // rewrite changed it.
+            (*sr).set_valid_unparsed_uri((*r).valid_unparsed_uri());
+            // nginx gives a subrequest its parent's variable values; the
+            // copy gets its own, so that setting its backend does not
+            // change the main request's `$proxy_upstream_name` (its log
+            // line and metrics).
+            let size = nvariables * std::mem::size_of::<ngx_http_variable_value_t>();
+            let vars = ngx_palloc((*r).pool, size.max(1)).cast::<ngx_http_variable_value_t>();
+            if vars.is_null() {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+            }
+            if !(*r).variables.is_null() {
+                ptr::copy_nonoverlapping((*r).variables, vars, nvariables);
+            }
+            (*sr).variables = vars;
         }
     }
     NGX_DECLINED as ngx_int_t
