@@ -625,6 +625,31 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_with_a_filter_it_cannot_apply_applies_none_of_them() {
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {"gatewayClassName": "ours",
+                "listeners": [{"name": "web", "protocol": "HTTP", "port": 8080}]}}),
+            json!({"kind": "Service", "metadata": {"namespace": "infra", "name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+            json!({"kind": "HTTPRoute", "metadata": {"namespace": "infra", "name": "guarded"},
+                "spec": {"parentRefs": [{"name": "gw"}], "rules": [{
+                    "filters": [
+                        {"type": "ExtensionRef", "extensionRef": {"group": "auth.example.com", "kind": "Policy", "name": "p"}},
+                        {"type": "CORS", "cors": {"allowOrigins": ["*"]}},
+                        {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "web", "port": 80}}}],
+                    "backendRefs": [{"name": "web", "port": 80}]}]}}),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+        let rule = &model.table.listeners[0].rules[0];
+        assert!(rule.backends.is_empty(), "its requests get 500");
+        assert!(
+            rule.filters.is_empty(),
+            "no preflight answered, no copy made: {:?}",
+            rule.filters
+        );
+    }
+
+    #[test]
     fn static_addresses_are_ip_addresses_the_cluster_gave() {
         let s = |addresses: serde_json::Value| {
             snap(&[

@@ -813,9 +813,11 @@ fn translate_rule(
     }
     if unsupported {
         // The spec: a rule whose filters cannot be applied is not served
-        // as if they were absent; its requests get 500.
+        // as if they were absent; its requests get 500. Fail closed: none
+        // of its other filters apply either (a CORS filter would still
+        // answer preflights, a mirror still copy requests).
         backends.clear();
-        filters.redirect = None;
+        filters = Filters::default();
     }
     Rule {
         route: route_key.to_string(),
