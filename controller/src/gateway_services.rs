@@ -10,7 +10,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 
 use crate::gateway::addresses::Infrastructure;
-use crate::gateway::services::{addresses, desired, list_selector, ServiceOptions, GATEWAY_ANNOTATION};
+use crate::gateway::services::{addresses, cluster_ips, desired, list_selector, ServiceOptions, GATEWAY_ANNOTATION};
 use crate::gateway::translate::GatewayServer;
 
 /// Field manager of the applies.
@@ -61,13 +61,7 @@ fn same(want: &Service, have: &Service) -> bool {
 /// Whether `want` asks for a cluster IP that `have` does not have: a
 /// cluster IP cannot change, so the Service is made anew.
 fn needs_new_cluster_ip(want: &Service, have: &Service) -> bool {
-    let ips = |s: &Service| {
-        let spec = s.spec.as_ref();
-        spec.and_then(|s| s.cluster_ips.clone())
-            .filter(|ips| !ips.is_empty())
-            .or_else(|| spec.and_then(|s| s.cluster_ip.clone()).map(|ip| vec![ip]))
-    };
-    ips(want).is_some_and(|w| ips(have).as_ref() != Some(&w))
+    cluster_ips(want).is_some_and(|w| cluster_ips(have).as_ref() != Some(&w))
 }
 
 /// Whether the cluster would take `service` as it is (a dry-run create

@@ -7,6 +7,7 @@
 //! that will serve it) is the module's job. What is decided here is pure:
 //! names, bodies, and the lookup order `exact host → *.parent → default`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -64,16 +65,7 @@ pub fn normalize_host(host: &str) -> Result<String, String> {
         return Ok(host.to_string());
     }
     let lower = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
-    let name = lower.strip_prefix("*.").unwrap_or(&lower);
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-    };
-    if lower.len() > MAX_HOST || !name.split('.').all(label_ok) {
+    if !is_normal_host(&lower) {
         return Err(format!(
             "{:?} is not a host name, a wildcard \"*.<host name>\" or \"_\"",
             truncate(host)
@@ -82,12 +74,36 @@ pub fn normalize_host(host: &str) -> Result<String, String> {
     Ok(lower)
 }
 
+/// Whether `lower` (lower-cased, no trailing dot) is a host name or a
+/// wildcard `*.<host name>` as [`normalize_host`] accepts them.
+fn is_normal_host(lower: &str) -> bool {
+    let name = lower.strip_prefix("*.").unwrap_or(lower);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    };
+    lower.len() <= MAX_HOST && name.split('.').all(label_ok)
+}
+
 /// The name a handshake is looked up by: the SNI lower-cased, without a
 /// trailing dot. `None` when the client sent none or sent something that is
 /// no host name (an IP literal is not valid SNI).
-pub fn sni_key(sni: &[u8]) -> Option<String> {
+///
+/// Borrowed when the client sent it in that form already (as clients do):
+/// a handshake and an HTTPS request allocate nothing for it.
+pub fn sni_key(sni: &[u8]) -> Option<Cow<'_, str>> {
     let s = std::str::from_utf8(sni).ok()?;
-    let host = normalize_host(s).ok()?;
+    let host = if s.ends_with('.') || s.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(normalize_host(s).ok()?)
+    } else if is_normal_host(s) {
+        Cow::Borrowed(s)
+    } else {
+        return None;
+    };
     (host != DEFAULT_HOST && !host.starts_with("*.")).then_some(host)
 }
 
@@ -343,6 +359,8 @@ mod tests {
         assert_eq!(sni_key(b"_"), None);
         assert_eq!(sni_key(b"*.example"), None);
         assert_eq!(sni_key(b"\xff"), None);
+        assert!(matches!(sni_key(b"a.example"), Some(Cow::Borrowed("a.example"))));
+        assert_eq!(sni_key(b"a..example"), None);
     }
 
     #[test]

@@ -31,6 +31,14 @@ pub fn requested(g: &Gateway) -> Result<Vec<IpAddr>, String> {
         let ip: IpAddr = value
             .parse()
             .map_err(|_| format!("address {value:?} is not an IP address"))?;
+        // No address a Service or load balancer may not stand for: the
+        // node's own loopback, "any", a multicast group, or a link-local
+        // one (169.254.169.254 is the cloud metadata service).
+        if !is_unicast_global_or_private(&ip) {
+            return Err(format!(
+                "address {value:?} is loopback, unspecified, multicast or link-local"
+            ));
+        }
         if !out.contains(&ip) {
             out.push(ip);
         }
@@ -46,6 +54,21 @@ pub struct Infrastructure {
     pub addresses: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+}
+
+fn is_unicast_global_or_private(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback() || v4.is_unspecified() || v4.is_multicast() || v4.is_link_local() || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || v6.is_unicast_link_local()
+                || v6.to_ipv4_mapped().is_some())
+        }
+    }
 }
 
 /// Every Gateway's [`Infrastructure`], by `namespace/name` (Gateways that
@@ -112,6 +135,19 @@ mod tests {
         assert!(requested(&host).is_err());
         let bad = gateway(serde_json::json!([{"value": "10.0.0.300"}]));
         assert!(requested(&bad).unwrap_err().contains("not an IP"));
+        for hostile in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "169.254.169.254",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
+            let g = gateway(serde_json::json!([{"value": hostile}]));
+            assert!(requested(&g).unwrap_err().contains("loopback"), "{hostile}");
+        }
         assert_eq!(
             by_gateway([&g, &fake].into_iter())["infra/gw"].addresses,
             ["10.96.0.50", "fd00::5"]

@@ -212,20 +212,25 @@ fn static_address(type_: ServiceType, requested: Option<&Vec<String>>) -> Servic
     }
 }
 
+/// Every family's cluster IP a Service has or asks for (`clusterIPs`, a
+/// dual-stack Service's two; else `clusterIP`); `None` for none.
+pub fn cluster_ips(service: &Service) -> Option<Vec<String>> {
+    let spec = service.spec.as_ref()?;
+    spec.cluster_ips
+        .clone()
+        .filter(|ips| !ips.is_empty())
+        .or_else(|| spec.cluster_ip.clone().map(|ip| vec![ip]))
+}
+
 /// The addresses a Gateway's Service gives it, or `None` while it has
 /// none yet (a LoadBalancer without an ingress entry).
 pub fn addresses(service: &Service, type_: ServiceType) -> Option<Vec<String>> {
     let found: Vec<String> = match type_ {
-        // Every family's cluster IP (a dual-stack Service has two).
-        ServiceType::ClusterIP => {
-            let spec = service.spec.as_ref();
-            let ips = spec
-                .and_then(|s| s.cluster_ips.clone())
-                .filter(|ips| !ips.is_empty())
-                .or_else(|| spec.and_then(|s| s.cluster_ip.clone()).map(|ip| vec![ip]))
-                .unwrap_or_default();
-            ips.into_iter().filter(|ip| !ip.is_empty() && ip != "None").collect()
-        }
+        ServiceType::ClusterIP => cluster_ips(service)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|ip| !ip.is_empty() && ip != "None")
+            .collect(),
         ServiceType::LoadBalancer => service
             .status
             .as_ref()

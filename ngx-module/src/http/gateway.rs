@@ -22,7 +22,7 @@
 //! Nothing is reloaded for any of this: a new table reaches the next
 //! request of every worker.
 
-use lua_compat::routes::matcher::{CompiledModifier, CompiledRule, Lookup, RequestView};
+use lua_compat::routes::matcher::{CompiledModifier, CompiledRule, RequestView};
 use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::weighted;
 use lua_compat::routes::BackendProtocol;
@@ -43,7 +43,7 @@ use crate::http::https_redirect::{client_scheme, send_redirect};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::headers::{self, Side};
 use crate::nginx::module::Module;
-use crate::nginx::request::{header_in, pool_box, ssl_server_name};
+use crate::nginx::request::{header_in, pool_box, ssl_server_name, str_bytes};
 
 use crate::nginx::variables::{self, Own, Read};
 
@@ -51,30 +51,21 @@ struct View<'r> {
     req: &'r Request,
 }
 
-fn ngx_bytes(s: &ngx::ffi::ngx_str_t) -> &[u8] {
-    if s.len == 0 || s.data.is_null() {
-        return &[];
-    }
-    // SAFETY: nginx's strings in a live request point at `len` bytes in its
-    // pool or buffers.
-    unsafe { std::slice::from_raw_parts(s.data, s.len) }
-}
-
 impl RequestView for View<'_> {
     fn host(&self) -> &[u8] {
         read_variable(self.req, Read::Host).unwrap_or_default()
     }
     fn path(&self) -> &[u8] {
-        ngx_bytes(&self.req.as_ref().uri)
+        str_bytes(&self.req.as_ref().uri)
     }
     fn method(&self) -> &[u8] {
-        ngx_bytes(&self.req.as_ref().method_name)
+        str_bytes(&self.req.as_ref().method_name)
     }
     fn header(&self, lower: &str) -> Option<&[u8]> {
         header_in(self.req, lower.as_bytes())
     }
     fn args(&self) -> &[u8] {
-        ngx_bytes(&self.req.as_ref().args)
+        str_bytes(&self.req.as_ref().args)
     }
 }
 
@@ -129,16 +120,14 @@ const H2C: ngx_int_t = -1000;
 /// Points a mirror copy (see [`gateway_mirror`]) at its mirror backend;
 /// nothing else of the rule applies to it again.
 fn route_copy(req: &mut Request, index: usize) -> ngx_int_t {
-    let Some(mirror) = gateway_mirror::mirror_of(req, index).map(std::ptr::from_ref) else {
+    let Some(mirror) = gateway_mirror::mirror_of(req, index) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    // SAFETY: the mirror lives in the route table the main request holds,
-    // longer than this copy.
-    let mirror = unsafe { &*mirror };
     let Some(index) = Module::main_conf(req).map(|m| m.read_variables[Read::UpstreamName as usize]) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    // SAFETY: as above: the name outlives the copy.
+    // SAFETY: the name lives in the route table the main request holds,
+    // longer than this copy.
     unsafe { variables::set_borrowed(req, index, mirror.backend.as_bytes()) };
     match mirror.protocol {
         BackendProtocol::H2c => H2C,
@@ -160,20 +149,25 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     }) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
+    // One lookup of the listener per request.
+    let Some(l) = table.listener(listener) else {
+        return refuse(req, GrpcAnswer::NoRoute);
+    };
     // HTTPS: a request whose Host belongs to another listener than the
     // one its connection's SNI chose is answered 421, as the spec asks.
-    if let Some(l) = table.listener(listener).filter(|l| l.has_certificates()) {
+    if l.has_certificates() {
         let host = read_variable(req, Read::Host).unwrap_or_default();
         let sni = ssl_server_name(req).and_then(lua_compat::certificates::sni_key);
         if sni.is_some_and(|sni| l.misdirected(sni.as_bytes(), host)) {
             return NGX_HTTP_MISDIRECTED_REQUEST as ngx_int_t;
         }
     }
-    let (found, port) = {
+    let port = l.port;
+    let found = {
         let view = View { req };
-        match table.find(listener, &view) {
-            Lookup::Found(f) => (f, table.listener(listener).map_or(80, |l| l.port)),
-            Lookup::NoRoute | Lookup::NoListener => return refuse(req, GrpcAnswer::NoRoute),
+        match l.find(&view) {
+            Some(f) => f,
+            None => return refuse(req, GrpcAnswer::NoRoute),
         }
     };
     let found_prefix = found.prefix_len;
@@ -202,7 +196,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         let raw = read_variable(req, Read::RequestUri).unwrap_or(b"/");
         let raw_path = raw.split(|b| *b == b'?').next().unwrap_or(raw);
         let path = if redirect.path.is_some() {
-            ngx_bytes(&req.as_ref().uri)
+            str_bytes(&req.as_ref().uri)
         } else {
             raw_path
         };
@@ -214,7 +208,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
                 listener_port: port,
                 path,
                 prefix_len: found_prefix,
-                args: ngx_bytes(&req.as_ref().args),
+                args: str_bytes(&req.as_ref().args),
             },
         );
         return send_redirect(req, redirect.status_code, &target);
@@ -252,7 +246,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         .and_then(|w| w.path.as_ref())
         .or_else(|| rule.filters.rewrite.as_ref().and_then(|w| w.path.as_ref()));
     if let Some(m) = path_modifier {
-        let path = rewritten_path(m, ngx_bytes(&req.as_ref().uri), found_prefix);
+        let path = rewritten_path(m, str_bytes(&req.as_ref().uri), found_prefix);
         let Some(data) = variables::pool_copy(req, &path) else {
             return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
         };

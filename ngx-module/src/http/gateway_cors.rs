@@ -10,23 +10,23 @@ use ngx::http::Request;
 
 use crate::http::https_redirect::send_status;
 use crate::nginx::headers::{self, Side};
-use crate::nginx::request::{header_in, header_in_joined};
+use crate::nginx::request::{header_in, header_in_joined, str_bytes};
 
 /// The request's CORS headers, detached from the borrow of `req`.
 fn kind<'a>(req: &Request) -> Kind<'a> {
-    let r = req.as_ref();
-    let method = if r.method_name.data.is_null() {
-        &[][..]
-    } else {
-        // SAFETY: nginx's method name points at `len` bytes of the
-        // request line, live for the request.
-        unsafe { std::slice::from_raw_parts(r.method_name.data, r.method_name.len) }
-    };
+    let method = str_bytes(&req.as_ref().method_name);
+    let origin = header_in(req, b"origin");
+    // Only a preflight's are read: a request's headers are a list walk each.
+    let preflight = method == b"OPTIONS" && origin.is_some();
     let k = classify(
         method,
-        header_in(req, b"origin"),
-        header_in(req, b"access-control-request-method"),
-        header_in_joined(req, b"access-control-request-headers"),
+        origin,
+        preflight
+            .then(|| header_in(req, b"access-control-request-method"))
+            .flatten(),
+        preflight
+            .then(|| header_in_joined(req, b"access-control-request-headers"))
+            .flatten(),
     );
     // SAFETY: every slice points into the request's header buffers or pool
     // (a joined copy), which live as long as the request; the borrow of

@@ -53,11 +53,10 @@ pub fn mirror_of(req: &Request, index: usize) -> Option<&Mirror> {
     // SAFETY: a subrequest's `main` is its live main request, which
     // outlives it (it counts its subrequests).
     let main = unsafe { Request::from_ngx_http_request(req.as_ref().main) };
+    // The mirror lives in the route table the main request's `Matched`
+    // keeps alive, longer than this subrequest.
     let m: &Matched = matched(main)?;
-    let mirror = m.rule().rule.filters.mirrors.get(index)?;
-    // SAFETY: the mirror lives in the route table the main request's
-    // `Matched` keeps alive, longer than this subrequest.
-    Some(unsafe { &*ptr::from_ref(mirror) })
+    m.rule().rule.filters.mirrors.get(index)
 }
 
 /// The PRECONTENT handler: nginx calls it with a live request, on the
@@ -104,6 +103,10 @@ pub unsafe extern "C" fn precontent_handler(r: *mut ngx_http_request_t) -> ngx_i
 }
 
 /// nginx calls it with the live main request when its body is read.
+///
+/// # Safety
+/// `r` is a live main request, on the event loop (nginx's contract for a
+/// body handler); panics are caught.
 unsafe extern "C" fn body_read(r: *mut ngx_http_request_t) {
     ffi_guard("gateway mirror body", (), || {
         // SAFETY: as in `precontent_handler`.
@@ -124,6 +127,11 @@ unsafe extern "C" fn body_read(r: *mut ngx_http_request_t) {
 }
 
 /// nginx calls it when a copy ends: its answer is ignored.
+///
+/// # Safety
+/// Sound for any arguments: it reads neither pointer and cannot panic
+/// (so it needs no panic guard). `unsafe extern "C"` only because it is
+/// nginx's `ngx_http_post_subrequest_pt`.
 unsafe extern "C" fn copy_done(_r: *mut ngx_http_request_t, _data: *mut c_void, rc: ngx_int_t) -> ngx_int_t {
     rc
 }

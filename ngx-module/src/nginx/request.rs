@@ -398,6 +398,17 @@ unsafe extern "C" fn drop_in_pool<T>(data: *mut c_void) {
     })
 }
 
+/// The bytes of an nginx string (empty for a null one).
+pub fn str_bytes(s: &ngx_str_t) -> &[u8] {
+    if s.len == 0 || s.data.is_null() {
+        return &[];
+    }
+    // SAFETY: nginx's strings point at `len` bytes that live as long as
+    // the structure holding them (a request's pool or buffers, a
+    // configuration's pool).
+    unsafe { slice::from_raw_parts(s.data, s.len) }
+}
+
 /// The SNI the client of the request's TLS connection sent, as it sent
 /// it; `None` over plain TCP or without SNI.
 pub fn ssl_server_name(req: &Request) -> Option<&[u8]> {
@@ -405,16 +416,25 @@ pub fn ssl_server_name(req: &Request) -> Option<&[u8]> {
     // SAFETY: a live request's connection is live; `ssl` is null or
     // nginx's TLS state for it, whose `SSL` lives as long as it.
     let ssl = unsafe { c.as_ref()?.ssl.as_ref()? }.connection;
+    // SAFETY: null, or the connection's live `SSL`, which outlives the
+    // request.
+    unsafe { servername(ssl) }
+}
+
+/// The SNI of a TLS connection, as the client sent it.
+///
+/// # Safety
+/// `ssl` is null or a live `SSL`; the result lives no longer than it.
+pub unsafe fn servername<'a>(ssl: *const ngx::ffi::SSL) -> Option<&'a [u8]> {
     if ssl.is_null() {
         return None;
     }
-    // SAFETY: a live `SSL`; the name, if any, is a NUL-terminated string it
-    // owns for the connection's life (TLSEXT_NAMETYPE_host_name is 0).
+    // SAFETY: a live `SSL` (this function's contract); the name, if any,
+    // is a NUL-terminated string it owns (TLSEXT_NAMETYPE_host_name is 0).
     let name = unsafe { ngx::ffi::SSL_get_servername(ssl, 0) };
     if name.is_null() {
         return None;
     }
-    // SAFETY: non-null: the NUL-terminated SNI (above), which outlives
-    // the request.
+    // SAFETY: non-null: the NUL-terminated SNI (above).
     Some(unsafe { CStr::from_ptr(name.cast()) }.to_bytes())
 }

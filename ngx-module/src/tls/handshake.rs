@@ -10,13 +10,13 @@
 //! `ssl_certificate` stays: the fallback that also makes the configuration
 //! valid for `nginx -t`.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 
 use foreign_types::ForeignType;
 use ngx::ffi::{
     ngx_conf_t, ngx_connection_t, ngx_http_core_srv_conf_t, ngx_http_ssl_module, ngx_http_ssl_srv_conf_t, ngx_int_t,
-    ngx_ssl_connection_index, SSL_CTX_set_cert_cb, SSL_certs_clear, SSL_get_ex_data, SSL_get_servername,
-    SSL_use_cert_and_key, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_ERR, NGX_OK, SSL,
+    ngx_ssl_connection_index, SSL_CTX_set_cert_cb, SSL_certs_clear, SSL_get_ex_data, SSL_use_cert_and_key, NGX_ERROR,
+    NGX_LOG_EMERG, NGX_LOG_ERR, NGX_OK, SSL,
 };
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_log_error;
@@ -26,9 +26,7 @@ use lua_compat::certificates::sni_key;
 use crate::conf::{MainConf, UpstreamConf};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
-
-/// `TLSEXT_NAMETYPE_host_name`.
-const HOST_NAME: c_int = 0;
+use crate::nginx::request::servername;
 
 /// Sets the certificate callback on every TLS server with
 /// `dynamic_balancer_ssl on`.
@@ -112,13 +110,8 @@ unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_
         let Some(zone) = scf.main.and_then(|m| unsafe { m.as_ref() }.zone()) else {
             return 1;
         };
-        // SAFETY: `ssl` is live; the name, if any, is a NUL-terminated
-        // string owned by it for the handshake.
-        let name = unsafe { SSL_get_servername(ssl, HOST_NAME) };
-        let sni = (!name.is_null())
-            // SAFETY: non-null: the NUL-terminated SNI (above).
-            .then(|| unsafe { CStr::from_ptr(name.cast::<c_char>()) })
-            .and_then(|n| sni_key(n.to_bytes()));
+        // SAFETY: `ssl` is live for the handshake.
+        let sni = unsafe { servername(ssl) }.and_then(sni_key);
         // SAFETY: nginx stores its connection at this index of every SSL
         // it creates; it outlives the handshake.
         let c = unsafe { SSL_get_ex_data(ssl, ngx_ssl_connection_index) }.cast::<ngx_connection_t>();
