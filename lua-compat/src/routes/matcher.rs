@@ -50,6 +50,8 @@ pub struct CompiledListener {
     /// with the index of its listener hostname (an HTTPS listener has one
     /// certificate per hostname).
     certificates: HostMap<(usize, Box<str>)>,
+    /// Client certificate validation of this HTTPS server (its port's).
+    pub client_validation: Option<super::ClientValidation>,
 }
 
 /// Values by host name: exact, else the longest wildcard that covers the
@@ -296,6 +298,7 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
                 .enumerate()
                 .map(|(i, c)| (c.hostname.as_str(), (i, Box::from(c.certificate.as_str())))),
         ),
+        client_validation: l.client_validation.clone(),
     })
 }
 

@@ -57,6 +57,33 @@ pub struct ListenerRoutes {
     /// the Ingress servers map. Empty on an HTTP server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certificates: Vec<ListenerCertificate>,
+    /// An HTTPS server's client certificate validation (the Gateway's
+    /// `spec.tls.frontend` for this port): asked for in every handshake
+    /// and checked against these CAs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_validation: Option<ClientValidation>,
+}
+
+/// Mutual TLS on one HTTPS server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientValidation {
+    /// The trusted CA certificates, PEM (one or more `CERTIFICATE`
+    /// blocks): a client's chain must end at one of them.
+    pub ca_certificates: String,
+    #[serde(default)]
+    pub mode: ValidationMode,
+}
+
+/// What happens to a client without a valid certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ValidationMode {
+    /// The handshake fails (Gateway API's default).
+    #[default]
+    AllowValidOnly,
+    /// The certificate is asked for and verified, but the connection goes
+    /// on without one or with one that fails; the backend decides.
+    AllowInsecureFallback,
 }
 
 /// One HTTPS listener's certificate.

@@ -17,6 +17,11 @@ use crate::validate::{check_name, deserialize, is_dns_label, ValidationError};
 pub const MAX_LISTENERS: usize = 4096;
 /// Most certificates one server names (a Gateway has at most 64 listeners).
 pub const MAX_LISTENER_CERTIFICATES: usize = 64;
+/// Largest CA bundle one server trusts for client certificates, in bytes
+/// of PEM (16 references of a Gateway, each a few CAs).
+pub const MAX_CA_BUNDLE: usize = 256 * 1024;
+/// Most CA certificates in one bundle.
+pub const MAX_CA_CERTIFICATES: usize = 128;
 /// Header or query matches in one match, and entries in one header
 /// modifier list (the Gateway API's maximum).
 pub const MAX_VALUE_MATCHES: usize = 16;
@@ -49,6 +54,41 @@ pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 pub const METHODS: [&str; 9] = [
     "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
 ];
+
+/// A CA bundle is PEM `CERTIFICATE` blocks and nothing else PEM: a
+/// private key pasted into a ConfigMap by mistake is refused, not stored.
+/// The module parses the blocks with OpenSSL when the table is pushed.
+pub fn check_ca_bundle(pem: &str) -> Result<(), String> {
+    if pem.len() > MAX_CA_BUNDLE {
+        return Err(format!("larger than {MAX_CA_BUNDLE} bytes"));
+    }
+    let mut blocks = 0usize;
+    let mut open = false;
+    for line in pem.lines().map(str::trim_end) {
+        if let Some(label) = line.strip_prefix("-----BEGIN ") {
+            if open || label != "CERTIFICATE-----" {
+                return Err(format!("{line:?}: only CERTIFICATE blocks are allowed"));
+            }
+            open = true;
+        } else if let Some(label) = line.strip_prefix("-----END ") {
+            if !open || label != "CERTIFICATE-----" {
+                return Err(format!("{line:?} does not close a CERTIFICATE block"));
+            }
+            open = false;
+            blocks += 1;
+        } else if open && !line.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b)) {
+            return Err("a CERTIFICATE block holds something other than base64".into());
+        }
+    }
+    if open {
+        return Err("a CERTIFICATE block is not closed".into());
+    }
+    match blocks {
+        0 => Err("no PEM CERTIFICATE block".into()),
+        n if n > MAX_CA_CERTIFICATES => Err(format!("more than {MAX_CA_CERTIFICATES} certificates")),
+        _ => Ok(()),
+    }
+}
 
 /// Parses and validates a whole route table.
 pub fn parse_routes(body: &[u8]) -> Result<RouteTable, ValidationError> {
@@ -119,6 +159,16 @@ fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
         }
         crate::certificates::check_id(&cert.certificate)
             .map_err(|e| ValidationError::at(format!("{at}.certificate"), e))?;
+    }
+    if let Some(v) = &l.client_validation {
+        if l.certificates.is_empty() {
+            return Err(bad(
+                "clientValidation",
+                "only an HTTPS server (one with certificates) can validate client certificates".into(),
+            ));
+        }
+        check_ca_bundle(&v.ca_certificates)
+            .map_err(|e| ValidationError::at(format!("{at}.clientValidation.caCertificates"), e))?;
     }
     let mut hosts = HashSet::new();
     for (h, group) in l.hosts.iter().enumerate() {
@@ -523,6 +573,52 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(t.listeners[0].hosts[0].matches[0].headers[0].name, "X-Env");
+    }
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\nAbc+/=\n-----END CERTIFICATE-----\n";
+
+    fn https(validation: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"name": "gw/default/443", "port": 443, "hosts": [], "rules": [],
+            "certificates": [{"hostname": "*", "certificate": "gw-cert"}],
+            "clientValidation": validation})
+    }
+
+    #[test]
+    fn client_validation_takes_certificate_blocks_only_on_https_servers() {
+        let t = table(https(serde_json::json!({"caCertificates": CA}))).unwrap();
+        let v = t.listeners[0].client_validation.as_ref().unwrap();
+        assert_eq!(v.mode, super::super::ValidationMode::AllowValidOnly);
+        let t = table(https(
+            serde_json::json!({"caCertificates": format!("{CA}{CA}"), "mode": "AllowInsecureFallback"}),
+        ))
+        .unwrap();
+        assert_eq!(
+            t.listeners[0].client_validation.as_ref().unwrap().mode,
+            super::super::ValidationMode::AllowInsecureFallback
+        );
+        let key = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+        for (bad, why) in [
+            (String::new(), "no PEM"),
+            ("just text".to_string(), "no PEM"),
+            (format!("{CA}{key}"), "only CERTIFICATE"),
+            ("-----BEGIN CERTIFICATE-----\nAAAA\n".to_string(), "not closed"),
+            (
+                "-----BEGIN CERTIFICATE-----\nA\"}\n-----END CERTIFICATE-----".to_string(),
+                "base64",
+            ),
+            (CA.repeat(MAX_CA_CERTIFICATES + 1), "more than"),
+            (format!("{CA}{}", " ".repeat(MAX_CA_BUNDLE)), "larger than"),
+        ] {
+            let e = table(https(serde_json::json!({"caCertificates": bad}))).expect_err(why);
+            assert_eq!(e.path, "listeners[0].clientValidation.caCertificates");
+            assert!(e.message.contains(why), "{why}: {e}");
+        }
+        let e = table(https(serde_json::json!({"caCertificates": CA, "mode": "Optional"}))).unwrap_err();
+        assert!(e.to_string().contains("Optional"), "{e}");
+        // An HTTP server has no handshake to ask in.
+        let mut http = https(serde_json::json!({"caCertificates": CA}));
+        http["certificates"] = serde_json::json!([]);
+        assert_eq!(table(http).unwrap_err().path, "listeners[0].clientValidation");
     }
 
     #[test]

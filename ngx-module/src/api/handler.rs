@@ -494,6 +494,18 @@ fn write_routes(zone: &Zone, parts: &[BodyPart]) -> WriteOutcome {
         Ok(table) => table,
         Err(e) => return WriteOutcome::Invalid(e),
     };
+    // Client CA bundles are parsed by OpenSSL here, so that a worker never
+    // meets one it cannot use in a handshake.
+    for (i, l) in table.listeners.iter().enumerate() {
+        if let Some(v) = &l.client_validation {
+            if let Err(e) = crate::tls::client_ca::parse(&v.ca_certificates) {
+                return WriteOutcome::Invalid(ValidationError {
+                    path: format!("listeners[{i}].clientValidation.caCertificates"),
+                    message: e,
+                });
+            }
+        }
+    }
     let json = serde_json::to_vec(&table).expect("JSON encoding of a route table");
     match routes::replace(zone, &json) {
         Ok(a) => WriteOutcome::Applied {

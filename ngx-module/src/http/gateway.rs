@@ -25,10 +25,10 @@
 use lua_compat::routes::matcher::{CompiledModifier, CompiledRule, RequestView};
 use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::weighted;
-use lua_compat::routes::BackendProtocol;
+use lua_compat::routes::{BackendProtocol, ValidationMode};
 use ngx::ffi::{
-    ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_DONE, NGX_HTTP_INTERNAL_SERVER_ERROR,
-    NGX_HTTP_MISDIRECTED_REQUEST, NGX_HTTP_NOT_FOUND, NGX_LOG_ERR,
+    ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_DONE, NGX_HTTP_BAD_REQUEST, NGX_HTTP_INTERNAL_SERVER_ERROR,
+    NGX_HTTP_MISDIRECTED_REQUEST, NGX_HTTP_NOT_FOUND, NGX_LOG_ERR, NGX_LOG_INFO,
 };
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
@@ -43,7 +43,7 @@ use crate::http::https_redirect::{client_scheme, send_redirect};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::headers::{self, Side};
 use crate::nginx::module::Module;
-use crate::nginx::request::{header_in, pool_box, ssl_server_name, str_bytes};
+use crate::nginx::request::{client_certificate_verified, header_in, pool_box, ssl_server_name, str_bytes};
 
 use crate::nginx::variables::{self, Own, Read};
 
@@ -160,6 +160,22 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         let sni = ssl_server_name(req).and_then(lua_compat::certificates::sni_key);
         if sni.is_some_and(|sni| l.misdirected(sni.as_bytes(), host)) {
             return NGX_HTTP_MISDIRECTED_REQUEST as ngx_int_t;
+        }
+        // The handshake required a valid client certificate; a session
+        // resumed from before validation was on (or from another CA
+        // bundle's failure in fallback) did not go through it: refused as
+        // nginx's `ssl_verify_client on` refuses (400).
+        if l.client_validation
+            .as_ref()
+            .is_some_and(|v| v.mode == ValidationMode::AllowValidOnly)
+            && !client_certificate_verified(req)
+        {
+            ngx_log_error!(
+                NGX_LOG_INFO,
+                log,
+                "dynamic_balancer: the client sent no valid certificate on a listener that requires one"
+            );
+            return NGX_HTTP_BAD_REQUEST as ngx_int_t;
         }
     }
     let port = l.port;

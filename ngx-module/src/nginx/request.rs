@@ -421,6 +421,26 @@ pub fn ssl_server_name(req: &Request) -> Option<&[u8]> {
     unsafe { servername(ssl) }
 }
 
+/// Whether the request's TLS connection carries a client certificate that
+/// verified (OpenSSL's result, kept in a resumed session too). `false`
+/// without TLS.
+pub fn client_certificate_verified(req: &Request) -> bool {
+    let c = req.connection();
+    // SAFETY: as in `ssl_server_name`.
+    let Some(ssl) = (unsafe { c.as_ref().and_then(|c| c.ssl.as_ref()) }).map(|s| s.connection) else {
+        return false;
+    };
+    if ssl.is_null() {
+        return false;
+    }
+    // SAFETY: the connection's live `SSL`; the peer certificate is
+    // borrowed ("get0") and only compared with null.
+    unsafe {
+        !ngx::ffi::SSL_get0_peer_certificate(ssl).is_null()
+            && ngx::ffi::SSL_get_verify_result(ssl) == ngx::ffi::X509_V_OK as std::ffi::c_long
+    }
+}
+
 /// The SNI of a TLS connection, as the client sent it.
 ///
 /// # Safety

@@ -12,7 +12,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use foreign_types::ForeignType;
+use foreign_types::{ForeignType, ForeignTypeRef};
 use ngx::ffi::{
     ngx_conf_t, ngx_connection_t, ngx_http_core_srv_conf_t, ngx_http_ssl_module, ngx_http_ssl_srv_conf_t, ngx_int_t,
     ngx_ssl_connection_index, SSL_CTX_set_cert_cb, SSL_certs_clear, SSL_get_ex_data, SSL_use_cert_and_key, NGX_ERROR,
@@ -20,6 +20,7 @@ use ngx::ffi::{
 };
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_log_error;
+use openssl::ssl::SslRef;
 
 use lua_compat::certificates::sni_key;
 
@@ -130,10 +131,38 @@ unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_
             // A Gateway's HTTPS server: its listeners' certificates only.
             // The id is borrowed from the table: nothing is copied per
             // handshake.
-            Some(listener) => crate::backends::routes_cache::current(&zone, |_| {}).and_then(|table| {
-                let id = table.listener(listener.as_bytes())?.certificate(sni.as_deref())?;
-                crate::tls::cache::find_id(&zone, id, on_error)
-            }),
+            Some(listener) => {
+                let Some(table) = crate::backends::routes_cache::current(&zone, |_| {}) else {
+                    return 1;
+                };
+                let Some(l) = table.listener(listener.as_bytes()) else {
+                    return 1;
+                };
+                // Client certificates are asked for whichever certificate
+                // the SNI finds (even the static fallback's).
+                if let Some(v) = &l.client_validation {
+                    let applied = crate::tls::client_ca::for_listener(&table, listener.as_bytes(), v).and_then(|ca| {
+                        // SAFETY: `ssl` is live for the handshake and not
+                        // otherwise borrowed here.
+                        crate::tls::client_ca::apply(unsafe { SslRef::from_ptr_mut(ssl.cast()) }, &ca)
+                    });
+                    if let Err(e) = applied {
+                        // Fail closed: no handshake without the validation
+                        // the Gateway asks for.
+                        if !log.is_null() {
+                            ngx_log_error!(
+                                NGX_LOG_ERR,
+                                log,
+                                "dynamic_balancer: client certificate validation of {:?} cannot be set up: {e}",
+                                String::from_utf8_lossy(listener.as_bytes())
+                            );
+                        }
+                        return 0;
+                    }
+                }
+                let id = l.certificate(sni.as_deref());
+                id.and_then(|id| crate::tls::cache::find_id(&zone, id, on_error))
+            }
             None => crate::tls::cache::find(&zone, sni.as_deref(), on_error),
         };
         let Some(cert) = found else { return 1 };

@@ -1,10 +1,12 @@
 //! Certificates without reloads: PEM chains checked and turned into the
 //! zone's payload, the certificate map's writes, each worker's parsed
-//! cache, and the handshake callback that picks a certificate by SNI.
+//! cache, the handshake callback that picks a certificate by SNI, and the
+//! client certificate validation of Gateway HTTPS servers.
 //!
 //! May use [`crate::nginx`], [`crate::shm`] and [`crate::conf`].
 
 pub mod cache;
 pub mod certificate;
+pub mod client_ca;
 pub mod handshake;
 pub mod store;
