@@ -57,7 +57,15 @@ pub struct Snapshot {
     /// Namespaces, for `allowedRoutes.namespaces.selector` (watched with
     /// Gateway API only).
     pub namespaces: Vec<Arc<Namespace>>,
+    /// ConfigMaps of every watched namespace that Gateways may name as
+    /// client CA bundles (watched with Gateway API only; each keeps only
+    /// its `ca.crt`).
+    pub ca_bundles: Vec<Arc<ConfigMap>>,
 }
+
+/// The key of a CA bundle ConfigMap (Gateway API's and Kubernetes' own
+/// `kube-root-ca.crt` convention).
+pub const CA_BUNDLE_KEY: &str = "ca.crt";
 
 /// What changed from one snapshot to the next, as far as the model cares.
 #[derive(Debug, PartialEq, Eq)]
@@ -96,7 +104,8 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_objects(&old.tls_routes, &new.tls_routes)
         && same_objects(&old.udp_routes, &new.udp_routes)
         && same_objects(&old.reference_grants, &new.reference_grants)
-        && same_objects(&old.namespaces, &new.namespaces);
+        && same_objects(&old.namespaces, &new.namespaces)
+        && same_objects(&old.ca_bundles, &new.ca_bundles);
     if !others_same {
         return Change::Other;
     }

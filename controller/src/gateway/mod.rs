@@ -9,12 +9,16 @@
 //!   host groups the module looks requests up in;
 //! - [`translate`]: the Gateway objects this controller owns into that
 //!   table and the nginx servers it needs;
+//! - [`frontend_tls`]: client certificate validation per Gateway port;
+//! - [`grants`]: what ReferenceGrants allow;
 //! - [`services`]: a Service per Gateway, its address;
 //! - [`addresses`]: the static addresses a Gateway asks for;
 //! - [`status`]: the conditions the spec asks for.
 
 pub mod addresses;
 pub mod duration;
+pub mod frontend_tls;
+pub mod grants;
 pub mod grpc;
 pub mod hostnames;
 pub mod precedence;

@@ -24,6 +24,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRouteRequestHeaderModifier",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
@@ -211,6 +213,12 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
             };
             let (kinds, invalid_kinds) = listener_kinds(l);
             let mut conditions = conditions;
+            // Client CA references that do not (all) resolve.
+            if let Some((reason, message)) = model.ca_refs.get(&(gw_key.clone(), l.name.clone())) {
+                if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "ResolvedRefs") {
+                    *c = cond("ResolvedRefs", false, reason, message.clone());
+                }
+            }
             if invalid_kinds {
                 if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "ResolvedRefs") {
                     *c = cond(
@@ -303,6 +311,15 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                 cond("Programmed", false, "Invalid", "no listener can be served"),
             ]
         };
+        let mut conditions = conditions;
+        if super::frontend_tls::insecure_fallback(g) {
+            conditions.push(cond(
+                "InsecureFrontendValidationMode",
+                true,
+                "ConfigurationChanged",
+                "client certificate validation is AllowInsecureFallback: clients without a valid certificate are let in",
+            ));
+        }
         out.gateways.insert(
             gw_key,
             GatewayStatus {
@@ -409,6 +426,10 @@ fn route_parents(
     out
 }
 
+/// Condition types this controller writes only while they hold, and
+/// removes after (not another controller's to keep).
+const WRITTEN_WHEN_TRUE: &[&str] = &["InsecureFrontendValidationMode"];
+
 /// `conditions` as the API stores them: with `observedGeneration`, and
 /// the `lastTransitionTime` of the same condition in `existing` when its
 /// status did not change (else `now`).
@@ -420,6 +441,7 @@ pub fn conditions_json(conditions: &[Cond], generation: i64, existing: Option<&V
         .into_iter()
         .flatten()
         .filter(|e| !conditions.iter().any(|c| e["type"] == c.type_))
+        .filter(|e| !WRITTEN_WHEN_TRUE.iter().any(|t| e["type"] == *t))
         .cloned();
     Value::Array(
         conditions
@@ -451,6 +473,7 @@ pub fn conditions_json(conditions: &[Cond], generation: i64, existing: Option<&V
 mod tests {
     use super::*;
     use crate::gateway::translate::{translate, CONTROLLER_NAME};
+    use lua_compat::routes::ValidationMode;
     use std::sync::Arc;
 
     fn snap(docs: &[Value]) -> Snapshot {
@@ -469,6 +492,7 @@ mod tests {
                 "Service" => s.services.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "Secret" => s.secrets.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "Namespace" => s.namespaces.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "ConfigMap" => s.ca_bundles.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "ReferenceGrant" => s
                     .reference_grants
                     .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
@@ -807,6 +831,101 @@ mod tests {
         assert!(listener("ungranted").contains(&("ResolvedRefs", false, "RefNotPermitted".into())));
         assert!(listener("kind").contains(&("ResolvedRefs", false, "InvalidCertificateRef".into())));
         assert!(listener("plain").contains(&("Accepted", false, "ProtocolConflict".into())));
+    }
+
+    #[test]
+    fn client_ca_references_are_checked_per_port() {
+        let (ca, _) = crate::model::tls::tests::self_signed("clients.example.org", -1, 30);
+        let ca = String::from_utf8(ca).unwrap();
+        let https = |name: &str, port: u16, hostname: &str| {
+            json!({"name": name, "protocol": "HTTPS", "port": port, "hostname": hostname,
+                   "tls": {"certificateRefs": [{"name": "cert"}]}})
+        };
+        let cm = |name: &str| json!({"group": "", "kind": "ConfigMap", "name": name});
+        let gateway = |mode: &str| {
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {
+                "gatewayClassName": "ours",
+                "tls": {"frontend": {
+                    "default": {"validation": {"caCertificateRefs": [cm("ca")], "mode": mode}},
+                    "perPort": [
+                        {"port": 7443, "tls": {"validation": {"caCertificateRefs": [cm("missing")]}}},
+                        {"port": 8443, "tls": {"validation": {"caCertificateRefs": [
+                            {"group": "", "kind": "Service", "name": "web"}]}}},
+                        {"port": 6443, "tls": {"validation": {"caCertificateRefs": [
+                            {"group": "", "kind": "ConfigMap", "name": "ca", "namespace": "other"}]}}},
+                        {"port": 80, "tls": {"validation": {"caCertificateRefs": [cm("missing")]}}}]}},
+                "listeners": [https("https", 443, "a.test"), https("unresolved", 7443, "b.test"),
+                              https("kind", 8443, "c.test"), https("grant", 6443, "d.test"),
+                              {"name": "http", "protocol": "HTTP", "port": 80}]}})
+        };
+        let docs = |mode: &str| {
+            snap(&[
+                json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+                gateway(mode),
+                tls_secret("infra", "cert"),
+                json!({"kind": "ConfigMap", "metadata": {"namespace": "infra", "name": "ca"}, "data": {"ca.crt": ca}}),
+                json!({"kind": "ConfigMap", "metadata": {"namespace": "other", "name": "ca"}, "data": {"ca.crt": ca}}),
+            ])
+        };
+        let s = docs("AllowValidOnly");
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+        // Port 443 validates; the HTTP port ignores its (bad) entry.
+        let served: Vec<_> = model
+            .table
+            .listeners
+            .iter()
+            .map(|l| (l.port, l.client_validation.as_ref().map(|v| v.mode)))
+            .collect();
+        assert_eq!(served, [(443, Some(ValidationMode::AllowValidOnly)), (80, None)]);
+        let published = Vec::new();
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        let listener = |d: &Desired, name: &str| {
+            d.gateways["infra/gw"]
+                .listeners
+                .iter()
+                .find(|l| l.name == name)
+                .unwrap()
+                .conditions
+                .iter()
+                .map(|c| (c.type_, c.status, c.reason.clone()))
+                .collect::<Vec<_>>()
+        };
+        for name in ["https", "http"] {
+            for t in ["Accepted", "Programmed", "ResolvedRefs"] {
+                assert!(listener(&d, name).iter().any(|c| c.0 == t && c.1), "{name} {t}");
+            }
+        }
+        for (name, reason) in [
+            ("unresolved", "InvalidCACertificateRef"),
+            ("kind", "InvalidCACertificateKind"),
+            ("grant", "RefNotPermitted"),
+        ] {
+            let l = listener(&d, name);
+            assert!(l.contains(&("ResolvedRefs", false, reason.into())), "{name}: {l:?}");
+            assert!(
+                l.contains(&("Accepted", false, "NoValidCACertificate".into())),
+                "{name}: {l:?}"
+            );
+            assert!(l.iter().any(|c| c.0 == "Programmed" && !c.1), "{name}: {l:?}");
+        }
+        let insecure = |d: &Desired| {
+            d.gateways["infra/gw"]
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "InsecureFrontendValidationMode" && c.status && c.reason == "ConfigurationChanged")
+        };
+        assert!(!insecure(&d));
+        let s = docs("AllowInsecureFallback");
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        assert!(insecure(&d));
+        // Back to AllowValidOnly: the condition goes, not kept as foreign.
+        let before = conditions_json(&d.gateways["infra/gw"].conditions, 1, None, "t0");
+        let s = docs("AllowValidOnly");
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| format!("{}-{}", r.namespace, r.name));
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        let after = conditions_json(&d.gateways["infra/gw"].conditions, 2, Some(&before), "t1");
+        assert!(!after.to_string().contains("InsecureFrontendValidationMode"), "{after}");
     }
 
     #[test]

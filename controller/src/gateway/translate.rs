@@ -18,10 +18,13 @@ use gateway_api_types::httproutes::{
 use lua_compat::routes::cors::Cors;
 use lua_compat::routes::validate::{validate_routes, MAX_RETRY_ATTEMPTS, MAX_TIMEOUT_MS, MAX_WEIGHT, RETRYABLE_CODES};
 use lua_compat::routes::{
-    BackendProtocol, Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, Mirror, PathMatch,
-    PathModifier, Redirect, Retry, Rewrite, RouteMatch, RouteTable, Rule, Timeouts, ValueMatch, WeightedBackend,
+    BackendProtocol, ClientValidation, Filters, Header, HeaderModifier, ListenerCertificate, ListenerRoutes, Mirror,
+    PathMatch, PathModifier, Redirect, Retry, Rewrite, RouteMatch, RouteTable, Rule, Timeouts, ValueMatch,
+    WeightedBackend,
 };
 
+use super::frontend_tls::PortValidation;
+use super::grants::granted_to;
 use super::hostnames::intersect_from;
 use super::precedence::{host_groups, Candidate};
 use super::route::{Route, RouteKind};
@@ -29,7 +32,7 @@ use crate::snapshot::{key, Snapshot};
 
 /// The `controllerName` of GatewayClasses this controller serves.
 pub const CONTROLLER_NAME: &str = "dynamic-balancer.dev/gateway-controller";
-pub(crate) const GROUP: &str = "gateway.networking.k8s.io";
+pub(crate) use super::grants::GROUP;
 
 /// A Service port a route sends to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +129,8 @@ struct Draft<'a> {
     protocol: ServerProtocol,
     /// An HTTPS server's certificates.
     certificates: Vec<ListenerCertificate>,
+    /// An HTTPS server's client certificate validation (its port's).
+    client_validation: Option<ClientValidation>,
 }
 
 /// What the Gateway objects come to.
@@ -148,6 +153,11 @@ pub struct GatewayModel {
     pub unresolved_listeners: BTreeMap<(String, String), (String, String)>,
     /// The HTTPS listeners' certificates, by the module's id.
     pub certificates: BTreeMap<String, crate::model::tls::Pair>,
+    /// HTTPS listeners whose client CA references (`spec.tls.frontend`)
+    /// do not all resolve: `ResolvedRefs` False with this reason. With
+    /// none resolved the listener is also refused (`NoValidCACertificate`
+    /// in `listeners`).
+    pub ca_refs: BTreeMap<(String, String), (String, String)>,
 }
 
 /// The certificate of an HTTPS listener (its first `certificateRef`), or
@@ -265,6 +275,30 @@ pub fn translate(
             } else {
                 None
             };
+            let client_validation = if protocol == ServerProtocol::Https {
+                match super::frontend_tls::for_port(snap, g, l.port) {
+                    PortValidation::None => None,
+                    PortValidation::Valid { validation, problem } => {
+                        if let Some(p) = problem {
+                            out.problems
+                                .push((format!("Gateway {gw_key}"), format!("listener {:?}: {}", l.name, p.1)));
+                            out.ca_refs.insert(lkey.clone(), p);
+                        }
+                        Some(validation)
+                    }
+                    PortValidation::Invalid(p) => {
+                        let message = format!("no valid client CA certificate: {}", p.1);
+                        out.problems
+                            .push((format!("Gateway {gw_key}"), format!("listener {:?}: {message}", l.name)));
+                        out.ca_refs.insert(lkey.clone(), p);
+                        out.listeners
+                            .insert(lkey, Err(("NoValidCACertificate".into(), message)));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             // UDP ports are not TCP ports: a Gateway may have both.
             let name = match protocol {
                 ServerProtocol::Udp => format!("{gw_key}/{port}/udp"),
@@ -324,6 +358,7 @@ pub fn translate(
                     gateway: g,
                     protocol,
                     certificates: certificate.into_iter().collect(),
+                    client_validation,
                 },
             );
         }
@@ -339,6 +374,7 @@ pub fn translate(
             gateway,
             protocol,
             certificates,
+            client_validation,
         } = draft;
         let port = listeners[0].port as u16;
         // Every listener's hostname is a host group, with or without
@@ -377,6 +413,7 @@ pub fn translate(
                     hosts: host_groups(&route_candidates, &[]),
                     rules: route_rules.clone(),
                     certificates: Vec::new(),
+                    client_validation: None,
                 }],
             };
             if let Err(e) = validate_routes(&alone) {
@@ -398,6 +435,7 @@ pub fn translate(
             hosts: host_groups(&candidates, &listener_hosts),
             rules,
             certificates: certificates.clone(),
+            client_validation: client_validation.clone(),
         });
         out.servers.push(GatewayServer {
             name: name.clone(),
@@ -1070,22 +1108,4 @@ fn backend_protocol(kind: RouteKind, app_protocol: Option<&str>) -> BackendProto
         (RouteKind::Grpc, _) | (RouteKind::Http, Some("kubernetes.io/h2c")) => BackendProtocol::H2c,
         _ => BackendProtocol::Http1,
     }
-}
-
-/// Whether a ReferenceGrant in `target_ns` lets a `from_kind` (of the
-/// Gateway API group) in `from_ns` refer to the core `to_kind` `name`.
-fn granted_to(snap: &Snapshot, from_kind: &str, from_ns: &str, target_ns: &str, to_kind: &str, name: &str) -> bool {
-    snap.reference_grants
-        .iter()
-        .filter(|g| g.metadata.namespace.as_deref().unwrap_or("default") == target_ns)
-        .any(|g| {
-            g.spec
-                .from
-                .iter()
-                .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
-                && g.spec
-                    .to
-                    .iter()
-                    .any(|t| t.group.is_empty() && t.kind == to_kind && t.name.as_deref().is_none_or(|n| n == name))
-        })
 }

@@ -16,7 +16,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, CA_BUNDLE_KEY};
 use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
@@ -72,6 +72,7 @@ struct GatewayStores {
     udp_routes: Option<Store<UdpRoute>>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
+    ca_bundles: Store<ConfigMap>,
 }
 
 /// The one object a by-name store holds.
@@ -138,6 +139,16 @@ impl Stores {
                 .unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
             namespaces: self.gateway.as_ref().map(|g| all(&g.namespaces)).unwrap_or_default(),
+            ca_bundles: self
+                .gateway
+                .as_ref()
+                .map(|g| {
+                    all(&g.ca_bundles)
+                        .into_iter()
+                        .filter(|c| c.data.as_ref().is_some_and(|d| d.contains_key(CA_BUNDLE_KEY)))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -169,6 +180,7 @@ impl Stores {
             }
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
+            g.ca_bundles.wait_until_ready().await?;
         }
         self.config_maps.wait_until_ready().await
     }
@@ -181,15 +193,30 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + std::hash::Hash + Eq + Clone,
 {
+    reflect_trimmed(api, config, |_| {})
+}
+
+/// [`reflect`], with `trim` dropping what else of each object the model
+/// never reads before the store keeps it.
+fn reflect_trimmed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+) -> (Store<K>, impl Stream<Item = ()> + Send)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
     let (store, writer) = reflector::store();
     let kind = K::kind(&Default::default()).to_string();
     // What the model never reads is dropped before the store keeps it:
     // managedFields (server-side apply bookkeeping, often larger than the
     // object) and kubectl's last-applied copy of the whole object. At 10,000
     // Ingresses, Services and EndpointSlices that is most of the stores.
-    let slim = watcher(api, config).default_backoff().modify(|obj: &mut K| {
+    let slim = watcher(api, config).default_backoff().modify(move |obj: &mut K| {
         obj.managed_fields_mut().clear();
         obj.annotations_mut().remove(LAST_APPLIED);
+        trim(obj);
     });
     let ticks = reflector::reflector(writer, slim).filter_map(move |ev| {
         let kind = kind.clone();
@@ -273,7 +300,15 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
         // Their labels, for listeners that admit routes by namespace selector.
         let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
-        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
+        // Client CA bundles (`spec.tls.frontend`): ConfigMaps keep their
+        // `ca.crt` only, so a namespace's large ConfigMaps cost nothing.
+        let (ca_bundles, g6) = reflect_trimmed(api::<ConfigMap>(&client, ns), watcher::Config::default(), |cm| {
+            cm.binary_data = None;
+            if let Some(data) = &mut cm.data {
+                data.retain(|k, _| k == CA_BUNDLE_KEY);
+            }
+        });
+        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed(), g6.boxed()]);
         Some(GatewayStores {
             classes,
             gateways,
@@ -284,6 +319,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
             udp_routes,
             grants,
             namespaces,
+            ca_bundles,
         })
     } else {
         None
@@ -345,7 +381,7 @@ async fn gateway_crds_installed(client: &Client) -> anyhow::Result<()> {
     let params = kube::api::ListParams::default().limit(1);
     match Api::<GatewayClass>::all(client.clone()).list(&params).await {
         Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
-            "--enable-gateway-api: the Gateway API CRDs (gateway.networking.k8s.io/v1) are not installed; install the v1.7.0 standard CRDs (the chart's gatewayAPI.installCRDs) or drop the flag"
+            "--enable-gateway-api: the Gateway API CRDs (gateway.networking.k8s.io/v1) are not installed; install the v1.7.0 standard CRDs first (kubectl apply --server-side -f the config/crd/standard directory of sigs.k8s.io/gateway-api@v1.7.0) or drop the flag"
         ),
         _ => Ok(()),
     }

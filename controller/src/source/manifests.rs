@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
 use crate::model::values::{is_namespace, is_object_name};
-use crate::snapshot::{ConfigMapRefs, Snapshot};
+use crate::snapshot::{ConfigMapRefs, Snapshot, CA_BUNDLE_KEY};
 
 /// Reads a directory into snapshots, remembering each file's objects.
 ///
@@ -299,6 +299,7 @@ impl Snapshot {
         snap.udp_routes.extend(self.udp_routes.iter().cloned());
         snap.reference_grants.extend(self.reference_grants.iter().cloned());
         snap.namespaces.extend(self.namespaces.iter().cloned());
+        snap.ca_bundles.extend(self.ca_bundles.iter().cloned());
         for (from, to) in [
             (&self.config_map, &mut snap.config_map),
             (&self.tcp_services, &mut snap.tcp_services),
@@ -470,6 +471,11 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                 cm.metadata.namespace.as_deref() == Some(&*r.0) && cm.metadata.name.as_deref() == Some(&*r.1)
             };
             let ours = is(config_map);
+            // Any ConfigMap with a `ca.crt` may be a Gateway's client CA
+            // bundle (`spec.tls.frontend`), whatever else it is.
+            if cm.data.as_ref().is_some_and(|d| d.contains_key(CA_BUNDLE_KEY)) {
+                snap.ca_bundles.push(Arc::new(cm.clone()));
+            }
             if refs.tcp_services.as_ref().is_some_and(is) {
                 snap.tcp_services = Some(Arc::new(cm));
             } else if refs.udp_services.as_ref().is_some_and(is) {

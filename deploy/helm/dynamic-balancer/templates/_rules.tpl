@@ -26,5 +26,10 @@
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["gateways/status", "httproutes/status", "grpcroutes/status", "tcproutes/status", "tlsroutes/status", "udproutes/status"]
   verbs: ["patch"]
+# Client CA bundles a Gateway's spec.tls.frontend names (only their
+# ca.crt is kept).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["list", "watch"]
 {{- end }}
 {{- end -}}

@@ -1,0 +1,378 @@
+//! A Gateway's client certificate validation (`spec.tls.frontend`): the
+//! configuration of each HTTPS port (its `perPort` entry, else `default`),
+//! its CA references resolved to one PEM bundle, and the listener
+//! conditions the spec gives a reference that does not resolve.
+//!
+//! The bundle goes into the route table (`clientValidation` of the port's
+//! server), so a CA or mode change applies live: the module asks for and
+//! verifies client certificates per handshake.
+
+use openssl::x509::X509;
+
+use gateway_api_types::gateways::{
+    Gateway, GatewayTlsFrontendDefaultValidationMode, GatewayTlsFrontendPerPortTlsValidationMode,
+};
+use lua_compat::routes::validate::{check_ca_bundle, MAX_CA_BUNDLE};
+use lua_compat::routes::{ClientValidation, ValidationMode};
+
+use super::grants::granted_to;
+use crate::snapshot::{Snapshot, CA_BUNDLE_KEY};
+
+/// A `ResolvedRefs` reason and message.
+pub type Problem = (String, String);
+
+/// What a port's validation comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortValidation {
+    /// No validation configured for this port.
+    None,
+    /// Served with this validation; `problem` when some references (not
+    /// all) did not resolve: the listener stays Accepted with
+    /// `ResolvedRefs` False.
+    Valid {
+        validation: ClientValidation,
+        problem: Option<Problem>,
+    },
+    /// No reference resolved: the listener is not Accepted
+    /// (`NoValidCACertificate`), with this `ResolvedRefs` reason.
+    Invalid(Problem),
+}
+
+/// One reference, as both the default and the per-port lists spell it.
+struct CaRef<'a> {
+    group: &'a str,
+    kind: &'a str,
+    name: &'a str,
+    namespace: Option<&'a str>,
+}
+
+/// The validation of an HTTPS listener on `port`.
+pub fn for_port(snap: &Snapshot, gateway: &Gateway, port: i32) -> PortValidation {
+    let Some(frontend) = gateway.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
+        return PortValidation::None;
+    };
+    let per_port = frontend
+        .per_port
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|p| p.port == port);
+    let (refs, insecure): (Vec<CaRef>, bool) = match per_port {
+        Some(p) => match &p.tls.validation {
+            None => return PortValidation::None,
+            Some(v) => (
+                v.ca_certificate_refs
+                    .iter()
+                    .map(|r| CaRef {
+                        group: &r.group,
+                        kind: &r.kind,
+                        name: &r.name,
+                        namespace: r.namespace.as_deref(),
+                    })
+                    .collect(),
+                matches!(
+                    v.mode,
+                    Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowInsecureFallback)
+                ),
+            ),
+        },
+        None => match &frontend.default.validation {
+            None => return PortValidation::None,
+            Some(v) => (
+                v.ca_certificate_refs
+                    .iter()
+                    .map(|r| CaRef {
+                        group: &r.group,
+                        kind: &r.kind,
+                        name: &r.name,
+                        namespace: r.namespace.as_deref(),
+                    })
+                    .collect(),
+                matches!(
+                    v.mode,
+                    Some(GatewayTlsFrontendDefaultValidationMode::AllowInsecureFallback)
+                ),
+            ),
+        },
+    };
+    let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
+    let mut bundle = String::new();
+    let mut problem = None;
+    for r in &refs {
+        match resolve(snap, gw_ns, r) {
+            Ok(pem) if bundle.len() + pem.len() <= MAX_CA_BUNDLE => bundle.push_str(&pem),
+            Ok(_) => {
+                problem.get_or_insert_with(|| {
+                    (
+                        "InvalidCACertificateRef".to_string(),
+                        format!("the CA certificates together are larger than {MAX_CA_BUNDLE} bytes"),
+                    )
+                });
+            }
+            Err(p) => {
+                problem.get_or_insert(p);
+            }
+        }
+    }
+    if bundle.is_empty() {
+        return PortValidation::Invalid(
+            problem.unwrap_or_else(|| ("InvalidCACertificateRef".into(), "no CA certificate reference".into())),
+        );
+    }
+    if let Err(e) = check_ca_bundle(&bundle) {
+        return PortValidation::Invalid(("InvalidCACertificateRef".into(), format!("the CA bundle: {e}")));
+    }
+    PortValidation::Valid {
+        validation: ClientValidation {
+            ca_certificates: bundle,
+            mode: if insecure {
+                ValidationMode::AllowInsecureFallback
+            } else {
+                ValidationMode::AllowValidOnly
+            },
+        },
+        problem,
+    }
+}
+
+/// Whether any of the Gateway's validations lets clients without a valid
+/// certificate in (the Gateway's `InsecureFrontendValidationMode`
+/// condition).
+pub fn insecure_fallback(gateway: &Gateway) -> bool {
+    let Some(frontend) = gateway.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
+        return false;
+    };
+    let default = frontend.default.validation.as_ref().is_some_and(|v| {
+        matches!(
+            v.mode,
+            Some(GatewayTlsFrontendDefaultValidationMode::AllowInsecureFallback)
+        )
+    });
+    default
+        || frontend.per_port.as_deref().unwrap_or_default().iter().any(|p| {
+            p.tls.validation.as_ref().is_some_and(|v| {
+                matches!(
+                    v.mode,
+                    Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowInsecureFallback)
+                )
+            })
+        })
+}
+
+/// One reference's certificates, re-encoded as PEM (only the
+/// certificates: comments and other blocks of the ConfigMap are dropped).
+fn resolve(snap: &Snapshot, gw_ns: &str, r: &CaRef) -> Result<String, Problem> {
+    if !r.group.is_empty() || r.kind != "ConfigMap" {
+        return Err((
+            "InvalidCACertificateKind".into(),
+            format!(
+                "CA certificate reference {:?} is a {}{}{}: only core ConfigMaps (with a {CA_BUNDLE_KEY} key) are supported",
+                r.name,
+                r.group,
+                if r.group.is_empty() { "" } else { "/" },
+                r.kind
+            ),
+        ));
+    }
+    let ns = r.namespace.unwrap_or(gw_ns);
+    if ns != gw_ns && !granted_to(snap, "Gateway", gw_ns, ns, "ConfigMap", r.name) {
+        return Err((
+            "RefNotPermitted".into(),
+            format!(
+                "ConfigMap {ns}/{} is in another namespace and no ReferenceGrant there allows it",
+                r.name
+            ),
+        ));
+    }
+    let invalid = |m: String| ("InvalidCACertificateRef".to_string(), m);
+    let cm = snap
+        .ca_bundles
+        .iter()
+        .find(|c| c.metadata.namespace.as_deref() == Some(ns) && c.metadata.name.as_deref() == Some(r.name))
+        .ok_or_else(|| {
+            invalid(format!(
+                "ConfigMap {ns}/{} does not exist or has no {CA_BUNDLE_KEY} key",
+                r.name
+            ))
+        })?;
+    let pem = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(CA_BUNDLE_KEY))
+        .ok_or_else(|| invalid(format!("ConfigMap {ns}/{} has no {CA_BUNDLE_KEY} key", r.name)))?;
+    if pem.len() > MAX_CA_BUNDLE {
+        return Err(invalid(format!(
+            "ConfigMap {ns}/{}: {CA_BUNDLE_KEY} is larger than {MAX_CA_BUNDLE} bytes",
+            r.name
+        )));
+    }
+    let certs = X509::stack_from_pem(pem.as_bytes()).map_err(|e| {
+        invalid(format!(
+            "ConfigMap {ns}/{}: {CA_BUNDLE_KEY} is not PEM certificates: {e}",
+            r.name
+        ))
+    })?;
+    if certs.is_empty() {
+        return Err(invalid(format!(
+            "ConfigMap {ns}/{}: {CA_BUNDLE_KEY} holds no certificate",
+            r.name
+        )));
+    }
+    let mut out = String::new();
+    for c in certs {
+        let pem = c.to_pem().map_err(|e| invalid(e.to_string()))?;
+        out.push_str(&String::from_utf8_lossy(&pem));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn ca_pem(cn: &str) -> String {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    fn config_map(ns: &str, name: &str, data: &[(&str, &str)]) -> Arc<k8s_openapi::api::core::v1::ConfigMap> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": ns, "name": name},
+                "data": data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<std::collections::BTreeMap<_, _>>(),
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn gateway(frontend: serde_json::Value) -> Gateway {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"namespace": "infra", "name": "gw"},
+            "spec": {"gatewayClassName": "c", "listeners": [], "tls": {"frontend": frontend}},
+        }))
+        .unwrap()
+    }
+
+    fn cm_ref(name: &str) -> serde_json::Value {
+        serde_json::json!({"group": "", "kind": "ConfigMap", "name": name})
+    }
+
+    #[test]
+    fn each_port_takes_its_own_validation_else_the_default() {
+        let (a, b) = (ca_pem("ca-a"), ca_pem("ca-b"));
+        let snap = Snapshot {
+            ca_bundles: vec![
+                config_map("infra", "a", &[("ca.crt", &a)]),
+                config_map("infra", "b", &[("ca.crt", &format!("# rotated 2026\n{b}"))]),
+            ],
+            ..Default::default()
+        };
+        let gw = gateway(serde_json::json!({
+            "default": {"validation": {"caCertificateRefs": [cm_ref("a")]}},
+            "perPort": [
+                {"port": 8443, "tls": {"validation": {"caCertificateRefs": [cm_ref("b")], "mode": "AllowInsecureFallback"}}},
+                {"port": 9443, "tls": {}},
+            ],
+        }));
+        let PortValidation::Valid {
+            validation,
+            problem: None,
+        } = for_port(&snap, &gw, 443)
+        else {
+            panic!("default");
+        };
+        assert_eq!(validation.mode, ValidationMode::AllowValidOnly);
+        assert_eq!(validation.ca_certificates, a.replace("\r\n", "\n"));
+        let PortValidation::Valid {
+            validation,
+            problem: None,
+        } = for_port(&snap, &gw, 8443)
+        else {
+            panic!("per port");
+        };
+        assert_eq!(validation.mode, ValidationMode::AllowInsecureFallback);
+        assert!(
+            !validation.ca_certificates.contains("rotated"),
+            "only certificates go on"
+        );
+        // A per-port entry without validation turns it off for that port.
+        assert_eq!(for_port(&snap, &gw, 9443), PortValidation::None);
+        assert!(insecure_fallback(&gw));
+        assert_eq!(
+            for_port(&snap, &gateway(serde_json::json!({"default": {}})), 443),
+            PortValidation::None
+        );
+    }
+
+    #[test]
+    fn references_that_do_not_resolve_say_why() {
+        let good = ca_pem("good");
+        let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        let snap = Snapshot {
+            ca_bundles: vec![
+                config_map("infra", "good", &[("ca.crt", &good)]),
+                config_map("infra", "junk", &[("ca.crt", "not a certificate")]),
+                config_map("infra", "key", &[("ca.crt", &key)]),
+                config_map("other", "elsewhere", &[("ca.crt", &good)]),
+            ],
+            ..Default::default()
+        };
+        let reason = |refs: serde_json::Value| match for_port(
+            &snap,
+            &gateway(serde_json::json!({"default": {"validation": {"caCertificateRefs": refs}}})),
+            443,
+        ) {
+            PortValidation::Invalid((reason, message)) => format!("{reason}: {message}"),
+            other => panic!("{other:?}"),
+        };
+        assert!(reason(serde_json::json!([cm_ref("missing")])).starts_with("InvalidCACertificateRef"));
+        assert!(reason(serde_json::json!([cm_ref("junk")])).starts_with("InvalidCACertificateRef"));
+        assert!(reason(serde_json::json!([cm_ref("key")])).starts_with("InvalidCACertificateRef"));
+        assert!(
+            reason(serde_json::json!([{"group": "", "kind": "Secret", "name": "good"}]))
+                .starts_with("InvalidCACertificateKind")
+        );
+        assert!(reason(serde_json::json!([
+            {"group": "certificates.k8s.io", "kind": "ClusterTrustBundle", "name": "good"}
+        ]))
+        .starts_with("InvalidCACertificateKind"));
+        let across = serde_json::json!([{"group": "", "kind": "ConfigMap", "name": "elsewhere", "namespace": "other"}]);
+        assert!(reason(across.clone()).starts_with("RefNotPermitted"));
+
+        // One good reference among bad ones: served, ResolvedRefs False.
+        let gw = gateway(serde_json::json!({"default": {"validation": {
+            "caCertificateRefs": [cm_ref("missing"), cm_ref("good")]}}}));
+        let PortValidation::Valid {
+            problem: Some((reason, _)),
+            ..
+        } = for_port(&snap, &gw, 443)
+        else {
+            panic!("partial");
+        };
+        assert_eq!(reason, "InvalidCACertificateRef");
+
+        // A ReferenceGrant from Gateways of `infra` lets the other one in.
+        let grant: gateway_api_types::referencegrants::ReferenceGrant = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
+            "metadata": {"namespace": "other", "name": "g"},
+            "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra"}],
+                     "to": [{"group": "", "kind": "ConfigMap"}]},
+        }))
+        .unwrap();
+        let granted = Snapshot {
+            reference_grants: vec![Arc::new(grant)],
+            ..snap.clone()
+        };
+        let gw = gateway(serde_json::json!({"default": {"validation": {"caCertificateRefs": across}}}));
+        assert!(matches!(
+            for_port(&granted, &gw, 443),
+            PortValidation::Valid { problem: None, .. }
+        ));
+    }
+}
