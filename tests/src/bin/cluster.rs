@@ -122,7 +122,15 @@ fn conformance(args: &[String]) -> Result<(), String> {
         suite::GATEWAY_CLASS,
         features.join(",")
     );
+    let reloads_before = suite::reloads(&c);
     let outcome = suite::run(&c, &bin, &features, &opts);
+    match (reloads_before, suite::reloads(&c)) {
+        (Ok(a), Ok(b)) => println!(
+            "conformance: nginx reloads during the suite: {} ({a} before, {b} after)",
+            b - a
+        ),
+        (Err(e), _) | (_, Err(e)) => println!("conformance: reloads not counted: {e}"),
+    }
     if args.iter().any(|a| a == "--keep") {
         let l = c.keep();
         println!(
@@ -155,6 +163,29 @@ fn main() -> ExitCode {
     let Some(cmd) = args.first() else {
         return usage();
     };
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        usage();
+        return ExitCode::SUCCESS;
+    }
+    // An unknown or misspelt flag is an error, never a run with defaults
+    // (a conformance run takes minutes and replaces the node).
+    let (valued, switches): (&[&str], &[&str]) = match cmd.as_str() {
+        "up" => (&[], &["--install"]),
+        "conformance" => (&["--profiles", "--run-test", "--skip-tests", "--out"], &["--keep"]),
+        _ => (&[], &[]),
+    };
+    let mut rest = args[1..].iter();
+    while let Some(a) = rest.next() {
+        if valued.contains(&a.as_str()) {
+            if rest.next().is_none() {
+                eprintln!("cluster {cmd}: {a} needs a value");
+                return usage();
+            }
+        } else if !switches.contains(&a.as_str()) {
+            eprintln!("cluster {cmd}: unknown argument {a:?}");
+            return usage();
+        }
+    }
     let result = match cmd.as_str() {
         "up" => {
             let backend = match preflight() {

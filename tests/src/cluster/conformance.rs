@@ -203,6 +203,38 @@ pub const STATIC_ADDRESS: &str = "198.19.16.200";
 /// One it cannot: outside that range (TEST-NET-2).
 pub const UNUSABLE_ADDRESS: &str = "198.51.100.7";
 
+/// nginx reloads so far, summed over the controller's Pods (their
+/// `nginx_ingress_controller_success` counter, read through the
+/// apiserver's Pod proxy): compared before and after the suite, what its
+/// whole run cost in reloads.
+pub fn reloads(c: &Cluster) -> Result<f64, String> {
+    let ns = crate::kube_apiserver::RELEASE_NAMESPACE;
+    let pods = c.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        "app.kubernetes.io/component=controller",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ])?;
+    let mut total = 0.0;
+    for pod in pods.split_whitespace() {
+        let text = c.kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/namespaces/{ns}/pods/{pod}:10254/proxy/metrics"),
+        ])?;
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("nginx_ingress_controller_success"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(total)
+}
+
 /// Runs the suite (its whole output into `opts.log`, each test's verdict
 /// echoed as it comes).
 pub fn run(c: &Cluster, bin: &Path, features: &[String], opts: &Options) -> Result<Outcome, String> {
