@@ -29,6 +29,7 @@ const DEFAULT_TESTS: &[&str] = &[
     "ssl_passthrough",
     "gateway_routes",
     "gateway_api",
+    "gateway_tls",
 ];
 
 pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {

@@ -106,6 +106,7 @@ fn client_certificates_are_validated_per_port_and_change_without_reload() {
     );
     assert!(wait_until(Duration::from_secs(10), || status(port, None) == 200));
     assert_eq!(status(port, Some(&forged)), 200);
+    assert_eq!(status(port, Some(&partner)), 200);
     assert_eq!(status(second, None), 0, "the per-port entry stays AllowValidOnly");
     assert_eq!(c.reloads(), reloads, "validation changes never reload");
     assert!(up.hits() > hits);

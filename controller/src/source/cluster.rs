@@ -72,7 +72,8 @@ struct GatewayStores {
     udp_routes: Option<Store<UdpRoute>>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
-    ca_bundles: Store<ConfigMap>,
+    /// `None` when RBAC forbids listing ConfigMaps.
+    ca_bundles: Option<Store<ConfigMap>>,
 }
 
 /// The one object a by-name store holds.
@@ -142,8 +143,9 @@ impl Stores {
             ca_bundles: self
                 .gateway
                 .as_ref()
-                .map(|g| {
-                    all(&g.ca_bundles)
+                .and_then(|g| g.ca_bundles.as_ref())
+                .map(|store| {
+                    all(store)
                         .into_iter()
                         .filter(|c| c.data.as_ref().is_some_and(|d| d.contains_key(CA_BUNDLE_KEY)))
                         .collect()
@@ -180,7 +182,9 @@ impl Stores {
             }
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
-            g.ca_bundles.wait_until_ready().await?;
+            if let Some(s) = &g.ca_bundles {
+                s.wait_until_ready().await?;
+            }
         }
         self.config_maps.wait_until_ready().await
     }
@@ -302,13 +306,8 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
         // Client CA bundles (`spec.tls.frontend`): ConfigMaps keep their
         // `ca.crt` only, so a namespace's large ConfigMaps cost nothing.
-        let (ca_bundles, g6) = reflect_trimmed(api::<ConfigMap>(&client, ns), watcher::Config::default(), |cm| {
-            cm.binary_data = None;
-            if let Some(data) = &mut cm.data {
-                data.retain(|k, _| k == CA_BUNDLE_KEY);
-            }
-        });
-        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed(), g6.boxed()]);
+        let ca_bundles = ca_bundles(&client, ns, &mut l4_ticks).await;
+        l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
         Some(GatewayStores {
             classes,
             gateways,
@@ -419,6 +418,38 @@ where
         }
     }
     let (store, t) = reflect(api::<K>(client, ns), watcher::Config::default());
+    ticks.push(t.boxed());
+    Some(store)
+}
+
+/// The watch of client CA bundles (`spec.tls.frontend`): every ConfigMap
+/// of the watched namespaces, each trimmed to its `ca.crt`, so a
+/// namespace's large ConfigMaps cost nothing kept. `None`, with a warning,
+/// when RBAC forbids listing them (a controller upgraded without its
+/// chart's RBAC): everything else is served, and a Gateway that asks for
+/// client certificate validation gets its listeners refused (no CA
+/// resolves), never served without it.
+async fn ca_bundles(
+    client: &Client,
+    ns: Option<&str>,
+    ticks: &mut Vec<futures::stream::BoxStream<'static, ()>>,
+) -> Option<Store<ConfigMap>> {
+    let params = kube::api::ListParams::default().limit(1);
+    if let Err(kube::Error::Api(e)) = api::<ConfigMap>(client, ns).list(&params).await {
+        if e.code == 403 {
+            tracing::warn!(
+                "the controller may not list ConfigMaps ({}): Gateways' client CA bundles (spec.tls.frontend) cannot be read, and listeners that ask for them are not served; grant list and watch on configmaps (the chart does with gatewayAPI.enabled) and restart",
+                e.message
+            );
+            return None;
+        }
+    }
+    let (store, t) = reflect_trimmed(api::<ConfigMap>(client, ns), watcher::Config::default(), |cm| {
+        cm.binary_data = None;
+        if let Some(data) = &mut cm.data {
+            data.retain(|k, _| k == CA_BUNDLE_KEY);
+        }
+    });
     ticks.push(t.boxed());
     Some(store)
 }

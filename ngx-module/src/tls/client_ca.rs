@@ -27,7 +27,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use foreign_types::ForeignTypeRef;
 use openssl::ssl::{SslRef, SslVerifyMode};
@@ -73,8 +73,10 @@ pub fn parse(pem: &str) -> Result<(X509Store, Vec<X509Name>), String> {
 
 #[derive(Default)]
 struct Cache {
-    /// The table the entries below were built for.
-    table: Option<Rc<Compiled>>,
+    /// The table the entries below were built for. Weak: the cache never
+    /// keeps a replaced table alive, and while it points at one no other
+    /// table can be allocated at its address.
+    table: Weak<Compiled>,
     by_listener: HashMap<Box<[u8]>, Rc<ClientCa>>,
     /// This table's bundles by their PEM, and the previous table's: a
     /// bundle two listeners or two tables share is parsed once.
@@ -90,10 +92,10 @@ thread_local! {
 /// worker and bundle.
 pub fn for_listener(table: &Rc<Compiled>, listener: &[u8], v: &ClientValidation) -> Result<Rc<ClientCa>, String> {
     CACHE.with_borrow_mut(|cache| {
-        if !cache.table.as_ref().is_some_and(|t| Rc::ptr_eq(t, table)) {
+        if !std::ptr::eq(cache.table.as_ptr(), Rc::as_ptr(table)) {
             cache.by_listener.clear();
             cache.previous = std::mem::take(&mut cache.by_pem);
-            cache.table = Some(table.clone());
+            cache.table = Rc::downgrade(table);
         }
         if let Some(ca) = cache.by_listener.get(listener) {
             return Ok(ca.clone());
