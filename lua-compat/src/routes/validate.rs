@@ -583,6 +583,33 @@ mod tests {
             "clientValidation": validation})
     }
 
+    proptest::proptest! {
+        /// Any text is refused or accepted without panicking, and what is
+        /// accepted opens no PEM block but CERTIFICATE ones.
+        #[test]
+        fn ca_bundles_accept_only_certificate_blocks(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just("-----BEGIN CERTIFICATE-----\n".to_string()),
+                    proptest::strategy::Just("-----END CERTIFICATE-----\n".to_string()),
+                    proptest::strategy::Just("-----BEGIN PRIVATE KEY-----\n".to_string()),
+                    "[A-Za-z0-9+/=]{0,64}\n",
+                    "\\PC{0,20}",
+                ],
+                0..12,
+            )
+        ) {
+            let pem: String = parts.concat();
+            if check_ca_bundle(&pem).is_ok() {
+                proptest::prop_assert!(pem
+                    .lines()
+                    .filter(|l| l.starts_with("-----BEGIN "))
+                    .all(|l| l.trim_end() == "-----BEGIN CERTIFICATE-----"));
+                proptest::prop_assert!(pem.contains("-----END CERTIFICATE-----"));
+            }
+        }
+    }
+
     #[test]
     fn client_validation_takes_certificate_blocks_only_on_https_servers() {
         let t = table(https(serde_json::json!({"caCertificates": CA}))).unwrap();
