@@ -97,23 +97,28 @@ pub fn for_port(snap: &Snapshot, gateway: &Gateway, port: i32) -> PortValidation
     };
     let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
     let mut bundle = String::new();
-    let mut problem = None;
+    // Every reference that fails is named (the spec asks which and why);
+    // the first one's reason is the condition's.
+    let mut problems: Vec<Problem> = Vec::new();
     for r in &refs {
         match resolve(snap, gw_ns, r) {
             Ok(pem) if bundle.len() + pem.len() <= MAX_CA_BUNDLE => bundle.push_str(&pem),
-            Ok(_) => {
-                problem.get_or_insert_with(|| {
-                    (
-                        "InvalidCACertificateRef".to_string(),
-                        format!("the CA certificates together are larger than {MAX_CA_BUNDLE} bytes"),
-                    )
-                });
-            }
-            Err(p) => {
-                problem.get_or_insert(p);
-            }
+            Ok(_) => problems.push((
+                "InvalidCACertificateRef".to_string(),
+                format!(
+                    "ConfigMap {:?}: the CA certificates together are larger than {MAX_CA_BUNDLE} bytes",
+                    r.name
+                ),
+            )),
+            Err(p) => problems.push(p),
         }
     }
+    let problem = problems.first().map(|(reason, _)| {
+        (
+            reason.clone(),
+            problems.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join("; "),
+        )
+    });
     if bundle.is_empty() {
         return PortValidation::Invalid(
             problem.unwrap_or_else(|| ("InvalidCACertificateRef".into(), "no CA certificate reference".into())),

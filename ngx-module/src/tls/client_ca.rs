@@ -15,10 +15,16 @@
 //! - `AllowInsecureFallback`: a certificate is asked for and verified, but a
 //!   missing or failing one does not stop the handshake.
 //!
-//! A resumed session skips the callback and keeps the verification result
-//! of the handshake that made it; the request phase checks that result
-//! again (`nginx::request::client_certificate_verified`), so a session from
-//! before validation was turned on does not get through.
+//! A resumed session skips the certificate callback and keeps the
+//! verification of the handshake that made it. nginx scopes sessions by a
+//! context made of the server's static certificates, the same on every
+//! Gateway server, so [`session_context`] gives each connection its own
+//! before the session lookup (the client hello callback): a hash of the
+//! listener, the bundle and the mode. A session resumes only on the
+//! listener, and under the validation, it was verified for; one from
+//! another Gateway, another port or a rotated CA makes a full handshake.
+//! The request phase checks the result again
+//! (`nginx::request::client_certificate_verified`) as a second line.
 //!
 //! Each worker parses a bundle once: stores are kept per listener for the
 //! table they were built from, and an unchanged bundle is carried over to
@@ -30,6 +36,7 @@ use std::ffi::c_int;
 use std::rc::{Rc, Weak};
 
 use foreign_types::ForeignTypeRef;
+use openssl::sha::Sha256;
 use openssl::ssl::{SslRef, SslVerifyMode};
 use openssl::stack::Stack;
 use openssl::x509::store::{X509Store, X509StoreBuilder};
@@ -40,8 +47,9 @@ use lua_compat::routes::{ClientValidation, ValidationMode};
 
 use crate::nginx::guard::ffi_guard;
 
-/// The longest client chain accepted: the client certificate, up to three
-/// intermediates, and the trusted CA.
+/// The longest client chain accepted: the client certificate, up to four
+/// intermediates, and the trusted CA (OpenSSL's depth counts the
+/// intermediates).
 pub const VERIFY_DEPTH: u32 = 4;
 
 /// One listener's parsed bundle.
@@ -50,6 +58,8 @@ pub struct ClientCa {
     /// The CAs' subjects, sent to the client so it can pick a certificate.
     names: Vec<X509Name>,
     mode: ValidationMode,
+    /// SHA-256 of the mode and the bundle, for [`session_context`].
+    digest: [u8; 32],
 }
 
 /// Parses a CA bundle (already shaped by `check_ca_bundle`): every block
@@ -105,10 +115,14 @@ pub fn for_listener(table: &Rc<Compiled>, listener: &[u8], v: &ClientValidation)
             Some(ca) if ca.mode == v.mode => ca.clone(),
             _ => {
                 let (store, names) = parse(&v.ca_certificates)?;
+                let mut digest = Sha256::new();
+                digest.update(&[v.mode as u8]);
+                digest.update(v.ca_certificates.as_bytes());
                 Rc::new(ClientCa {
                     store,
                     names,
                     mode: v.mode,
+                    digest: digest.finish(),
                 })
             }
         };
@@ -116,6 +130,18 @@ pub fn for_listener(table: &Rc<Compiled>, listener: &[u8], v: &ClientValidation)
         cache.by_pem.insert(v.ca_certificates.clone(), ca.clone());
         Ok(ca)
     })
+}
+
+/// The session id context of a connection to `listener` (at most 32
+/// bytes, OpenSSL's limit): sessions resume only where it is the same.
+pub fn session_context(listener: &[u8], ca: Option<&ClientCa>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(listener);
+    h.update(&[0]);
+    if let Some(ca) = ca {
+        h.update(&ca.digest);
+    }
+    h.finish()
 }
 
 /// Asks for and verifies the client's certificate on this handshake.

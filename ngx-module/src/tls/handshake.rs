@@ -15,8 +15,8 @@ use std::ffi::{c_int, c_void};
 use foreign_types::{ForeignType, ForeignTypeRef};
 use ngx::ffi::{
     ngx_conf_t, ngx_connection_t, ngx_http_core_srv_conf_t, ngx_http_ssl_module, ngx_http_ssl_srv_conf_t, ngx_int_t,
-    ngx_ssl_connection_index, SSL_CTX_set_cert_cb, SSL_certs_clear, SSL_get_ex_data, SSL_use_cert_and_key, NGX_ERROR,
-    NGX_LOG_EMERG, NGX_LOG_ERR, NGX_OK, SSL,
+    ngx_ssl_connection_index, SSL_CTX_set_cert_cb, SSL_CTX_set_client_hello_cb, SSL_certs_clear, SSL_get_ex_data,
+    SSL_set_session_id_context, SSL_use_cert_and_key, NGX_ERROR, NGX_LOG_EMERG, NGX_LOG_ERR, NGX_OK, SSL,
 };
 use ngx::http::{HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_log_error;
@@ -87,13 +87,61 @@ pub unsafe fn install(cf: *mut ngx_conf_t) -> ngx_int_t {
             continue;
         }
         ours.main = std::ptr::NonNull::new(mcf);
+        let gateway = ours.ssl_routes.is_some();
         let ours: *mut UpstreamConf = ours;
         // SAFETY: a live SSL_CTX of this configuration; the server conf
         // (and the main conf it points at) live in the conf pool as long
         // as the SSL_CTX (all are this cycle's).
         unsafe { SSL_CTX_set_cert_cb(sscf.ssl.ctx, Some(certificate_callback), ours.cast::<c_void>()) };
+        if gateway {
+            // SAFETY: as above. A Gateway server scopes its sessions to the
+            // listener and its client validation (nginx sets no client
+            // hello callback of its own).
+            unsafe { SSL_CTX_set_client_hello_cb(sscf.ssl.ctx, Some(client_hello_callback), ours.cast::<c_void>()) };
+        }
     }
     NGX_OK as ngx_int_t
+}
+
+/// OpenSSL's client hello callback on a Gateway HTTPS server: called
+/// before the session lookup, it sets the connection's session id context
+/// to its listener's and client validation's
+/// ([`crate::tls::client_ca::session_context`]), so that no session
+/// resumes across listeners or validations. Returns 1 to go on, 0 to fail
+/// the handshake (a validation that cannot be set up: closed).
+unsafe extern "C" fn client_hello_callback(ssl: *mut SSL, _alert: *mut c_int, arg: *mut c_void) -> c_int {
+    ffi_guard("TLS client hello callback", 0, || {
+        // SAFETY: `arg` is a server conf of this cycle (see `install`).
+        let Some(scf) = (unsafe { arg.cast::<UpstreamConf>().as_ref() }) else {
+            return 1;
+        };
+        let Some(listener) = &scf.ssl_routes else { return 1 };
+        let name = listener.as_bytes();
+        // SAFETY: as in `certificate_callback`.
+        let zone = scf.main.and_then(|m| unsafe { m.as_ref() }.zone());
+        let table = zone.and_then(|zone| crate::backends::routes_cache::current(&zone, |_| {}));
+        let validation = table.as_ref().and_then(|t| {
+            t.listener(name)
+                .and_then(|l| l.client_validation.as_ref())
+                .map(|v| (t, v))
+        });
+        let ca = match validation {
+            None => None,
+            Some((table, v)) => match crate::tls::client_ca::for_listener(table, name, v) {
+                Ok(ca) => Some(ca),
+                Err(_) => return 0,
+            },
+        };
+        let context = crate::tls::client_ca::session_context(name, ca.as_deref());
+        // SAFETY: `ssl` is live for the handshake; OpenSSL copies the
+        // 32 bytes (its maximum context length).
+        let ok = unsafe { SSL_set_session_id_context(ssl, context.as_ptr(), context.len() as u32) };
+        if ok == 1 {
+            1
+        } else {
+            0
+        }
+    })
 }
 
 /// OpenSSL's certificate callback: called during a handshake, on the event
