@@ -46,61 +46,77 @@ struct CaRef<'a> {
     namespace: Option<&'a str>,
 }
 
-/// The validation of an HTTPS listener on `port`.
-pub fn for_port(snap: &Snapshot, gateway: &Gateway, port: i32) -> PortValidation {
-    let Some(frontend) = gateway.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
-        return PortValidation::None;
+/// One validation (the default's or a port's): the generated types spell
+/// the two as separate structs of the same shape.
+struct Validation<'a> {
+    refs: Vec<CaRef<'a>>,
+    insecure: bool,
+}
+
+/// A [`Validation`] of either generated validation type.
+macro_rules! validation {
+    ($v:expr, $mode:ident) => {
+        Validation {
+            refs: $v
+                .ca_certificate_refs
+                .iter()
+                .map(|r| CaRef {
+                    group: &r.group,
+                    kind: &r.kind,
+                    name: &r.name,
+                    namespace: r.namespace.as_deref(),
+                })
+                .collect(),
+            insecure: matches!($v.mode, Some($mode::AllowInsecureFallback)),
+        }
     };
-    let per_port = frontend
+}
+
+/// The validation each port takes: `(Some(port), its entry)` for the
+/// per-port entries, `(None, default)` for the rest. `None` inside: no
+/// validation there.
+fn validations(gateway: &Gateway) -> Vec<(Option<i32>, Option<Validation<'_>>)> {
+    let Some(frontend) = gateway.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
+        return Vec::new();
+    };
+    let default = frontend
+        .default
+        .validation
+        .as_ref()
+        .map(|v| validation!(v, GatewayTlsFrontendDefaultValidationMode));
+    frontend
         .per_port
         .as_deref()
         .unwrap_or_default()
         .iter()
-        .find(|p| p.port == port);
-    let (refs, insecure): (Vec<CaRef>, bool) = match per_port {
-        Some(p) => match &p.tls.validation {
-            None => return PortValidation::None,
-            Some(v) => (
-                v.ca_certificate_refs
-                    .iter()
-                    .map(|r| CaRef {
-                        group: &r.group,
-                        kind: &r.kind,
-                        name: &r.name,
-                        namespace: r.namespace.as_deref(),
-                    })
-                    .collect(),
-                matches!(
-                    v.mode,
-                    Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowInsecureFallback)
-                ),
-            ),
-        },
-        None => match &frontend.default.validation {
-            None => return PortValidation::None,
-            Some(v) => (
-                v.ca_certificate_refs
-                    .iter()
-                    .map(|r| CaRef {
-                        group: &r.group,
-                        kind: &r.kind,
-                        name: &r.name,
-                        namespace: r.namespace.as_deref(),
-                    })
-                    .collect(),
-                matches!(
-                    v.mode,
-                    Some(GatewayTlsFrontendDefaultValidationMode::AllowInsecureFallback)
-                ),
-            ),
-        },
+        .map(|p| {
+            let v = p.tls.validation.as_ref();
+            (
+                Some(p.port),
+                v.map(|v| validation!(v, GatewayTlsFrontendPerPortTlsValidationMode)),
+            )
+        })
+        .chain(std::iter::once((None, default)))
+        .collect()
+}
+
+/// The validation of an HTTPS listener on `port`.
+pub fn for_port(snap: &Snapshot, gateway: &Gateway, port: i32) -> PortValidation {
+    let all = validations(gateway);
+    let chosen = all
+        .iter()
+        .find(|(p, _)| *p == Some(port))
+        .or_else(|| all.iter().find(|(p, _)| p.is_none()));
+    let Some((_, Some(Validation { refs, insecure }))) = chosen else {
+        return PortValidation::None;
     };
+    let insecure = *insecure;
     let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
     let mut bundle = String::new();
     // Every reference that fails is named (the spec asks which and why);
     // the first one's reason is the condition's.
     let mut problems: Vec<Problem> = Vec::new();
-    for r in &refs {
+    for r in refs {
         match resolve(snap, gw_ns, r) {
             Ok(pem) if bundle.len() + pem.len() <= MAX_CA_BUNDLE => bundle.push_str(&pem),
             Ok(_) => problems.push((
@@ -144,24 +160,9 @@ pub fn for_port(snap: &Snapshot, gateway: &Gateway, port: i32) -> PortValidation
 /// certificate in (the Gateway's `InsecureFrontendValidationMode`
 /// condition).
 pub fn insecure_fallback(gateway: &Gateway) -> bool {
-    let Some(frontend) = gateway.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else {
-        return false;
-    };
-    let default = frontend.default.validation.as_ref().is_some_and(|v| {
-        matches!(
-            v.mode,
-            Some(GatewayTlsFrontendDefaultValidationMode::AllowInsecureFallback)
-        )
-    });
-    default
-        || frontend.per_port.as_deref().unwrap_or_default().iter().any(|p| {
-            p.tls.validation.as_ref().is_some_and(|v| {
-                matches!(
-                    v.mode,
-                    Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowInsecureFallback)
-                )
-            })
-        })
+    validations(gateway)
+        .iter()
+        .any(|(_, v)| v.as_ref().is_some_and(|v| v.insecure))
 }
 
 /// One reference's certificates, re-encoded as PEM (only the
@@ -312,6 +313,39 @@ mod tests {
         assert_eq!(
             for_port(&snap, &gateway(serde_json::json!({"default": {}})), 443),
             PortValidation::None
+        );
+    }
+
+    #[test]
+    fn hostile_bundles_are_refused_or_normalised() {
+        let good = ca_pem("good");
+        let crlf = good.replace('\n', "\r\n");
+        let huge = format!("{good}{}", "A".repeat(MAX_CA_BUNDLE));
+        let snap = Snapshot {
+            ca_bundles: vec![
+                config_map("infra", "crlf", &[("ca.crt", &crlf)]),
+                config_map("infra", "huge", &[("ca.crt", &huge)]),
+            ],
+            ..Default::default()
+        };
+        let port = |name: &str| {
+            for_port(
+                &snap,
+                &gateway(serde_json::json!({"default": {"validation": {"caCertificateRefs": [cm_ref(name)]}}})),
+                443,
+            )
+        };
+        // Windows line ends: re-encoded, nothing but LF and base64 goes on.
+        let PortValidation::Valid {
+            validation,
+            problem: None,
+        } = port("crlf")
+        else {
+            panic!("crlf");
+        };
+        assert!(!validation.ca_certificates.contains('\r'));
+        assert!(
+            matches!(port("huge"), PortValidation::Invalid((r, m)) if r == "InvalidCACertificateRef" && m.contains("larger"))
         );
     }
 

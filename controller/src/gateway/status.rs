@@ -772,6 +772,20 @@ mod tests {
                "data": {"tls.crt": b64(&crt), "tls.key": b64(&key)}})
     }
 
+    /// `(type, status, reason)` of each condition of listener `name` of
+    /// `infra/gw`.
+    fn listener_conditions(d: &Desired, name: &str) -> Vec<(&'static str, bool, String)> {
+        d.gateways["infra/gw"]
+            .listeners
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap()
+            .conditions
+            .iter()
+            .map(|c| (c.type_, c.status, c.reason.clone()))
+            .collect()
+    }
+
     #[test]
     fn https_listeners_take_their_certificates_or_say_why_not() {
         let https = |name: &str, hostname: Option<&str>, secret_ns: &str, secret: &str| {
@@ -813,17 +827,7 @@ mod tests {
         assert!(model.certificates.contains_key("infra_cert") && model.certificates.contains_key("certs_granted"));
         let published = Vec::new();
         let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
-        let listener = |name: &str| {
-            d.gateways["infra/gw"]
-                .listeners
-                .iter()
-                .find(|l| l.name == name)
-                .unwrap()
-                .conditions
-                .iter()
-                .map(|c| (c.type_, c.status, c.reason.clone()))
-                .collect::<Vec<_>>()
-        };
+        let listener = |name: &str| listener_conditions(&d, name);
         assert!(listener("any").contains(&("Programmed", true, "Programmed".into())));
         assert!(listener("named").contains(&("Programmed", true, "Programmed".into())));
         assert!(listener("missing").contains(&("ResolvedRefs", false, "InvalidCertificateRef".into())));
@@ -879,17 +883,7 @@ mod tests {
         assert_eq!(served, [(443, Some(ValidationMode::AllowValidOnly)), (80, None)]);
         let published = Vec::new();
         let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
-        let listener = |d: &Desired, name: &str| {
-            d.gateways["infra/gw"]
-                .listeners
-                .iter()
-                .find(|l| l.name == name)
-                .unwrap()
-                .conditions
-                .iter()
-                .map(|c| (c.type_, c.status, c.reason.clone()))
-                .collect::<Vec<_>>()
-        };
+        let listener = listener_conditions;
         for name in ["https", "http"] {
             for t in ["Accepted", "Programmed", "ResolvedRefs"] {
                 assert!(listener(&d, name).iter().any(|c| c.0 == t && c.1), "{name} {t}");

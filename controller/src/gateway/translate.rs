@@ -239,6 +239,7 @@ pub fn translate(
         .collect();
     for g in &gateways {
         let gw_key = key(&g.metadata);
+        let mut validation_by_port: BTreeMap<i32, PortValidation> = BTreeMap::new();
         for l in &g.spec.listeners {
             let lkey = (gw_key.clone(), l.name.clone());
             let protocol = match ServerProtocol::of(l) {
@@ -276,7 +277,12 @@ pub fn translate(
                 None
             };
             let client_validation = if protocol == ServerProtocol::Https {
-                match super::frontend_tls::for_port(snap, g, l.port) {
+                // One resolution per port: its listeners share it.
+                let resolved = validation_by_port
+                    .entry(l.port)
+                    .or_insert_with(|| super::frontend_tls::for_port(snap, g, l.port))
+                    .clone();
+                match resolved {
                     PortValidation::None => None,
                     PortValidation::Valid { validation, problem } => {
                         if let Some(p) = problem {

@@ -108,7 +108,10 @@ pub unsafe fn install(cf: *mut ngx_conf_t) -> ngx_int_t {
 /// to its listener's and client validation's
 /// ([`crate::tls::client_ca::session_context`]), so that no session
 /// resumes across listeners or validations. Returns 1 to go on, 0 to fail
-/// the handshake (a validation that cannot be set up: closed).
+/// the handshake (a validation that cannot be set up: closed). The verify
+/// mode and store are not set here but in [`certificate_callback`]:
+/// nginx's SNI callback, which runs in between, resets the verify mode to
+/// the server's `SSL_CTX`'s (`ngx_http_ssl_servername`).
 unsafe extern "C" fn client_hello_callback(ssl: *mut SSL, _alert: *mut c_int, arg: *mut c_void) -> c_int {
     ffi_guard("TLS client hello callback", 0, || {
         // SAFETY: `arg` is a server conf of this cycle (see `install`).
