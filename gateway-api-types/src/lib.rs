@@ -6,6 +6,7 @@
 
 #![allow(clippy::all, clippy::pedantic, missing_docs)]
 
+pub mod backendtlspolicies;
 pub mod gatewayclasses;
 pub mod gateways;
 pub mod grpcroutes;
