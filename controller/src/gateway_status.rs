@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use gateway_api_types::backendtlspolicies::BackendTlsPolicy;
 use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
@@ -89,11 +90,34 @@ fn route_status(
     have: &Value,
     now: &str,
 ) -> Value {
-    let old: Vec<Value> = have
-        .get("parents")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    entries_status(want, controller_name, generation, have, now, "parents", "parentRef")
+}
+
+/// A policy's status: its `ancestors`, each as a route's parent entry with
+/// `ancestorRef` for `parentRef`.
+fn policy_status(
+    want: &[crate::gateway::status::ParentStatus],
+    controller_name: &str,
+    generation: i64,
+    have: &Value,
+    now: &str,
+) -> Value {
+    entries_status(want, controller_name, generation, have, now, "ancestors", "ancestorRef")
+}
+
+/// Our entries of a `list` of per-parent statuses (`parents` of a route,
+/// `ancestors` of a policy), after the entries of other controllers, which
+/// are kept as they are.
+fn entries_status(
+    want: &[crate::gateway::status::ParentStatus],
+    controller_name: &str,
+    generation: i64,
+    have: &Value,
+    now: &str,
+    list: &str,
+    reference: &str,
+) -> Value {
+    let old: Vec<Value> = have.get(list).and_then(Value::as_array).cloned().unwrap_or_default();
     let mut parents: Vec<Value> = old
         .iter()
         .filter(|p| p["controllerName"] != controller_name)
@@ -102,14 +126,14 @@ fn route_status(
     for p in want {
         let previous = old
             .iter()
-            .find(|o| o["controllerName"] == controller_name && o["parentRef"] == p.parent_ref);
+            .find(|o| o["controllerName"] == controller_name && o[reference] == p.parent_ref);
         parents.push(json!({
-            "parentRef": p.parent_ref,
+            reference: p.parent_ref,
             "controllerName": controller_name,
             "conditions": conditions_json(&p.conditions, generation, previous.and_then(|o| o.get("conditions")), now),
         }));
     }
-    json!({ "parents": parents })
+    json!({ list: parents })
 }
 
 /// Whether `want`'s keys hold the same values in `have`.
@@ -262,6 +286,38 @@ async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Sn
     let udp = |r: &UdpRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);
     for (what, r) in sync_routes(client, opts, &want, &now, &snap.udp_routes, RouteKind::Udp, udp).await {
         report(what, r);
+    }
+    for p in &snap.backend_tls_policies {
+        let k = key(&p.metadata);
+        let Some(w) = want.policies.get(&k) else { continue };
+        let have = serde_json::to_value(&p.status).unwrap_or(Value::Null);
+        let ours_before = have
+            .get("ancestors")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|e| e["controllerName"] == opts.controller_name.as_str()));
+        // A policy none of our Gateways uses, with no entry of ours: not
+        // ours to write.
+        if w.is_empty() && !ours_before {
+            continue;
+        }
+        let status = policy_status(
+            w,
+            &opts.controller_name,
+            p.metadata.generation.unwrap_or(0),
+            &have,
+            &now,
+        );
+        if differs(&status, &have) {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            let r = patch(
+                Api::<BackendTlsPolicy>::namespaced(client.clone(), ns),
+                p.metadata.name.as_deref().unwrap_or(""),
+                p.metadata.resource_version.as_deref(),
+                status,
+            )
+            .await;
+            report(format!("BackendTLSPolicy {k}"), r);
+        }
     }
     (written, pending)
 }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
+use gateway_api_types::backendtlspolicies::BackendTlsPolicy;
 use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
@@ -61,6 +62,8 @@ pub struct Snapshot {
     /// client CA bundles (watched with Gateway API only; each keeps only
     /// its `ca.crt`).
     pub ca_bundles: Vec<Arc<ConfigMap>>,
+    /// BackendTLSPolicies: TLS from Gateway routes to Service ports.
+    pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
 }
 
 /// The key of a CA bundle ConfigMap (Gateway API's and Kubernetes' own
@@ -105,7 +108,8 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_objects(&old.udp_routes, &new.udp_routes)
         && same_objects(&old.reference_grants, &new.reference_grants)
         && same_objects(&old.namespaces, &new.namespaces)
-        && same_objects(&old.ca_bundles, &new.ca_bundles);
+        && same_objects(&old.ca_bundles, &new.ca_bundles)
+        && same_objects(&old.backend_tls_policies, &new.backend_tls_policies);
     if !others_same {
         return Change::Other;
     }

@@ -48,7 +48,7 @@ use ngx::ffi::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_http_module_t,
     ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,
     ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE, ngx_http_phases_NGX_HTTP_REWRITE_PHASE, ngx_int_t, ngx_module_t,
-    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_ERROR, NGX_HTTP_LOC_CONF,
+    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE1234, NGX_ERROR, NGX_HTTP_LOC_CONF,
     NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF,
     NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_OK,
 };
@@ -179,7 +179,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
 static mut COMMANDS: [ngx_command_t; 16] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_routes"),
-        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12) as ngx_uint_t,
+        type_: (NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1234) as ngx_uint_t,
         set: Some(directives::set_routes),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: 0,

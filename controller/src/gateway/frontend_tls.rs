@@ -38,12 +38,13 @@ pub enum PortValidation {
     Invalid(Problem),
 }
 
-/// One reference, as both the default and the per-port lists spell it.
-struct CaRef<'a> {
-    group: &'a str,
-    kind: &'a str,
-    name: &'a str,
-    namespace: Option<&'a str>,
+/// One CA reference, as the default and the per-port lists (and a
+/// BackendTLSPolicy, in its own namespace) spell it.
+pub(crate) struct CaRef<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
 }
 
 /// One validation (the default's or a port's): the generated types spell
@@ -167,7 +168,7 @@ pub fn insecure_fallback(gateway: &Gateway) -> bool {
 
 /// One reference's certificates, re-encoded as PEM (only the
 /// certificates: comments and other blocks of the ConfigMap are dropped).
-fn resolve(snap: &Snapshot, gw_ns: &str, r: &CaRef) -> Result<String, Problem> {
+pub(crate) fn resolve(snap: &Snapshot, gw_ns: &str, r: &CaRef) -> Result<String, Problem> {
     if !r.group.is_empty() || r.kind != "ConfigMap" {
         return Err((
             "InvalidCACertificateKind".into(),

@@ -10,12 +10,15 @@
 //! - [`translate`]: the Gateway objects this controller owns into that
 //!   table and the nginx servers it needs;
 //! - [`frontend_tls`]: client certificate validation per Gateway port;
+//! - [`backend_tls`]: BackendTLSPolicies, and a Gateway's client
+//!   certificate for backends;
 //! - [`grants`]: what ReferenceGrants allow;
 //! - [`services`]: a Service per Gateway, its address;
 //! - [`addresses`]: the static addresses a Gateway asks for;
 //! - [`status`]: the conditions the spec asks for.
 
 pub mod addresses;
+pub mod backend_tls;
 pub mod duration;
 pub mod frontend_tls;
 pub mod grants;

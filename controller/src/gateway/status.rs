@@ -19,11 +19,14 @@ use crate::snapshot::{key, Snapshot};
 /// is built and tested (the conformance suite infers what to run from it).
 /// Sorted by name, as the API requires.
 pub const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
@@ -137,6 +140,9 @@ pub struct Desired {
     pub gateways: BTreeMap<String, GatewayStatus>,
     /// `namespace/name` → our parent entries.
     pub routes: BTreeMap<String, Vec<ParentStatus>>,
+    /// BackendTLSPolicy `namespace/name` → our ancestor entries (one per
+    /// Gateway whose routes send to its ports; none: ours are removed).
+    pub policies: BTreeMap<String, Vec<ParentStatus>>,
 }
 
 /// Where a Gateway's `status.addresses` come from.
@@ -312,6 +318,11 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
             ]
         };
         let mut conditions = conditions;
+        // The Gateway's own references (its backend client certificate).
+        conditions.push(match model.gateway_refs.get(&gw_key) {
+            Some((reason, message)) => cond("ResolvedRefs", false, reason, message.clone()),
+            None => cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
+        });
         if super::frontend_tls::insecure_fallback(g) {
             conditions.push(cond(
                 "InsecureFrontendValidationMode",
@@ -328,6 +339,25 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                 addresses: assigned.unwrap_or_default(),
             },
         );
+    }
+    for (policy, (conditions, gateways)) in &model.backend_tls_status {
+        let ancestors = gateways
+            .iter()
+            .filter(|g| out.gateways.contains_key(*g))
+            .map(|g| {
+                let (ns, name) = g.split_once('/').unwrap_or(("default", g));
+                ParentStatus {
+                    parent_ref: serde_json::json!({
+                        "group": super::translate::GROUP,
+                        "kind": "Gateway",
+                        "namespace": ns,
+                        "name": name,
+                    }),
+                    conditions: conditions.clone(),
+                }
+            })
+            .collect();
+        out.policies.insert(policy.clone(), ancestors);
     }
     out
 }
@@ -495,6 +525,9 @@ mod tests {
                 "ConfigMap" => s.ca_bundles.push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "ReferenceGrant" => s
                     .reference_grants
+                    .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "BackendTLSPolicy" => s
+                    .backend_tls_policies
                     .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 _ => unreachable!(),
             }

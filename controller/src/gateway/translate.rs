@@ -158,6 +158,12 @@ pub struct GatewayModel {
     /// none resolved the listener is also refused (`NoValidCACertificate`
     /// in `listeners`).
     pub ca_refs: BTreeMap<(String, String), (String, String)>,
+    /// Gateways with a reference of their own that does not resolve (the
+    /// backend client certificate): `ResolvedRefs` False with this reason.
+    pub gateway_refs: BTreeMap<String, (String, String)>,
+    /// Each BackendTLSPolicy (`namespace/name`): its conditions and the
+    /// Gateways whose routes send to the ports it targets (its ancestors).
+    pub backend_tls_status: BTreeMap<String, (Vec<super::status::Cond>, std::collections::BTreeSet<String>)>,
 }
 
 /// The certificate of an HTTPS listener (its first `certificateRef`), or
@@ -208,9 +214,18 @@ pub fn translate(
     controller_name: &str,
     base_port: u16,
     reserved: &[(u16, bool)],
-    mut backend: impl FnMut(&ServiceRef) -> String,
+    mut name_backend: impl FnMut(&ServiceRef) -> String,
 ) -> GatewayModel {
     let mut out = GatewayModel::default();
+    // Each backend name's Service port, for BackendTLSPolicies.
+    let mut refs: BTreeMap<String, ServiceRef> = BTreeMap::new();
+    let mut backend = |r: &ServiceRef| {
+        let name = name_backend(r);
+        refs.insert(name.clone(), r.clone());
+        name
+    };
+    // The certificate each Gateway shows backends over TLS, by its key.
+    let mut client_certificates: BTreeMap<String, String> = BTreeMap::new();
     let classes: Vec<&str> = snap
         .gateway_classes
         .iter()
@@ -239,6 +254,20 @@ pub fn translate(
         .collect();
     for g in &gateways {
         let gw_key = key(&g.metadata);
+        match super::backend_tls::client_certificate(snap, g) {
+            Ok(Some(cert)) => {
+                client_certificates.insert(gw_key.clone(), cert.id.clone());
+                out.certificates.insert(cert.id, cert.pair);
+            }
+            Ok(None) => {}
+            Err((reason, message)) => {
+                out.problems.push((
+                    format!("Gateway {gw_key}"),
+                    format!("spec.tls.backend.clientCertificateRef: {message}; backends asking for a client certificate get none"),
+                ));
+                out.gateway_refs.insert(gw_key.clone(), (reason, message));
+            }
+        }
         let mut validation_by_port: BTreeMap<i32, PortValidation> = BTreeMap::new();
         for l in &g.spec.listeners {
             let lkey = (gw_key.clone(), l.name.clone());
@@ -420,7 +449,9 @@ pub fn translate(
                     rules: route_rules.clone(),
                     certificates: Vec::new(),
                     client_validation: None,
+                    backend_client_certificate: None,
                 }],
+                backend_tls: Vec::new(),
             };
             if let Err(e) = validate_routes(&alone) {
                 out.invalid.insert(route_key, format!("{}: {}", e.path, e.message));
@@ -442,6 +473,7 @@ pub fn translate(
             rules,
             certificates: certificates.clone(),
             client_validation: client_validation.clone(),
+            backend_client_certificate: client_certificates.get(&key(&gateway.metadata)).cloned(),
         });
         out.servers.push(GatewayServer {
             name: name.clone(),
@@ -462,6 +494,8 @@ pub fn translate(
             out.unresolved.insert(route.key(), (reason, message));
         }
     }
+    let policies = super::backend_tls::resolve(snap);
+    super::backend_tls::apply(&mut out, &policies, &refs);
     out
 }
 

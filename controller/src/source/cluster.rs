@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 
 use crate::snapshot::{Snapshot, CA_BUNDLE_KEY};
+use gateway_api_types::backendtlspolicies::BackendTlsPolicy;
 use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
@@ -74,6 +75,8 @@ struct GatewayStores {
     namespaces: Store<Namespace>,
     /// `None` when RBAC forbids listing ConfigMaps.
     ca_bundles: Option<Store<ConfigMap>>,
+    /// `None` when the BackendTLSPolicy CRD is not installed.
+    backend_tls_policies: Option<Store<BackendTlsPolicy>>,
 }
 
 /// The one object a by-name store holds.
@@ -151,6 +154,12 @@ impl Stores {
                         .collect()
                 })
                 .unwrap_or_default(),
+            backend_tls_policies: self
+                .gateway
+                .as_ref()
+                .and_then(|g| g.backend_tls_policies.as_ref())
+                .map(all)
+                .unwrap_or_default(),
         }
     }
 
@@ -183,6 +192,9 @@ impl Stores {
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
             if let Some(s) = &g.ca_bundles {
+                s.wait_until_ready().await?;
+            }
+            if let Some(s) = &g.backend_tls_policies {
                 s.wait_until_ready().await?;
             }
         }
@@ -307,6 +319,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         // Client CA bundles (`spec.tls.frontend`): ConfigMaps keep their
         // `ca.crt` only, so a namespace's large ConfigMaps cost nothing.
         let ca_bundles = ca_bundles(&client, ns, &mut l4_ticks).await;
+        let backend_tls_policies = optional_kind::<BackendTlsPolicy>(&client, ns, &mut l4_ticks).await;
         l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
         Some(GatewayStores {
             classes,
@@ -319,6 +332,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
             grants,
             namespaces,
             ca_bundles,
+            backend_tls_policies,
         })
     } else {
         None

@@ -300,6 +300,8 @@ impl Snapshot {
         snap.reference_grants.extend(self.reference_grants.iter().cloned());
         snap.namespaces.extend(self.namespaces.iter().cloned());
         snap.ca_bundles.extend(self.ca_bundles.iter().cloned());
+        snap.backend_tls_policies
+            .extend(self.backend_tls_policies.iter().cloned());
         for (from, to) in [
             (&self.config_map, &mut snap.config_map),
             (&self.tcp_services, &mut snap.tcp_services),
@@ -488,7 +490,7 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
             }
         }
         "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute" | "UDPRoute"
-        | "ReferenceGrant"
+        | "ReferenceGrant" | "BackendTLSPolicy"
             if doc
                 .get("apiVersion")
                 .and_then(Value::as_str)
@@ -527,6 +529,9 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 "UDPRoute" => snap
                     .udp_routes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "BackendTLSPolicy" => snap
+                    .backend_tls_policies
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 _ => snap
                     .reference_grants

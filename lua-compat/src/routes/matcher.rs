@@ -35,6 +35,10 @@ pub struct Compiled {
     /// By name. Fx hashing: a request hashes its listener and host with
     /// it, and SipHash's cost per lookup showed in the instruction count.
     listeners: HashMap<Box<[u8]>, CompiledListener>,
+    /// TLS to backends, by backend name: read when nginx connects to one
+    /// (a request reaches that point only for a backend its rule marks
+    /// [`CompiledRule::backend_tls`]).
+    backend_tls: HashMap<Box<str>, super::BackendTls>,
 }
 
 #[derive(Debug)]
@@ -52,6 +56,8 @@ pub struct CompiledListener {
     certificates: HostMap<(usize, Box<str>)>,
     /// Client certificate validation of this HTTPS server (its port's).
     pub client_validation: Option<super::ClientValidation>,
+    /// The certificate id shown to backends reached over TLS.
+    pub backend_client_certificate: Option<Box<str>>,
 }
 
 /// Values by host name: exact, else the longest wildcard that covers the
@@ -135,6 +141,11 @@ pub struct CompiledRule {
     /// Each backend's own `URLRewrite` hostname, by backend index.
     pub backend_rewrite_host: Vec<Option<CompiledHeader>>,
     pub cors: Option<super::cors::CompiledCors>,
+    /// Whether each backend (by index) is reached over TLS, so a request
+    /// pays no lookup to know.
+    pub backend_tls: Vec<bool>,
+    /// The same for each `RequestMirror`.
+    pub mirror_tls: Vec<bool>,
 }
 
 /// A header modifier whose names are lower-cased and hashed once per
@@ -181,13 +192,23 @@ impl Compiled {
     /// Compiles a validated table. Fails only on a regular expression that
     /// no longer compiles (validation compiled it already).
     pub fn new(table: &RouteTable) -> Result<Compiled, ValidationError> {
+        let backend_tls: HashMap<Box<str>, super::BackendTls> = table
+            .backend_tls
+            .iter()
+            .map(|b| (b.backend.as_str().into(), b.clone()))
+            .collect();
         let mut listeners = HashMap::default();
         for (i, l) in table.listeners.iter().enumerate() {
-            let compiled =
-                compile_listener(l).map_err(|(path, e)| ValidationError::at(format!("listeners[{i}].{path}"), e))?;
+            let compiled = compile_listener(l, &backend_tls)
+                .map_err(|(path, e)| ValidationError::at(format!("listeners[{i}].{path}"), e))?;
             listeners.insert(l.name.as_bytes().into(), compiled);
         }
-        Ok(Compiled { listeners })
+        Ok(Compiled { listeners, backend_tls })
+    }
+
+    /// How nginx reaches backend `name` over TLS; `None`: in the clear.
+    pub fn backend_tls(&self, name: &str) -> Option<&super::BackendTls> {
+        self.backend_tls.get(name)
     }
 
     pub fn listener(&self, name: &[u8]) -> Option<&CompiledListener> {
@@ -203,7 +224,11 @@ impl Compiled {
     }
 }
 
-fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, String)> {
+fn compile_listener(
+    l: &ListenerRoutes,
+    backend_tls: &HashMap<Box<str>, super::BackendTls>,
+) -> Result<CompiledListener, (String, String)> {
+    let over_tls = |name: Option<&str>| name.is_some_and(|n| backend_tls.contains_key(n));
     let mut exact = HashMap::default();
     let mut wildcards = Vec::new();
     let mut any = None;
@@ -276,6 +301,8 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
                 })
                 .collect(),
             cors: r.filters.cors.as_ref().map(super::cors::CompiledCors::new),
+            backend_tls: r.backends.iter().map(|b| over_tls(b.backend.as_deref())).collect(),
+            mirror_tls: r.filters.mirrors.iter().map(|m| over_tls(Some(&m.backend))).collect(),
             response_headers: r.filters.response_headers.as_ref().map(CompiledModifier::new),
             rewrite_host: r
                 .filters
@@ -299,6 +326,7 @@ fn compile_listener(l: &ListenerRoutes) -> Result<CompiledListener, (String, Str
                 .map(|(i, c)| (c.hostname.as_str(), (i, Box::from(c.certificate.as_str())))),
         ),
         client_validation: l.client_validation.clone(),
+        backend_client_certificate: l.backend_client_certificate.as_deref().map(Box::from),
     })
 }
 

@@ -34,6 +34,41 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RouteTable {
     pub listeners: Vec<ListenerRoutes>,
+    /// TLS to backends (a Gateway API BackendTLSPolicy on a Service port),
+    /// by backend name: requests to these backends, from any listener,
+    /// go over TLS, verified as each entry says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_tls: Vec<BackendTls>,
+}
+
+/// How nginx connects to one backend over TLS and what it accepts from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendTls {
+    /// The backend (a Service port) this applies to.
+    pub backend: String,
+    /// Sent as SNI; without `subjectAltNames`, also the name the backend's
+    /// certificate must carry.
+    pub hostname: String,
+    /// The CAs the backend's chain must end at, PEM; absent: the system's
+    /// trusted CAs (the policy's `wellKnownCACertificates: System`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificates: Option<String>,
+    /// When present, the backend's certificate must carry one of these
+    /// (instead of `hostname`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// A name a backend's certificate may carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", deny_unknown_fields)]
+pub enum SubjectAltName {
+    /// A DNS name (`*.` may lead), matched as certificate host names are.
+    Hostname(String),
+    /// A URI SAN (SPIFFE ids, say), matched exactly.
+    #[serde(rename = "URI")]
+    Uri(String),
 }
 
 /// The routes of one nginx `server` (a Gateway's port): the name its
@@ -62,6 +97,12 @@ pub struct ListenerRoutes {
     /// and checked against these CAs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_validation: Option<ClientValidation>,
+    /// The certificate nginx shows backends reached over TLS from this
+    /// server, when they ask for one (the Gateway's
+    /// `spec.tls.backend.clientCertificateRef`): a certificate id of
+    /// `/configuration/certificates`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_client_certificate: Option<String>,
 }
 
 /// Mutual TLS on one HTTPS server.

@@ -10,7 +10,9 @@
 
 use std::collections::HashSet;
 
-use super::{HeaderModifier, ListenerRoutes, PathMatch, PathModifier, RouteTable, Rule, ValueMatch};
+use super::{
+    BackendTls, HeaderModifier, ListenerRoutes, PathMatch, PathModifier, RouteTable, Rule, SubjectAltName, ValueMatch,
+};
 use crate::validate::{check_name, deserialize, is_dns_label, ValidationError};
 
 /// Listeners in one table.
@@ -22,6 +24,17 @@ pub const MAX_LISTENER_CERTIFICATES: usize = 64;
 pub const MAX_CA_BUNDLE: usize = 256 * 1024;
 /// Most CA certificates in one bundle.
 pub const MAX_CA_CERTIFICATES: usize = 128;
+/// Backends reached over TLS in one table (a BackendTLSPolicy per
+/// Service port at most).
+pub const MAX_BACKEND_TLS: usize = 4096;
+/// All the CA bundles of `backendTls` together, in bytes of PEM: the
+/// table lives in shared memory, and one tenant's policies must not fill it.
+pub const MAX_BACKEND_CA_TOTAL: usize = 16 * 1024 * 1024;
+/// Subject alternative names one backend may be accepted by (the Gateway
+/// API's maximum).
+pub const MAX_SUBJECT_ALT_NAMES: usize = 5;
+/// Longest URI subject alternative name (the Gateway API's maximum).
+pub const MAX_SAN_URI_LEN: usize = 253;
 /// Header or query matches in one match, and entries in one header
 /// modifier list (the Gateway API's maximum).
 pub const MAX_VALUE_MATCHES: usize = 16;
@@ -116,7 +129,83 @@ pub fn validate_routes(table: &RouteTable) -> Result<(), ValidationError> {
             ));
         }
     }
+    if table.backend_tls.len() > MAX_BACKEND_TLS {
+        return Err(ValidationError::at(
+            "backendTls",
+            format!("more than {MAX_BACKEND_TLS} backends"),
+        ));
+    }
+    let mut backends = HashSet::new();
+    let mut ca_total = 0usize;
+    for (i, b) in table.backend_tls.iter().enumerate() {
+        let at = format!("backendTls[{i}]");
+        check_backend_tls(b).map_err(|(field, e)| ValidationError::at(format!("{at}.{field}"), e))?;
+        if !backends.insert(b.backend.as_str()) {
+            return Err(ValidationError::at(
+                format!("{at}.backend"),
+                format!("duplicate backend {:?}", b.backend),
+            ));
+        }
+        ca_total += b.ca_certificates.as_ref().map_or(0, String::len);
+        if ca_total > MAX_BACKEND_CA_TOTAL {
+            return Err(ValidationError::at(
+                format!("{at}.caCertificates"),
+                format!("the CA bundles of backendTls come to more than {MAX_BACKEND_CA_TOTAL} bytes"),
+            ));
+        }
+    }
     Ok(())
+}
+
+/// One backend's TLS: a host name to send as SNI (no wildcard, no IP
+/// address), a CA bundle as [`check_ca_bundle`] takes, and at most
+/// [`MAX_SUBJECT_ALT_NAMES`] names, each a host name (`*.` may lead) or an
+/// absolute URI of printable ASCII.
+pub fn check_backend_tls(b: &BackendTls) -> Result<(), (String, String)> {
+    check_name(&b.backend).map_err(|e| ("backend".to_string(), e))?;
+    if !is_route_hostname(&b.hostname, false) {
+        return Err((
+            "hostname".into(),
+            format!("{:?} is not a lower-case host name", b.hostname),
+        ));
+    }
+    if let Some(pem) = &b.ca_certificates {
+        check_ca_bundle(pem).map_err(|e| ("caCertificates".to_string(), e))?;
+    }
+    if b.subject_alt_names.len() > MAX_SUBJECT_ALT_NAMES {
+        return Err((
+            "subjectAltNames".into(),
+            format!("more than {MAX_SUBJECT_ALT_NAMES} names"),
+        ));
+    }
+    for (i, san) in b.subject_alt_names.iter().enumerate() {
+        let ok = match san {
+            SubjectAltName::Hostname(h) => is_route_hostname(h, true),
+            SubjectAltName::Uri(u) => is_san_uri(u),
+        };
+        if !ok {
+            return Err((
+                format!("subjectAltNames[{i}]"),
+                format!("{san:?} is not a lower-case host name or an absolute URI of at most {MAX_SAN_URI_LEN} printable characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An absolute URI (`scheme:` then at least one character), printable
+/// ASCII without space, as a certificate's URI name is compared.
+fn is_san_uri(u: &str) -> bool {
+    let Some((scheme, rest)) = u.split_once(':') else {
+        return false;
+    };
+    u.len() <= MAX_SAN_URI_LEN
+        && !rest.is_empty()
+        && scheme.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        && u.bytes().all(|b| b.is_ascii_graphic())
 }
 
 fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
@@ -169,6 +258,9 @@ fn check_listener(l: &ListenerRoutes, at: &str) -> Result<(), ValidationError> {
         }
         check_ca_bundle(&v.ca_certificates)
             .map_err(|e| ValidationError::at(format!("{at}.clientValidation.caCertificates"), e))?;
+    }
+    if let Some(id) = &l.backend_client_certificate {
+        crate::certificates::check_id(id).map_err(|e| bad("backendClientCertificate", e))?;
     }
     let mut hosts = HashSet::new();
     for (h, group) in l.hosts.iter().enumerate() {
@@ -646,6 +738,79 @@ mod tests {
         let mut http = https(serde_json::json!({"caCertificates": CA}));
         http["certificates"] = serde_json::json!([]);
         assert_eq!(table(http).unwrap_err().path, "listeners[0].clientValidation");
+    }
+
+    #[test]
+    fn backend_tls_entries_are_checked_with_their_path() {
+        let with = |entry: serde_json::Value| {
+            let body = serde_json::json!({"listeners": [], "backendTls": [entry]});
+            parse_routes(body.to_string().as_bytes())
+        };
+        let good = with(serde_json::json!({
+            "backend": "infra-web-443", "hostname": "abc.example.com", "caCertificates": CA,
+            "subjectAltNames": [{"type": "Hostname", "value": "*.example.com"},
+                                {"type": "URI", "value": "spiffe://abc.example.com/id"}]}))
+        .unwrap();
+        assert_eq!(
+            good.backend_tls[0].subject_alt_names[1],
+            SubjectAltName::Uri("spiffe://abc.example.com/id".into())
+        );
+        // The system's CAs: no bundle.
+        assert!(with(serde_json::json!({"backend": "b", "hostname": "abc.example.com"})).is_ok());
+        let refused = [
+            (
+                serde_json::json!({"backend": "b", "hostname": "*.example.com"}),
+                "backendTls[0].hostname",
+            ),
+            (
+                serde_json::json!({"backend": "b", "hostname": "10.0.0.1"}),
+                "backendTls[0].hostname",
+            ),
+            (
+                serde_json::json!({"backend": "b", "hostname": "a.example.com\r\nX: 1"}),
+                "backendTls[0].hostname",
+            ),
+            (
+                serde_json::json!({"backend": "b", "hostname": "a.example.com", "caCertificates": "-----BEGIN PRIVATE KEY-----\nAA\n-----END PRIVATE KEY-----\n"}),
+                "backendTls[0].caCertificates",
+            ),
+            (
+                serde_json::json!({"backend": "b", "hostname": "a.example.com", "subjectAltNames": [{"type": "URI", "value": "no scheme"}]}),
+                "backendTls[0].subjectAltNames[0]",
+            ),
+            (
+                serde_json::json!({"backend": "b", "hostname": "a.example.com", "subjectAltNames": [{"type": "URI", "value": "spiffe://a/\u{0}"}]}),
+                "backendTls[0].subjectAltNames[0]",
+            ),
+            (
+                serde_json::json!({"backend": "b", "hostname": "a.example.com", "subjectAltNames":
+                    (0..6).map(|i| serde_json::json!({"type": "Hostname", "value": format!("h{i}.example.com")})).collect::<Vec<_>>()}),
+                "backendTls[0].subjectAltNames",
+            ),
+            (
+                serde_json::json!({"backend": "", "hostname": "a.example.com"}),
+                "backendTls[0].backend",
+            ),
+        ];
+        for (entry, path) in refused {
+            let e = with(entry.clone()).expect_err(&entry.to_string());
+            assert_eq!(e.path, path, "{entry}: {}", e.message);
+        }
+        let twice = serde_json::json!({"listeners": [], "backendTls": [
+            {"backend": "b", "hostname": "a.example.com"}, {"backend": "b", "hostname": "c.example.com"}]});
+        assert_eq!(
+            parse_routes(twice.to_string().as_bytes()).unwrap_err().path,
+            "backendTls[1].backend"
+        );
+    }
+
+    #[test]
+    fn a_backend_client_certificate_is_a_certificate_id() {
+        let mut l = listener(serde_json::json!([]), serde_json::json!([]));
+        l["backendClientCertificate"] = serde_json::json!("gw-client");
+        assert!(table(l.clone()).is_ok());
+        l["backendClientCertificate"] = serde_json::json!("../etc/passwd");
+        assert_eq!(table(l).unwrap_err().path, "listeners[0].backendClientCertificate");
     }
 
     #[test]

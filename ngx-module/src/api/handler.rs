@@ -506,6 +506,16 @@ fn write_routes(zone: &Zone, parts: &[BodyPart]) -> WriteOutcome {
             }
         }
     }
+    for (i, b) in table.backend_tls.iter().enumerate() {
+        if let Some(pem) = &b.ca_certificates {
+            if let Err(e) = crate::tls::client_ca::parse(pem) {
+                return WriteOutcome::Invalid(ValidationError {
+                    path: format!("backendTls[{i}].caCertificates"),
+                    message: e,
+                });
+            }
+        }
+    }
     let json = serde_json::to_vec(&table).expect("JSON encoding of a route table");
     match routes::replace(zone, &json) {
         Ok(a) => WriteOutcome::Applied {

@@ -167,6 +167,13 @@ pub struct LocConf {
     /// requests for HTTP/2 cleartext backends (gRPC, `kubernetes.io/h2c`)
     /// go on to, with the backend chosen (one with `grpc_pass`).
     pub routes_h2c: Option<ngx_str_t>,
+    /// `dynamic_balancer_routes listener @h2c @tls;`: where requests for
+    /// backends reached over TLS (a BackendTLSPolicy's) go on to (one with
+    /// `proxy_pass https://`).
+    pub routes_tls: Option<ngx_str_t>,
+    /// `dynamic_balancer_routes listener @h2c @tls @grpcs;`: the same for
+    /// HTTP/2 backends over TLS (`grpc_pass grpcs://`).
+    pub routes_grpcs: Option<ngx_str_t>,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

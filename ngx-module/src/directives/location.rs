@@ -37,11 +37,13 @@ pub unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command
     })
 }
 
-/// `dynamic_balancer_routes listener [@h2c];` in a `location{}`: route its
-/// requests by the Gateway API routes pushed for `listener` (see
-/// [`crate::http::gateway`]); requests whose backend speaks HTTP/2
-/// cleartext continue in the named location `@h2c`. nginx calls it while
-/// parsing, with the live configuration and our `LocConf` as `conf`.
+/// `dynamic_balancer_routes listener [@h2c [@tls [@grpcs]]];` in a
+/// `location{}`: route its requests by the Gateway API routes pushed for
+/// `listener` (see [`crate::http::gateway`]). Requests whose backend
+/// speaks HTTP/2 cleartext continue in the named location `@h2c`; those
+/// whose backend is reached over TLS (a BackendTLSPolicy) in `@tls`, or
+/// in `@grpcs` for an HTTP/2 one. nginx calls it while parsing, with the
+/// live configuration and our `LocConf` as `conf`.
 pub unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
     ffi_guard("dynamic_balancer_routes", NGX_CONF_ERROR, || {
         // SAFETY: `conf` is our `LocConf` from create_loc_conf;
@@ -54,16 +56,22 @@ pub unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_
         }
         // SAFETY: as above.
         let a = args(unsafe { &*cf });
-        if let Some(h2c) = a.get(2) {
-            if h2c.len < 2 || !h2c.as_bytes().starts_with(b"@") || h2c.as_bytes().contains(&b'$') {
+        for (i, which) in ["h2c", "tls", "grpcs"].into_iter().enumerate() {
+            let Some(name) = a.get(2 + i) else { break };
+            if name.len < 2 || !name.as_bytes().starts_with(b"@") || name.as_bytes().contains(&b'$') {
                 ngx_conf_log_error!(
                     NGX_LOG_EMERG,
                     cf,
-                    "invalid h2c location \"{h2c}\": a named location (\"@name\") is expected"
+                    "invalid {which} location \"{name}\": a named location (\"@name\") is expected"
                 );
                 return NGX_CONF_ERROR;
             }
-            lcf.routes_h2c = Some(*h2c);
+            let slot = match which {
+                "h2c" => &mut lcf.routes_h2c,
+                "tls" => &mut lcf.routes_tls,
+                _ => &mut lcf.routes_grpcs,
+            };
+            *slot = Some(*name);
         }
         // SAFETY: `cf` is live; the main conf is in its pool and this
         // setter holds no other borrow of it.

@@ -76,7 +76,10 @@ pub unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_
         // SAFETY: nginx runs phase handlers with a live request, on the
         // event loop, and holds no reference into it meanwhile.
         let req = unsafe { Request::from_ngx_http_request(r) };
-        let Some((listener, h2c)) = Module::location_conf(req).and_then(|l| Some((l.routes?, l.routes_h2c))) else {
+        let Some(lcf) = Module::location_conf(req) else {
+            return NGX_DECLINED as ngx_int_t;
+        };
+        let Some(listener) = lcf.routes else {
             return NGX_DECLINED as ngx_int_t;
         };
         // SAFETY: the directive stored an argument in the configuration
@@ -86,41 +89,59 @@ pub unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_
             Some(i) => route_copy(req, i),
             None => route(req, listener),
         };
-        if rc != H2C {
-            return rc;
-        }
-        let Some(mut h2c) = h2c else {
+        let (next, which) = match rc {
+            H2C => (lcf.routes_h2c, "HTTP/2 cleartext (an @h2c location)"),
+            TLS => (lcf.routes_tls, "HTTP/1.1 over TLS (an @tls location)"),
+            H2_TLS => (lcf.routes_grpcs, "HTTP/2 over TLS (an @grpcs location)"),
+            rc => return rc,
+        };
+        let Some(mut next) = next else {
             ngx_log_error!(
                 NGX_LOG_ERR,
                 req.log(),
-                "dynamic_balancer: a route's backend speaks h2c but this location's dynamic_balancer_routes names no location for it"
+                "dynamic_balancer: a route's backend speaks {} but this location's dynamic_balancer_routes names no location for it",
+                which
             );
             return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
         };
-        // The request goes on in the named location (grpc_pass) with the
-        // backend, headers and URI already set: the variables and headers
-        // survive the jump, only module contexts are cleared.
-        // SAFETY: a live request; `h2c` names a location of the
+        // The request goes on in the named location (grpc_pass, or the
+        // TLS proxy) with the backend, headers and URI already set: the
+        // variables and headers survive the jump, only module contexts are
+        // cleared.
+        // SAFETY: a live request; `next` names a location of the
         // configuration (nginx answers 500 itself if it does not exist).
         // nginx counts the jump as a reference to the request, which the
         // NGX_DONE finalization gives back, as its own modules do after an
         // internal redirect from a phase handler.
         unsafe {
-            ngx::ffi::ngx_http_named_location(r, &mut h2c);
+            ngx::ffi::ngx_http_named_location(r, &mut next);
             ngx::ffi::ngx_http_finalize_request(r, ngx::ffi::NGX_DONE as ngx_int_t);
         }
         NGX_DONE as ngx_int_t
     })
 }
 
-/// `route`'s answer for a request to an HTTP/2 cleartext backend: not an
-/// nginx code, so it cannot be mistaken for one.
+/// `route`'s answers for a request whose backend is not reached with the
+/// location's own `proxy_pass`: not nginx codes, so they cannot be
+/// mistaken for one. HTTP/2 cleartext, HTTP/1.1 over TLS, HTTP/2 over TLS.
 const H2C: ngx_int_t = -1000;
+const TLS: ngx_int_t = -1001;
+const H2_TLS: ngx_int_t = -1002;
+
+/// Where a request to a backend of `protocol` (over TLS or not) goes on.
+fn continue_in(protocol: BackendProtocol, tls: bool) -> ngx_int_t {
+    match (protocol, tls) {
+        (BackendProtocol::Http1, false) => NGX_DECLINED as ngx_int_t,
+        (BackendProtocol::H2c, false) => H2C,
+        (BackendProtocol::Http1, true) => TLS,
+        (BackendProtocol::H2c, true) => H2_TLS,
+    }
+}
 
 /// Points a mirror copy (see [`gateway_mirror`]) at its mirror backend;
 /// nothing else of the rule applies to it again.
 fn route_copy(req: &mut Request, index: usize) -> ngx_int_t {
-    let Some(mirror) = gateway_mirror::mirror_of(req, index) else {
+    let Some((mirror, tls)) = gateway_mirror::mirror_of(req, index) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
     let Some(index) = Module::main_conf(req).map(|m| m.read_variables[Read::UpstreamName as usize]) else {
@@ -129,10 +150,7 @@ fn route_copy(req: &mut Request, index: usize) -> ngx_int_t {
     // SAFETY: the name lives in the route table the main request holds,
     // longer than this copy.
     unsafe { variables::set_borrowed(req, index, mirror.backend.as_bytes()) };
-    match mirror.protocol {
-        BackendProtocol::H2c => H2C,
-        BackendProtocol::Http1 => NGX_DECLINED as ngx_int_t,
-    }
+    continue_in(mirror.protocol, tls)
 }
 
 fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
@@ -188,7 +206,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     };
     let found_prefix = found.prefix_len;
     let compiled: *const CompiledRule = found.rule;
-    let matched = Matched::new(table.clone(), found.rule);
+    let matched = Matched::new(table.clone(), l, found.rule);
     // SAFETY: a live request's pool is live; the value is dropped by the
     // pool's cleanup, when the request ends.
     let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
@@ -272,10 +290,10 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
         // request line, once the URI changed.
         r.set_valid_unparsed_uri(0);
     }
-    if rule.backends[chosen].protocol == BackendProtocol::H2c {
-        return H2C;
-    }
-    NGX_DECLINED as ngx_int_t
+    continue_in(
+        rule.backends[chosen].protocol,
+        compiled.backend_tls.get(chosen).copied().unwrap_or(false),
+    )
 }
 
 /// The answer to a request no route takes (404) or whose rule has no

@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use lua_compat::routes::matcher::{Compiled, CompiledRule};
+use lua_compat::routes::matcher::{Compiled, CompiledListener, CompiledRule};
 use ngx::ffi::ngx_int_t;
 use ngx::http::Request;
 
@@ -30,23 +30,37 @@ pub enum MirrorState {
 /// it holds the table, so the backend name and the header strings the
 /// request points at stay valid even if the table is replaced meanwhile.
 pub struct Matched {
-    _table: Rc<Compiled>,
+    table: Rc<Compiled>,
+    listener: *const CompiledListener,
     rule: *const CompiledRule,
     pub mirrors: Cell<MirrorState>,
 }
 
 impl Matched {
-    /// `rule` must be one of `table`'s.
-    pub fn new(table: Rc<Compiled>, rule: &CompiledRule) -> Self {
+    /// `listener` must be one of `table`'s, and `rule` one of its.
+    pub fn new(table: Rc<Compiled>, listener: &CompiledListener, rule: &CompiledRule) -> Self {
         Matched {
-            _table: table,
+            table,
+            listener,
             rule,
             mirrors: Cell::new(MirrorState::NotYet),
         }
     }
 
+    /// The table the request was routed by (backends' TLS is read from it
+    /// when nginx connects, whatever table is current by then).
+    pub fn table(&self) -> &Rc<Compiled> {
+        &self.table
+    }
+
+    pub fn listener(&self) -> &CompiledListener {
+        // SAFETY: `listener` points into `table` (`new`'s contract), which
+        // this value keeps alive.
+        unsafe { &*self.listener }
+    }
+
     pub fn rule(&self) -> &CompiledRule {
-        // SAFETY: `rule` points into `_table` (`new`'s contract), which this
+        // SAFETY: `rule` points into `table` (`new`'s contract), which this
         // value keeps alive.
         unsafe { &*self.rule }
     }

@@ -49,14 +49,17 @@ pub fn mirror_index(req: &Request) -> Option<usize> {
 }
 
 /// The mirror a copy goes to, from the rule its main request matched.
-pub fn mirror_of(req: &Request, index: usize) -> Option<&Mirror> {
+/// With it, whether its backend is reached over TLS.
+pub fn mirror_of(req: &Request, index: usize) -> Option<(&Mirror, bool)> {
     // SAFETY: a subrequest's `main` is its live main request, which
     // outlives it (it counts its subrequests).
     let main = unsafe { Request::from_ngx_http_request(req.as_ref().main) };
     // The mirror lives in the route table the main request's `Matched`
     // keeps alive, longer than this subrequest.
     let m: &Matched = matched(main)?;
-    m.rule().rule.filters.mirrors.get(index)
+    let rule = m.rule();
+    let tls = rule.mirror_tls.get(index).copied().unwrap_or(false);
+    rule.rule.filters.mirrors.get(index).map(|mirror| (mirror, tls))
 }
 
 /// The PRECONTENT handler: nginx calls it with a live request, on the

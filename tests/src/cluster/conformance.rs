@@ -129,6 +129,7 @@ pub fn install_crds(c: &Cluster) -> Result<(), String> {
         "tlsroutes.gateway.networking.k8s.io",
         "udproutes.gateway.networking.k8s.io",
         "referencegrants.gateway.networking.k8s.io",
+        "backendtlspolicies.gateway.networking.k8s.io",
     ])?;
     Ok(())
 }
