@@ -210,6 +210,93 @@ impl TestCa {
     }
 }
 
+impl TestCa {
+    /// A server certificate for `cn` with these DNS and URI subject
+    /// alternative names, signed by this CA.
+    pub fn issue_server(&self, cn: &str, dns: &[&str], uris: &[&str]) -> TestCert {
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+        let key = PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap();
+        let mut b = certificate_builder(&x509_name(cn), &key);
+        b.set_issuer_name(self.cert.subject_name()).unwrap();
+        let mut san = openssl::x509::extension::SubjectAlternativeName::new();
+        for d in dns {
+            san.dns(d);
+        }
+        for u in uris {
+            san.uri(u);
+        }
+        let ext = san.build(&b.x509v3_context(Some(&self.cert), None)).unwrap();
+        b.append_extension(ext).unwrap();
+        b.sign(&self.key, MessageDigest::sha256()).unwrap();
+        let cert = b.build();
+        TestCert {
+            cert_pem: String::from_utf8(cert.to_pem().unwrap()).unwrap(),
+            key_pem: String::from_utf8(key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
+            sha256: hex(&cert.digest(MessageDigest::sha256()).unwrap()),
+        }
+    }
+}
+
+/// A TLS server with `cert` that asks for a client certificate of
+/// `clients` (optional) and answers every request with `200` and
+/// `sni=<the SNI it got> client=<the client certificate's CN, or none>`.
+pub fn tls_upstream_reporting(cert: &TestCert, clients: &TestCa) -> u16 {
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
+    b.set_certificate(&X509::from_pem(cert.cert_pem.as_bytes()).unwrap())
+        .unwrap();
+    b.set_private_key(&PKey::private_key_from_pem(cert.key_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut store = openssl::x509::store::X509StoreBuilder::new().unwrap();
+    store.add_cert(clients.cert.clone()).unwrap();
+    b.set_verify_cert_store(store.build()).unwrap();
+    b.set_verify(SslVerifyMode::PEER);
+    let acceptor = Arc::new(b.build());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let acceptor = acceptor.clone();
+            thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let Ok(mut tls) = acceptor.accept(conn) else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 2048];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                    match tls.read(&mut buf) {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let sni = tls
+                    .ssl()
+                    .servername(openssl::ssl::NameType::HOST_NAME)
+                    .unwrap_or("-")
+                    .to_string();
+                let client = tls
+                    .ssl()
+                    .peer_certificate()
+                    .and_then(|c| {
+                        c.subject_name()
+                            .entries_by_nid(Nid::COMMONNAME)
+                            .next()
+                            .and_then(|e| e.data().to_string().ok())
+                    })
+                    .unwrap_or_else(|| "none".into());
+                let body = format!("sni={sni} client={client}");
+                let _ = tls.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+                let _ = tls.shutdown();
+            });
+        }
+    });
+    port
+}
+
 fn x509_name(cn: &str) -> openssl::x509::X509Name {
     let mut name = X509NameBuilder::new().unwrap();
     name.append_entry_by_text("CN", cn).unwrap();

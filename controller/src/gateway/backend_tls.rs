@@ -21,12 +21,11 @@ use gateway_api_types::backendtlspolicies::{
 };
 use gateway_api_types::gateways::Gateway;
 use lua_compat::routes::validate::{check_backend_tls, check_ca_bundle, MAX_CA_BUNDLE};
-use lua_compat::routes::{BackendTls, SubjectAltName};
+use lua_compat::routes::{BackendTls, ListenerRoutes, SubjectAltName};
 
+use super::condition::{cond, Cond};
 use super::frontend_tls::{resolve as resolve_ca, CaRef};
 use super::grants::granted_to;
-use super::status::Cond;
-use super::translate::{GatewayModel, ServiceRef};
 use crate::snapshot::{key, Snapshot};
 
 /// A Service port: `(namespace, service, port)`.
@@ -49,15 +48,6 @@ pub struct Policies {
     /// it won them or not): a Gateway whose routes send to one of them is
     /// an ancestor in its status.
     pub policies: BTreeMap<String, (Vec<Cond>, Vec<Port>)>,
-}
-
-fn cond(type_: &'static str, status: bool, reason: &str, message: impl Into<String>) -> Cond {
-    Cond {
-        type_,
-        status,
-        reason: reason.into(),
-        message: message.into(),
-    }
 }
 
 /// Resolves every BackendTLSPolicy of the snapshot.
@@ -239,21 +229,36 @@ fn validate(snap: &Snapshot, p: &BackendTlsPolicy, ns: &str) -> (Option<BackendT
     )
 }
 
-/// Puts the policies into the route table: each backend (by name) whose
-/// Service port a usable policy takes gets its TLS entry; one whose policy
-/// is not usable gets none of the requests (500), a mirror to it is
-/// dropped. Records which Gateways send to each policy's ports (its
-/// ancestors). `refs` names each backend's Service port.
-pub fn apply(model: &mut GatewayModel, policies: &Policies, refs: &BTreeMap<String, ServiceRef>) {
-    let port_of = |name: &str| refs.get(name).map(|r| (r.namespace.clone(), r.name.clone(), r.port));
+/// What [`apply`] gives the model.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The table's `backendTls`, one per backend name.
+    pub entries: Vec<BackendTls>,
+    /// Each policy: its conditions and its ancestors (Gateway keys).
+    pub status: BTreeMap<String, (Vec<Cond>, BTreeSet<String>)>,
+    /// `(object, message)` for the log and Events.
+    pub problems: Vec<(String, String)>,
+}
+
+/// Puts the policies into the route table's listeners (each with its
+/// Gateway's key): each backend (by name) whose Service port a usable
+/// policy takes gets its TLS entry; one whose policy is not usable gets
+/// none of the requests (500), and a mirror to it is dropped. Records
+/// which Gateways send to each policy's ports (its ancestors). `port_of`
+/// names a backend's Service port.
+pub fn apply<'a>(
+    listeners: impl Iterator<Item = (&'a mut ListenerRoutes, &'a str)>,
+    policies: &Policies,
+    port_of: impl Fn(&str) -> Option<Port>,
+) -> Applied {
     let mut entries: BTreeMap<String, BackendTls> = BTreeMap::new();
     let mut gateways_of: BTreeMap<Port, BTreeSet<String>> = BTreeMap::new();
-    for (listener, server) in model.table.listeners.iter_mut().zip(&model.servers) {
+    for (listener, gateway) in listeners {
         let mut usable = |name: &str| -> bool {
             let Some(port) = port_of(name) else { return true };
             let found = policies.ports.get(&port);
             if found.is_some() || policies.policies.values().any(|(_, t)| t.contains(&port)) {
-                gateways_of.entry(port).or_default().insert(server.gateway.clone());
+                gateways_of.entry(port).or_default().insert(gateway.to_string());
             }
             match found {
                 None => true,
@@ -276,18 +281,26 @@ pub fn apply(model: &mut GatewayModel, policies: &Policies, refs: &BTreeMap<Stri
             rule.filters.mirrors.retain(|m| usable(&m.backend));
         }
     }
-    model.table.backend_tls = entries.into_values().collect();
+    let mut out = Applied {
+        entries: entries.into_values().collect(),
+        ..Applied::default()
+    };
     for (pkey, (conditions, targets)) in &policies.policies {
+        for c in conditions.iter().filter(|c| !c.status) {
+            out.problems.push((
+                format!("BackendTLSPolicy {pkey}"),
+                format!("{}: {}", c.reason, c.message),
+            ));
+        }
         let ancestors: BTreeSet<String> = targets
             .iter()
             .filter_map(|t| gateways_of.get(t))
             .flatten()
             .cloned()
             .collect();
-        model
-            .backend_tls_status
-            .insert(pkey.clone(), (conditions.clone(), ancestors));
+        out.status.insert(pkey.clone(), (conditions.clone(), ancestors));
     }
+    out
 }
 
 /// The certificate a Gateway shows backends that ask for one

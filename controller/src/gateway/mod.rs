@@ -15,10 +15,12 @@
 //! - [`grants`]: what ReferenceGrants allow;
 //! - [`services`]: a Service per Gateway, its address;
 //! - [`addresses`]: the static addresses a Gateway asks for;
+//! - [`condition`]: a status condition before it is written;
 //! - [`status`]: the conditions the spec asks for.
 
 pub mod addresses;
 pub mod backend_tls;
+pub mod condition;
 pub mod duration;
 pub mod frontend_tls;
 pub mod grants;

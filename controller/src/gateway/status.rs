@@ -67,23 +67,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "UDPRoute",
 ];
 
-/// A condition without its times (added when written).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cond {
-    pub type_: &'static str,
-    pub status: bool,
-    pub reason: String,
-    pub message: String,
-}
-
-fn cond(type_: &'static str, status: bool, reason: &str, message: impl Into<String>) -> Cond {
-    Cond {
-        type_,
-        status,
-        reason: reason.into(),
-        message: message.into(),
-    }
-}
+use super::condition::cond;
+pub use super::condition::Cond;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListenerStatus {

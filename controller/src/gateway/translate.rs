@@ -163,7 +163,7 @@ pub struct GatewayModel {
     pub gateway_refs: BTreeMap<String, (String, String)>,
     /// Each BackendTLSPolicy (`namespace/name`): its conditions and the
     /// Gateways whose routes send to the ports it targets (its ancestors).
-    pub backend_tls_status: BTreeMap<String, (Vec<super::status::Cond>, std::collections::BTreeSet<String>)>,
+    pub backend_tls_status: BTreeMap<String, (Vec<super::condition::Cond>, std::collections::BTreeSet<String>)>,
 }
 
 /// The certificate of an HTTPS listener (its first `certificateRef`), or
@@ -495,7 +495,16 @@ pub fn translate(
         }
     }
     let policies = super::backend_tls::resolve(snap);
-    super::backend_tls::apply(&mut out, &policies, &refs);
+    let port_of = |name: &str| refs.get(name).map(|r| (r.namespace.clone(), r.name.clone(), r.port));
+    let listeners = out
+        .table
+        .listeners
+        .iter_mut()
+        .zip(out.servers.iter().map(|s| s.gateway.as_str()));
+    let applied = super::backend_tls::apply(listeners, &policies, port_of);
+    out.table.backend_tls = applied.entries;
+    out.backend_tls_status = applied.status;
+    out.problems.extend(applied.problems);
     out
 }
 
