@@ -30,6 +30,7 @@ const DEFAULT_TESTS: &[&str] = &[
     "gateway_routes",
     "gateway_api",
     "gateway_tls",
+    "gateway_backend_tls",
 ];
 
 pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
