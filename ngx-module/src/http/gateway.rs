@@ -212,9 +212,14 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    if let Some(slot) = own_variable(req, Own::GatewayRoute) {
-        variables::set_opaque(req, slot, p.as_ptr().cast());
-    }
+    // Every later hook finds the rule through this variable; the backend
+    // TLS hook in particular is installed only for a request that has it,
+    // so a request without it must not go on (it could reach a TLS backend
+    // unverified).
+    let Some(slot) = own_variable(req, Own::GatewayRoute) else {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
+    };
+    variables::set_opaque(req, slot, p.as_ptr().cast());
     // SAFETY: the rule lives in the table that `Matched`, in the request's
     // pool, keeps alive until the request ends; every header and name the
     // request is given below points into it.
