@@ -270,7 +270,7 @@ fn grpc_routes_match_methods_and_headers_over_h2c_without_reload() {
     let c = Controller::start(&files, &[]);
     let conf = c.conf();
     assert!(conf.contains("grpc_pass grpc://upstream_balancer_grpc;"), "{conf}");
-    assert!(conf.contains("@h2c;"), "{conf}");
+    assert!(conf.contains("@h2c @tls @grpcs;"), "{conf}");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
