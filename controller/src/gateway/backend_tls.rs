@@ -5,7 +5,9 @@
 //! (`sectionName`) or every port. On one port a policy naming the port
 //! wins over one naming the whole Service; two of the same kind conflict
 //! and the older (then the first by namespace and name) wins, the other is
-//! `Accepted: False, Conflicted` and applies nowhere. A policy whose CA
+//! `Accepted: False, Conflicted` and does not apply there (its other
+//! targets, if any, it still takes: never plain text where a policy
+//! exists and no other claims the port). A policy whose CA
 //! references all fail (or whose hostname or names are invalid) is
 //! `Accepted: False`, and requests to the ports it takes fail (5xx): the
 //! spec forbids falling back to plain text or to no verification.
@@ -63,7 +65,9 @@ pub fn resolve(snap: &Snapshot) -> Policies {
         let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let pkey = key(&p.metadata);
         let mut targets: Vec<(Port, bool)> = Vec::new();
-        let mut claim_keys = Vec::new();
+        // The ports of the claims this policy holds (a claim an older
+        // policy holds is lost; the others still apply).
+        let mut held: Vec<(Port, bool)> = Vec::new();
         let mut conflict: Option<String> = None;
         for t in &p.spec.target_refs {
             if !t.group.is_empty() || t.kind != "Service" {
@@ -77,17 +81,27 @@ pub fn resolve(snap: &Snapshot) -> Policies {
                 continue;
             };
             let claim = (ns.clone(), t.name.clone(), t.section_name.clone());
-            if let Some(owner) = claims.get(&claim).filter(|o| **o != pkey) {
-                conflict.get_or_insert_with(|| owner.clone());
-            }
-            claim_keys.push(claim);
+            let lost = match claims.get(&claim) {
+                Some(owner) if *owner != pkey => {
+                    conflict.get_or_insert_with(|| owner.clone());
+                    true
+                }
+                _ => {
+                    claims.insert(claim, pkey.clone());
+                    false
+                }
+            };
             for sp in svc.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
                 let named = t.section_name.as_deref();
                 if named.is_some_and(|n| sp.name.as_deref() != Some(n)) {
                     continue;
                 }
                 if let Ok(port) = u16::try_from(sp.port) {
-                    targets.push(((ns.clone(), t.name.clone(), port), named.is_some()));
+                    let target = ((ns.clone(), t.name.clone(), port), named.is_some());
+                    if !lost {
+                        held.push(target.clone());
+                    }
+                    targets.push(target);
                 }
             }
         }
@@ -100,21 +114,17 @@ pub fn resolve(snap: &Snapshot) -> Policies {
                     "Accepted",
                     false,
                     "Conflicted",
-                    format!("BackendTLSPolicy {owner} is older and targets the same Service (and section); this one applies nowhere"),
+                    format!("BackendTLSPolicy {owner} is older and targets the same Service (and section); it does not apply there (its other targets it still takes)"),
                 ),
             );
-        } else {
-            for c in claim_keys {
-                claims.insert(c, pkey.clone());
-            }
-            let gives = tls.map_or(PortTls::Invalid, PortTls::Valid);
-            for (port, specific) in &targets {
-                let wins = taken
-                    .get(port)
-                    .is_none_or(|(was_specific, _)| *specific && !was_specific);
-                if wins {
-                    taken.insert(port.clone(), (*specific, gives.clone()));
-                }
+        }
+        let gives = tls.map_or(PortTls::Invalid, PortTls::Valid);
+        for (port, specific) in &held {
+            let wins = taken
+                .get(port)
+                .is_none_or(|(was_specific, _)| *specific && !was_specific);
+            if wins {
+                taken.insert(port.clone(), (*specific, gives.clone()));
             }
         }
         out.policies
@@ -454,6 +464,22 @@ mod tests {
         assert_eq!(hostname(&p, &port("web", 443)).as_deref(), Some("first.example.com"));
         assert_eq!(hostname(&p, &port("web", 8443)).as_deref(), Some("named.example.com"));
         assert_eq!(hostname(&p, &port("other", 443)), None);
+    }
+
+    #[test]
+    fn a_conflict_on_one_target_leaves_the_others_covered() {
+        let mut both = policy("newer", "2026-02-01T00:00:00Z", "web", None, valid("newer.example.com"));
+        Arc::get_mut(&mut both).unwrap().spec.target_refs.push(
+            serde_json::from_value(serde_json::json!({"group": "", "kind": "Service", "name": "other"})).unwrap(),
+        );
+        let p = resolve(&snapshot(vec![
+            policy("older", "2026-01-01T00:00:00Z", "web", None, valid("older.example.com")),
+            both,
+        ]));
+        assert_eq!(accepted(&p, "newer"), (false, "Conflicted".into()));
+        assert_eq!(hostname(&p, &port("web", 443)).as_deref(), Some("older.example.com"));
+        // Never plain text where a policy exists and nobody else claims it.
+        assert_eq!(hostname(&p, &port("other", 443)).as_deref(), Some("newer.example.com"));
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
 ];
 
 use super::condition::cond;
+
+/// Ancestor entries a policy's status holds (the CRD's `maxItems`).
+pub const MAX_POLICY_ANCESTORS: usize = 16;
 pub use super::condition::Cond;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -326,9 +329,12 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
         );
     }
     for (policy, (conditions, gateways)) in &model.backend_tls_status {
+        // The CRD keeps at most 16 ancestors; a longer list would be
+        // refused whole (and retried forever).
         let ancestors = gateways
             .iter()
             .filter(|g| out.gateways.contains_key(*g))
+            .take(MAX_POLICY_ANCESTORS)
             .map(|g| {
                 let (ns, name) = g.split_once('/').unwrap_or(("default", g));
                 ParentStatus {

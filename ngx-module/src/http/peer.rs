@@ -39,7 +39,16 @@ pub fn prepare(req: &mut Request, conf: &UpstreamConf, zone: &Zone) -> Option<No
     // configuration, which both outlive the request's state.
     let name = backend_name(req, conf)?;
     let primary = lookup(zone, name)?;
-    let (backend, is_canary) = canary::route(req, zone, primary);
+    // Ingress canary rules (by header, cookie, weight) are not a Gateway
+    // route's: a routed request goes to the backend its rule chose, and
+    // that backend's TLS policy is the one applied.
+    // SAFETY: a request's `main` is its live main request.
+    let main = unsafe { Request::from_ngx_http_request(req.as_ref().main) };
+    let (backend, is_canary) = if super::gateway_matched::matched(main).is_some() {
+        (primary, false)
+    } else {
+        canary::route(req, zone, primary)
+    };
     if backend.endpoints.is_empty() {
         return None;
     }

@@ -78,8 +78,28 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
         // `proxy_ssl_*` settings.
         // SAFETY: a request's `main` is its live main request.
         let main = unsafe { Request::from_ngx_http_request(req.as_ref().main) };
-        if u.ssl() != 0 && !u.peer.data.is_null() && matched(main).is_some() {
+        let Some(m) = matched(main) else { return rc };
+        if u.peer.data.is_null() {
+            return rc;
+        }
+        if u.ssl() != 0 {
             u.peer.set_session = Some(set_session);
+        } else {
+            // A second line: a routed request going out in the clear to a
+            // backend the table says is reached over TLS is refused.
+            // SAFETY: init_peer leaves `data` as the request's PeerData.
+            let state = unsafe { &*u.peer.data.cast::<PeerData>() };
+            if m.table()
+                .backend_tls(&String::from_utf8_lossy(&state.backend.name))
+                .is_some()
+            {
+                ngx_log_error!(
+                    NGX_LOG_ERR,
+                    req.log(),
+                    "dynamic_balancer: backend TLS: a request to a TLS backend reached a plain-text upstream"
+                );
+                return NGX_ERROR as ngx_int_t;
+            }
         }
         rc
     })
@@ -246,7 +266,9 @@ fn leaf_carries(leaf: &openssl::x509::X509Ref, names: &Names) -> bool {
                 leaf.as_ptr(),
                 h.as_ptr().cast(),
                 h.len(),
-                openssl_sys::X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS,
+                // No fallback to the subject's CN (RFC 6125): a name the
+                // certificate does not carry as a SAN does not match.
+                openssl_sys::X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS | openssl_sys::X509_CHECK_FLAG_NEVER_CHECK_SUBJECT,
                 std::ptr::null_mut(),
             ) == 1
         }
