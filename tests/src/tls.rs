@@ -259,13 +259,8 @@ pub fn tls_upstream_reporting(cert: &TestCert, clients: &TestCa) -> u16 {
             thread::spawn(move || {
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
                 let Ok(mut tls) = acceptor.accept(conn) else { return };
-                let mut head = Vec::new();
-                let mut buf = [0u8; 2048];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-                    match tls.read(&mut buf) {
-                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-                        _ => return,
-                    }
+                if !read_head(&mut tls) {
+                    return;
                 }
                 let sni = tls
                     .ssl()
@@ -295,6 +290,21 @@ pub fn tls_upstream_reporting(cert: &TestCert, clients: &TestCa) -> u16 {
         }
     });
     port
+}
+
+/// Reads a request's whole head (up to 16 KiB): closing with unread data
+/// would reset the connection under the answer. False when the client
+/// went away first.
+fn read_head(tls: &mut impl Read) -> bool {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+        match tls.read(&mut buf) {
+            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => return false,
+        }
+    }
+    true
 }
 
 fn x509_name(cn: &str) -> openssl::x509::X509Name {
@@ -366,15 +376,8 @@ pub fn tls_upstream(cert: &TestCert) -> u16 {
             thread::spawn(move || {
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
                 let Ok(mut tls) = acceptor.accept(conn) else { return };
-                // The whole request head first: closing with unread data
-                // would reset the connection under the answer.
-                let mut head = Vec::new();
-                let mut buf = [0u8; 2048];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-                    match tls.read(&mut buf) {
-                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-                        _ => return,
-                    }
+                if !read_head(&mut tls) {
+                    return;
                 }
                 let _ =
                     tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\ntls-upstream");

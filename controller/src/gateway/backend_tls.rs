@@ -27,7 +27,7 @@ use lua_compat::routes::{BackendTls, ListenerRoutes, SubjectAltName};
 
 use super::condition::{cond, Cond};
 use super::frontend_tls::{resolve as resolve_ca, CaRef};
-use super::grants::granted_to;
+use super::grants::{gateway_secret, SecretRef};
 use crate::snapshot::{key, Snapshot};
 
 /// A Service port: `(namespace, service, port)`.
@@ -330,28 +330,20 @@ pub fn client_certificate(
         return Ok(None);
     };
     let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
-    let invalid = |m: String| ("InvalidClientCertificateRef".to_string(), m);
-    let group = r.group.as_deref().unwrap_or("");
-    let kind = r.kind.as_deref().unwrap_or("Secret");
-    if !group.is_empty() || kind != "Secret" {
-        return Err(invalid(format!(
-            "client certificate ref {group}/{kind} {:?}: only core Secrets are supported",
-            r.name
-        )));
-    }
-    let ns = r.namespace.as_deref().unwrap_or(gw_ns);
-    if ns != gw_ns && !granted_to(snap, "Gateway", gw_ns, ns, "Secret", &r.name) {
-        return Err((
-            "RefNotPermitted".into(),
-            format!(
-                "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows it",
-                r.name
-            ),
-        ));
-    }
-    crate::model::tls::from_secret(&snap.secrets, ns, &r.name)
-        .map(Some)
-        .map_err(invalid)
+    let reference = SecretRef {
+        group: r.group.as_deref(),
+        kind: r.kind.as_deref(),
+        name: &r.name,
+        namespace: r.namespace.as_deref(),
+    };
+    gateway_secret(
+        snap,
+        gw_ns,
+        &reference,
+        "client certificate ref",
+        "InvalidClientCertificateRef",
+    )
+    .map(Some)
 }
 
 #[cfg(test)]

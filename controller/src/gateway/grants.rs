@@ -23,3 +23,45 @@ pub fn granted_to(snap: &Snapshot, from_kind: &str, from_ns: &str, target_ns: &s
                     .any(|t| t.group.is_empty() && t.kind == to_kind && t.name.as_deref().is_none_or(|n| n == name))
         })
 }
+
+/// A Secret reference of a Gateway (a listener's certificate, its backend
+/// client certificate), as the generated types spell them.
+pub(crate) struct SecretRef<'a> {
+    pub group: Option<&'a str>,
+    pub kind: Option<&'a str>,
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+/// The TLS certificate a Gateway in `gw_ns` refers to: a core Secret, in
+/// another namespace only with a ReferenceGrant. Otherwise the condition
+/// reason and message: `invalid` (with `what` naming the reference) or
+/// `RefNotPermitted`.
+pub(crate) fn gateway_secret(
+    snap: &Snapshot,
+    gw_ns: &str,
+    r: &SecretRef,
+    what: &str,
+    invalid: &str,
+) -> Result<crate::model::tls::Certificate, (String, String)> {
+    let refused = |m: String| (invalid.to_string(), m);
+    let group = r.group.unwrap_or("");
+    let kind = r.kind.unwrap_or("Secret");
+    if !group.is_empty() || kind != "Secret" {
+        return Err(refused(format!(
+            "{what} {group}/{kind} {:?}: only core Secrets are supported",
+            r.name
+        )));
+    }
+    let ns = r.namespace.unwrap_or(gw_ns);
+    if ns != gw_ns && !granted_to(snap, "Gateway", gw_ns, ns, "Secret", r.name) {
+        return Err((
+            "RefNotPermitted".into(),
+            format!(
+                "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows it",
+                r.name
+            ),
+        ));
+    }
+    crate::model::tls::from_secret(&snap.secrets, ns, r.name).map_err(refused)
+}

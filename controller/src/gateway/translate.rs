@@ -24,7 +24,7 @@ use lua_compat::routes::{
 };
 
 use super::frontend_tls::PortValidation;
-use super::grants::granted_to;
+use super::grants::{gateway_secret, granted_to, SecretRef};
 use super::hostnames::intersect_from;
 use super::precedence::{host_groups, Candidate};
 use super::route::{Route, RouteKind};
@@ -183,25 +183,13 @@ fn listener_certificate(
     let Some(r) = refs.first() else {
         return Err(invalid("an HTTPS listener needs tls.certificateRefs".into()));
     };
-    let group = r.group.as_deref().unwrap_or("");
-    let kind = r.kind.as_deref().unwrap_or("Secret");
-    if !group.is_empty() || kind != "Secret" {
-        return Err(invalid(format!(
-            "certificate ref {group}/{kind} {:?}: only core Secrets are supported",
-            r.name
-        )));
-    }
-    let ns = r.namespace.as_deref().unwrap_or(gw_ns);
-    if ns != gw_ns && !granted_to(snap, "Gateway", gw_ns, ns, "Secret", &r.name) {
-        return Err((
-            "RefNotPermitted".into(),
-            format!(
-                "Secret {ns}/{} is in another namespace and no ReferenceGrant there allows it",
-                r.name
-            ),
-        ));
-    }
-    crate::model::tls::from_secret(&snap.secrets, ns, &r.name).map_err(invalid)
+    let reference = SecretRef {
+        group: r.group.as_deref(),
+        kind: r.kind.as_deref(),
+        name: &r.name,
+        namespace: r.namespace.as_deref(),
+    };
+    gateway_secret(snap, gw_ns, &reference, "certificate ref", "InvalidCertificateRef")
 }
 
 /// Translates the snapshot's Gateway objects. `base_port` 0: nginx listens

@@ -112,9 +112,9 @@ unsafe extern "C" fn init_upstream(_cf: *mut ngx_conf_t, us: *mut ngx_http_upstr
         if let Some(conf) = unsafe { srv_conf_mut(us) } {
             conf.initialized = true;
         }
-        // SAFETY: `us` is live and nginx does not use it during the call.
         // The balancer's, which also gives a Gateway request's upstream
         // TLS connection its BackendTLSPolicy (see `crate::tls::upstream`).
+        // SAFETY: `us` is live and nginx does not use it during the call.
         unsafe { (*us).peer.init = Some(crate::tls::upstream::init_peer) };
         NGX_OK as ngx_int_t
     })
