@@ -208,6 +208,15 @@ impl Controller {
         self.metric("nginx_ingress_controller_success")
     }
 
+    /// The reload count once it has reached `at_least` (or 10 s passed):
+    /// new workers can serve a new host a moment before the controller,
+    /// still pushing, counts the reload as a success.
+    pub fn reloads_reaching(&self, at_least: f64) -> f64 {
+        wait_until(Duration::from_secs(10), || self.reloads() >= at_least);
+        std::thread::sleep(Duration::from_millis(300));
+        self.reloads()
+    }
+
     /// The module API's token, as the controller wrote it.
     pub fn api_token(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("nginx/api-token"))

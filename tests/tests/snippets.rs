@@ -342,7 +342,7 @@ fn hostile_snippets_never_reach_nginx() {
     // no quarantine, and the only reload is the one for the new hosts.
     assert_eq!(c.metric("nginx_ingress_controller_errors"), 0.0, "{}", c.log());
     assert_eq!(c.metric("nginx_ingress_controller_quarantined_ingresses"), 0.0);
-    assert_eq!(c.reloads(), reloads + 1.0);
+    assert_eq!(c.reloads_reaching(reloads + 1.0), reloads + 1.0);
     assert!(!bait.was_loaded(), "an nginx process loaded the bait");
     let nginx_dir = c.dir.path().join("nginx");
     assert_eq!(files_naming(&nginx_dir, &bait.marker()), Vec::<PathBuf>::new());
