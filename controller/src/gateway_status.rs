@@ -6,6 +6,7 @@
 //! it differs, with the object's `resourceVersion` so that a concurrent
 //! write is retried on the next round rather than overwritten.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,7 +196,13 @@ where
 /// Brings the Gateways' Services and every status up to date once;
 /// returns how many statuses were written, and whether a Gateway still
 /// waits for its Service's address.
-async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Snapshot) -> (usize, bool) {
+async fn sync_once(
+    client: &kube::Client,
+    opts: &GatewayStatusOptions,
+    snap: &Snapshot,
+    last_addresses: &mut BTreeMap<String, Vec<String>>,
+) -> (usize, bool) {
+    let mut failed = false;
     let reserved = crate::model::l4_services::gateway_reserved(&opts.reserved, snap);
     let model = translate(snap, &opts.controller_name, opts.base_port, &reserved, |r| {
         format!("{}-{}-{}", r.namespace, r.name, r.port)
@@ -206,20 +213,32 @@ async fn sync_once(client: &kube::Client, opts: &GatewayStatusOptions, snap: &Sn
             services,
             &model.servers,
             &crate::gateway::addresses::by_gateway(snap.gateways.iter().map(|g| &**g)),
+            &snap
+                .gateways
+                .iter()
+                .filter_map(|g| Some((key(&g.metadata), g.metadata.uid.clone()?)))
+                .collect(),
         )
         .await
         {
-            Ok(found) => Some(found),
+            Ok(found) => {
+                *last_addresses = found.clone();
+                Some(found)
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "listing the Gateways' Services failed; retried on the next round");
-                return (0, true);
+                // The rest of the status (classes, routes, policies) is
+                // still written; Gateways keep the addresses last seen.
+                tracing::warn!(error = %e, "keeping the Gateways' Services failed; retried soon");
+                failed = true;
+                Some(last_addresses.clone())
             }
         },
         None => None,
     };
-    let pending = per_gateway
-        .as_ref()
-        .is_some_and(|found| model.servers.iter().any(|s| !found.contains_key(&s.gateway)));
+    let pending = failed
+        || per_gateway
+            .as_ref()
+            .is_some_and(|found| model.servers.iter().any(|s| !found.contains_key(&s.gateway)));
     let addresses = match &per_gateway {
         Some(found) => Addresses::PerGateway(found),
         None => Addresses::Published(&opts.addresses),
@@ -330,11 +349,45 @@ pub async fn task(
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     mut leading: watch::Receiver<bool>,
 ) {
+    // The nginx Pods' comings and goings (a new Pod IP after a restart)
+    // reach the Gateways' EndpointSlices at once, not at the next period.
+    // (The sender lives as long as this task: a closed channel would wake
+    // the loop for ever.)
+    let (pods_tx, mut pods_changed) = watch::channel(());
+    if let Some(services) = &opts.services {
+        let pods_tx = pods_tx.clone();
+        let api = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &services.namespace);
+        let selector = services
+            .selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            use kube::runtime::{watcher, WatchStreamExt};
+            let events = watcher(api, watcher::Config::default().labels(&selector))
+                .default_backoff()
+                .touched_objects();
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(_) => {
+                        if pods_tx.send(()).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "watching the nginx Pods for the Gateways' EndpointSlices"),
+                }
+            }
+        });
+    }
+    let mut last_addresses = BTreeMap::new();
     loop {
         let mut pending = false;
         if *leading.borrow_and_update() {
             let snap = snapshots.borrow_and_update().clone();
-            let (n, waiting) = sync_once(&client, &opts, &snap).await;
+            let (n, waiting) = sync_once(&client, &opts, &snap, &mut last_addresses).await;
             pending = waiting;
             if n > 0 {
                 tracing::info!(objects = n, "updated Gateway API status");
@@ -350,8 +403,10 @@ pub async fn task(
         tokio::select! {
             r = snapshots.changed() => if r.is_err() { return },
             r = leading.changed() => if r.is_err() { return },
+            _ = pods_changed.changed() => {}
             _ = tokio::time::sleep(wait) => {}
         }
+        let _ = &pods_tx;
     }
 }
 

@@ -142,6 +142,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
             Some(controller::gateway::services::ServiceOptions {
                 namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| config_map_ns.clone()),
+                watch_namespace: args.watch_namespace.clone(),
                 selector,
                 type_: args.gateway_service_type,
                 controller_name: args.gateway_controller_name.clone(),

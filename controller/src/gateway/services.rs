@@ -1,22 +1,31 @@
-//! One Service per Gateway: its address.
+//! One Service per Gateway, in the Gateway's namespace: its address.
 //!
 //! The Gateway API gives each Gateway its own address (`status.addresses`),
 //! and two Gateways may both listen on port 80 and route `/` differently
 //! (the core conformance test `HTTPRouteMultipleGateways`). One nginx
 //! serves them all, so each Gateway port gets an nginx port of its own
 //! (`--gateway-base-port`) and each Gateway a Service of its own that maps
-//! its ports onto those nginx ports. The Service lives in the controller's
-//! namespace, because a Service selects Pods of its own namespace only;
-//! its labels and annotation name the Gateway it stands for, so the
-//! leader can find and delete the Services whose Gateway went away.
+//! its ports onto those nginx ports.
 //!
-//! Pure: what the Services should be, and what address a Service gives.
-//! [`crate::gateway_services`] applies them.
+//! The Service lives beside its Gateway (the spec's "infrastructure" of a
+//! Gateway, `GatewayInfrastructure`): its owner can see it, the Gateway's
+//! `spec.infrastructure` labels and annotations (a load balancer's
+//! settings) land in the Gateway owner's namespace rather than the
+//! controller's, and it is owned by the Gateway, so the garbage collector
+//! deletes it with the Gateway. A Service selects Pods of its own
+//! namespace only, so it has no selector: this controller writes its
+//! EndpointSlice, one endpoint per nginx Pod (`--gateway-service-selector`
+//! in the controller's namespace), as the EndpointSlice controller would.
+//!
+//! Pure: what the Services and EndpointSlices should be, and what address
+//! a Service gives. [`crate::gateway_services`] applies them.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sha2::{Digest, Sha256};
 
@@ -35,11 +44,18 @@ pub const GATEWAY_ANNOTATION: &str = "dynamic-balancer.dev/gateway";
 /// controllers in one namespace never delete each other's Services.
 pub const OWNER_LABEL: &str = "dynamic-balancer.dev/gateway-owner";
 
+/// `endpointslice.kubernetes.io/managed-by` of the EndpointSlices this
+/// controller writes (the EndpointSlice controller leaves them alone).
+pub const SLICE_MANAGER: &str = "gateway-services.dynamic-balancer.dev";
+
 /// How the Services are made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceOptions {
-    /// The controller's namespace.
+    /// The controller's namespace (where the nginx Pods run).
     pub namespace: String,
+    /// `--watch-namespace`: the only namespace whose Gateways are served
+    /// (and so the only one where their Services are kept); `None`: all.
+    pub watch_namespace: Option<String>,
     /// Labels of the Pods that run nginx (`--gateway-service-selector`).
     pub selector: BTreeMap<String, String>,
     /// `ClusterIP` or `LoadBalancer`.
@@ -116,8 +132,9 @@ pub fn list_selector(controller_name: &str) -> String {
     )
 }
 
-/// The Services the Gateways' servers need, by name.
-/// `infra`: what Gateways ask of their Service, by `namespace/name`
+/// The Services the Gateways' servers need, by `namespace/name`.
+/// `owners`: each Gateway's uid, by `namespace/name` (a Gateway without
+/// one yet gets its Service on a later round). `infra`: what Gateways ask of their Service, by `namespace/name`
 /// ([`super::addresses::by_gateway`]): static addresses (the cluster
 /// IP(s) of a `ClusterIP` Service, the load balancer IP of a
 /// `LoadBalancer` one) and `spec.infrastructure`'s labels and annotations
@@ -127,6 +144,7 @@ pub fn desired(
     servers: &[GatewayServer],
     opts: &ServiceOptions,
     infra: &BTreeMap<String, Infrastructure>,
+    owners: &BTreeMap<String, String>,
 ) -> BTreeMap<String, Service> {
     let mut ports: BTreeMap<&str, Vec<&GatewayServer>> = BTreeMap::new();
     for s in servers {
@@ -134,8 +152,9 @@ pub fn desired(
     }
     let mut out = BTreeMap::new();
     for (gateway, servers) in ports {
+        let Some(uid) = owners.get(gateway) else { continue };
         let name = service_name(gateway);
-        let gw_name = gateway.rsplit('/').next().unwrap_or(gateway);
+        let (gw_namespace, gw_name) = gateway.split_once('/').unwrap_or(("default", gateway));
         let asked = infra.get(gateway);
         let mut labels = asked.map(|i| i.labels.clone()).unwrap_or_default();
         labels.extend([
@@ -172,22 +191,167 @@ pub fn desired(
         let service = Service {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                namespace: Some(opts.namespace.clone()),
+                namespace: Some(gw_namespace.to_string()),
                 labels: Some(labels),
                 annotations: Some(annotations),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "gateway.networking.k8s.io/v1".into(),
+                    kind: "Gateway".into(),
+                    name: gw_name.to_string(),
+                    uid: uid.clone(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
                 ..ObjectMeta::default()
             },
             spec: Some(ServiceSpec {
                 type_: Some(opts.type_.as_str().into()),
-                selector: Some(opts.selector.clone()),
+                // No selector: the EndpointSlice below names the nginx
+                // Pods, which live in another namespace.
+                selector: None,
                 ports: Some(service_ports),
                 ..static_address(opts.type_, asked.map(|i| &i.addresses))
             }),
             status: None,
         };
-        out.insert(name, service);
+        out.insert(format!("{gw_namespace}/{name}"), service);
     }
     out
+}
+
+/// Whether `pod` takes traffic: Ready, and not being deleted.
+fn pod_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The EndpointSlices of `service` (as the cluster holds it: it needs its
+/// uid): one per IP family the `pods` have, each endpoint an nginx Pod
+/// with its readiness, each port the Service port's nginx port under the
+/// Service port's name (how kube-proxy pairs them). Pods without an
+/// address yet are left out; a family without Pods gets no slice.
+pub fn endpoint_slices(service: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
+    let (Some(name), Some(namespace), Some(uid)) = (
+        service.metadata.name.as_ref(),
+        service.metadata.namespace.as_ref(),
+        service.metadata.uid.as_ref(),
+    ) else {
+        return Vec::new();
+    };
+    let ports: Vec<EndpointPort> = service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| match &p.target_port {
+            Some(IntOrString::Int(n)) => Some(EndpointPort {
+                name: p.name.clone(),
+                port: Some(*n),
+                protocol: p.protocol.clone(),
+                app_protocol: None,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (family, v6) in [("IPv4", false), ("IPv6", true)] {
+        let mut endpoints: Vec<Endpoint> = pods
+            .iter()
+            .filter_map(|pod| {
+                let status = pod.status.as_ref()?;
+                let ip = status
+                    .pod_ips
+                    .iter()
+                    .flatten()
+                    .map(|a| a.ip.as_str())
+                    .chain(status.pod_ip.as_deref())
+                    .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+                    .find(|a| a.is_ipv6() == v6)?;
+                let ready = pod_ready(pod);
+                Some(Endpoint {
+                    addresses: vec![ip.to_string()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(ready),
+                        serving: Some(ready || pod.metadata.deletion_timestamp.is_some() && serving(pod)),
+                        terminating: Some(pod.metadata.deletion_timestamp.is_some()),
+                    }),
+                    node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                    target_ref: Some(ObjectReference {
+                        kind: Some("Pod".into()),
+                        namespace: pod.metadata.namespace.clone(),
+                        name: pod.metadata.name.clone(),
+                        uid: pod.metadata.uid.clone(),
+                        ..ObjectReference::default()
+                    }),
+                    ..Endpoint::default()
+                })
+            })
+            .collect();
+        if endpoints.is_empty() {
+            continue;
+        }
+        endpoints.sort_by(|a, b| a.addresses.cmp(&b.addresses));
+        let slice_name = if v6 { format!("{name}-ipv6") } else { name.clone() };
+        out.push(EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(slice_name),
+                namespace: Some(namespace.clone()),
+                labels: Some(slice_labels(service)),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    name: name.clone(),
+                    uid: uid.clone(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
+                ..ObjectMeta::default()
+            },
+            address_type: family.to_string(),
+            endpoints: Some(endpoints),
+            ports: Some(ports.clone()),
+        });
+    }
+    out
+}
+
+/// An EndpointSlice's labels: the Service it serves, that we manage it,
+/// and (copied from the Service) which controller instance owns it.
+fn slice_labels(service: &Service) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        (
+            "kubernetes.io/service-name".to_string(),
+            service.metadata.name.clone().unwrap_or_default(),
+        ),
+        (
+            "endpointslice.kubernetes.io/managed-by".to_string(),
+            SLICE_MANAGER.to_string(),
+        ),
+    ]);
+    if let Some(owner) = service.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL)) {
+        labels.insert(OWNER_LABEL.to_string(), owner.clone());
+    }
+    labels
+}
+
+/// A label selector string for the EndpointSlices of `controller_name`.
+pub fn slice_list_selector(controller_name: &str) -> String {
+    format!(
+        "endpointslice.kubernetes.io/managed-by={SLICE_MANAGER},{OWNER_LABEL}={}",
+        owner_value(controller_name)
+    )
+}
+
+/// A terminating Pod still serves while its containers are ready (the
+/// EndpointSlice controller's `serving`): nginx drains its connections.
+fn serving(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.ready))
 }
 
 /// The part of a Service's spec that gives it the addresses its Gateway
@@ -277,6 +441,18 @@ pub fn parse_selector(text: &str) -> Result<BTreeMap<String, String>, String> {
 mod tests {
     use super::*;
 
+    fn uids() -> BTreeMap<String, String> {
+        ["infra/a", "infra/b", "infra/dns"]
+            .iter()
+            .map(|g| (g.to_string(), format!("uid-{g}")))
+            .collect()
+    }
+
+    fn key(gateway: &str) -> String {
+        let (ns, _) = gateway.split_once('/').unwrap();
+        format!("{ns}/{}", service_name(gateway))
+    }
+
     fn server(gateway: &str, port: u16, nginx_port: u16) -> GatewayServer {
         GatewayServer {
             name: format!("{gateway}/{port}"),
@@ -291,6 +467,7 @@ mod tests {
     fn opts() -> ServiceOptions {
         ServiceOptions {
             namespace: "ingress".into(),
+            watch_namespace: None,
             selector: BTreeMap::from([("app".into(), "ctl".into())]),
             type_: ServiceType::ClusterIP,
             controller_name: "dynamic-balancer.dev/gateway-controller".into(),
@@ -301,7 +478,12 @@ mod tests {
     fn a_udp_port_may_share_its_number_with_a_tcp_port() {
         let mut udp = server("infra/dns", 53, 18001);
         udp.protocol = ServerProtocol::Udp;
-        let want = desired(&[server("infra/dns", 53, 18000), udp], &opts(), &BTreeMap::new());
+        let want = desired(
+            &[server("infra/dns", 53, 18000), udp],
+            &opts(),
+            &BTreeMap::new(),
+            &uids(),
+        );
         let ports = want
             .values()
             .next()
@@ -354,9 +536,9 @@ mod tests {
             server("infra/a", 8080, 20001),
             server("infra/b", 80, 20002),
         ];
-        let want = desired(&servers, &opts(), &BTreeMap::new());
+        let want = desired(&servers, &opts(), &BTreeMap::new(), &uids());
         assert_eq!(want.len(), 2);
-        let a = &want[&service_name("infra/a")];
+        let a = &want[&key("infra/a")];
         let ports = a.spec.as_ref().unwrap().ports.as_ref().unwrap();
         assert_eq!(ports.len(), 2);
         assert_eq!(
@@ -367,7 +549,15 @@ mod tests {
         let labels = a.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[GATEWAY_NAME_LABEL], "a");
         assert_eq!(a.metadata.annotations.as_ref().unwrap()[GATEWAY_ANNOTATION], "infra/a");
-        assert_eq!(a.metadata.namespace.as_deref(), Some("ingress"));
+        assert_eq!(a.metadata.namespace.as_deref(), Some("infra"), "beside its Gateway");
+        let owner = &a.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Gateway", "a", "uid-infra/a")
+        );
+        assert_eq!(a.spec.as_ref().unwrap().selector, None);
+        let unknown = desired(&[server("infra/new", 80, 20003)], &opts(), &BTreeMap::new(), &uids());
+        assert!(unknown.is_empty(), "no uid yet: no Service yet");
     }
 
     #[test]
@@ -378,17 +568,17 @@ mod tests {
         };
         let requested = BTreeMap::from([("infra/a".to_string(), asks(&["10.96.0.50"]))]);
         let servers = [server("infra/a", 80, 20000), server("infra/b", 80, 20001)];
-        let want = desired(&servers, &opts(), &requested);
-        let a = want[&service_name("infra/a")].spec.clone().unwrap();
+        let want = desired(&servers, &opts(), &requested, &uids());
+        let a = want[&key("infra/a")].spec.clone().unwrap();
         assert_eq!(a.cluster_ip.as_deref(), Some("10.96.0.50"));
         assert_eq!(a.cluster_ips, Some(vec!["10.96.0.50".to_string()]));
         assert_eq!(a.ip_family_policy, None);
-        assert_eq!(want[&service_name("infra/b")].spec.as_ref().unwrap().cluster_ip, None);
+        assert_eq!(want[&key("infra/b")].spec.as_ref().unwrap().cluster_ip, None);
         let lb = ServiceOptions {
             type_: ServiceType::LoadBalancer,
             ..opts()
         };
-        let a = desired(&servers, &lb, &requested)[&service_name("infra/a")]
+        let a = desired(&servers, &lb, &requested, &uids())[&key("infra/a")]
             .spec
             .clone()
             .unwrap();
@@ -397,7 +587,7 @@ mod tests {
             (None, Some("10.96.0.50"))
         );
         let dual = BTreeMap::from([("infra/a".to_string(), asks(&["10.96.0.50", "fd00::50"]))]);
-        let a = desired(&servers, &opts(), &dual)[&service_name("infra/a")]
+        let a = desired(&servers, &opts(), &dual, &uids())[&key("infra/a")]
             .spec
             .clone()
             .unwrap();
@@ -420,7 +610,7 @@ mod tests {
                 ..Infrastructure::default()
             },
         )]);
-        let svc = &desired(&[server("infra/a", 80, 20000)], &opts(), &infra)[&service_name("infra/a")];
+        let svc = &desired(&[server("infra/a", 80, 20000)], &opts(), &infra, &uids())[&key("infra/a")];
         let labels = svc.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["team"], "a");
         assert_eq!(labels[MANAGED_BY.0], MANAGED_BY.1, "ours win");
@@ -431,7 +621,7 @@ mod tests {
 
     #[test]
     fn addresses_wait_for_the_load_balancer() {
-        let mut svc = desired(&[server("infra/a", 80, 20000)], &opts(), &BTreeMap::new())
+        let mut svc = desired(&[server("infra/a", 80, 20000)], &opts(), &BTreeMap::new(), &uids())
             .into_values()
             .next()
             .unwrap();
@@ -445,6 +635,104 @@ mod tests {
             Some(vec!["10.0.0.7".into(), "fd00::7".into()]),
             "both families"
         );
+    }
+
+    fn pod(name: &str, ips: &[&str], ready: bool, deleting: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ingress", "name": name, "uid": format!("uid-{name}"),
+                         "deletionTimestamp": deleting.then_some("2026-11-28T00:00:00Z")},
+            "spec": {"nodeName": "node-1", "containers": []},
+            "status": {"podIP": ips.first(), "podIPs": ips.iter().map(|ip| serde_json::json!({"ip": ip})).collect::<Vec<_>>(),
+                       "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                       "containerStatuses": [{"name": "c", "ready": ready, "restartCount": 0, "image": "i", "imageID": ""}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn endpoint_slices_name_the_nginx_pods_per_family_under_the_service_port_names() {
+        let mut udp = server("infra/a", 53, 20001);
+        udp.protocol = ServerProtocol::Udp;
+        let mut svc = desired(&[server("infra/a", 80, 20000), udp], &opts(), &BTreeMap::new(), &uids())
+            .remove(&key("infra/a"))
+            .unwrap();
+        assert!(
+            endpoint_slices(&svc, &[]).is_empty(),
+            "no uid: the Service is not made yet"
+        );
+        svc.metadata.uid = Some("svc-uid".into());
+        let pods = [
+            pod("nginx-b", &["10.1.0.9", "fd00::9"], true, false),
+            pod("nginx-a", &["10.1.0.2"], false, false),
+            pod("nginx-old", &["10.1.0.5"], true, true),
+            pod("pending", &[], false, false),
+        ];
+        let slices = endpoint_slices(&svc, &pods);
+        assert_eq!(slices.len(), 2, "one per family");
+        let v4 = &slices[0];
+        assert_eq!(v4.address_type, "IPv4");
+        assert_eq!(v4.metadata.name, svc.metadata.name);
+        assert_eq!(v4.metadata.namespace.as_deref(), Some("infra"));
+        let labels = v4.metadata.labels.as_ref().unwrap();
+        assert_eq!(
+            labels["kubernetes.io/service-name"],
+            *svc.metadata.name.as_ref().unwrap()
+        );
+        assert_eq!(labels["endpointslice.kubernetes.io/managed-by"], SLICE_MANAGER);
+        for value in labels.values().chain(svc.metadata.labels.as_ref().unwrap().values()) {
+            // The apiserver's rule for label values (selectors refuse others).
+            let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+            assert!(
+                value.len() <= 63
+                    && value.chars().all(inner)
+                    && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+                    && value.ends_with(|c: char| c.is_ascii_alphanumeric()),
+                "{value:?} is a label value"
+            );
+        }
+        assert_eq!(labels[OWNER_LABEL], owner_value(&opts().controller_name));
+        assert_eq!(v4.metadata.owner_references.as_ref().unwrap()[0].uid, "svc-uid");
+        let got: Vec<_> = v4
+            .endpoints
+            .iter()
+            .flatten()
+            .map(|e| {
+                let c = e.conditions.as_ref().unwrap();
+                (
+                    e.addresses[0].as_str(),
+                    c.ready.unwrap(),
+                    c.serving.unwrap(),
+                    c.terminating.unwrap(),
+                    e.target_ref.as_ref().unwrap().name.as_deref().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.1.0.2", false, false, false, "nginx-a"),
+                ("10.1.0.5", false, true, true, "nginx-old"),
+                ("10.1.0.9", true, true, false, "nginx-b"),
+            ]
+        );
+        let ports: Vec<_> = v4
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| (p.name.clone().unwrap(), p.port.unwrap(), p.protocol.clone().unwrap()))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("udp-53".to_string(), 20001, "UDP".to_string()),
+                ("port-80".to_string(), 20000, "TCP".to_string())
+            ]
+        );
+        assert_eq!(slices[1].address_type, "IPv6");
+        assert!(slices[1].metadata.name.as_ref().unwrap().ends_with("-ipv6"));
+        let v6 = slices[1].endpoints.as_ref().unwrap();
+        assert_eq!(v6.len(), 1);
+        assert_eq!(v6[0].addresses, ["fd00::9"]);
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "GatewayInfrastructure",
     "GatewayPort8080",
     "GatewayRouteHostnameIntersectionPrecedence",
     "GatewayStaticAddresses",

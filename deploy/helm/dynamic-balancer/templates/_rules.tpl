@@ -31,5 +31,17 @@
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["list", "watch"]
+{{- if .Values.gatewayAPI.service.enabled }}
+# A Service per Gateway, beside it, and its EndpointSlice naming the nginx
+# Pods (--gateway-service-selector), kept by the leader. Only objects
+# carrying this controller's labels are changed; another of the same name
+# is left alone.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch", "delete"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- end }}
 {{- end }}
 {{- end -}}
