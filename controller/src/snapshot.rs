@@ -14,6 +14,7 @@ use gateway_api_types::referencegrants::ReferenceGrant;
 use gateway_api_types::tcproutes::TcpRoute;
 use gateway_api_types::tlsroutes::TlsRoute;
 use gateway_api_types::udproutes::UdpRoute;
+use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -64,6 +65,10 @@ pub struct Snapshot {
     pub ca_bundles: Vec<Arc<ConfigMap>>,
     /// BackendTLSPolicies: TLS from Gateway routes to Service ports.
     pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    /// ClusterTrustBundles (`certificates.k8s.io/v1beta1`): CA bundles
+    /// that Gateways and BackendTLSPolicies may name, cluster-wide (empty
+    /// when the cluster does not serve them).
+    pub cluster_trust_bundles: Vec<Arc<ClusterTrustBundle>>,
 }
 
 /// The key of a CA bundle ConfigMap (Gateway API's and Kubernetes' own
@@ -109,7 +114,8 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_objects(&old.reference_grants, &new.reference_grants)
         && same_objects(&old.namespaces, &new.namespaces)
         && same_objects(&old.ca_bundles, &new.ca_bundles)
-        && same_objects(&old.backend_tls_policies, &new.backend_tls_policies);
+        && same_objects(&old.backend_tls_policies, &new.backend_tls_policies)
+        && same_objects(&old.cluster_trust_bundles, &new.cluster_trust_bundles);
     if !others_same {
         return Change::Other;
     }

@@ -123,6 +123,8 @@ fn collection(kind: &str, namespace: &str) -> String {
         "HTTPRoute" => ns("/apis/gateway.networking.k8s.io/v1", "httproutes"),
         "GRPCRoute" => ns("/apis/gateway.networking.k8s.io/v1", "grpcroutes"),
         "ReferenceGrant" => ns("/apis/gateway.networking.k8s.io/v1", "referencegrants"),
+        "BackendTLSPolicy" => ns("/apis/gateway.networking.k8s.io/v1", "backendtlspolicies"),
+        "ClusterTrustBundle" => "/apis/certificates.k8s.io/v1beta1/clustertrustbundles".into(),
         other => panic!("no collection for {other}"),
     }
 }
@@ -233,6 +235,10 @@ impl RealApiServer {
             format!("--audit-policy-file={}", path("audit.yaml")),
             format!("--audit-log-path={}", path("audit.log")),
             "--enable-priority-and-fairness=false".into(),
+            // ClusterTrustBundles (beta, off by default): CA bundles Gateways and
+            // BackendTLSPolicies may name.
+            "--feature-gates=ClusterTrustBundle=true".into(),
+            "--runtime-config=certificates.k8s.io/v1beta1/clustertrustbundles=true".into(),
         ]
         .into();
         let apiserver = spawn_apiserver(&command, d);
@@ -408,14 +414,21 @@ impl RealApiServer {
             "httproutes",
             "grpcroutes",
             "referencegrants",
+            "backendtlspolicies",
         ] {
             let yaml = std::fs::read_to_string(dir.join(format!("gateway.networking.k8s.io_{kind}.yaml"))).unwrap();
             self.apply_manifests(&yaml);
         }
         let served = (0..100).any(|_| {
-            let ok = ["gatewayclasses", "httproutes", "grpcroutes", "referencegrants"]
-                .iter()
-                .all(|k| self.get(&format!("/apis/gateway.networking.k8s.io/v1/{k}")).0 == 200);
+            let ok = [
+                "gatewayclasses",
+                "httproutes",
+                "grpcroutes",
+                "referencegrants",
+                "backendtlspolicies",
+            ]
+            .iter()
+            .all(|k| self.get(&format!("/apis/gateway.networking.k8s.io/v1/{k}")).0 == 200);
             if !ok {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }

@@ -30,16 +30,29 @@ fn gateway(port: u16, client_certificate: bool) -> String {
     )
 }
 
+/// A ClusterTrustBundle `name` holding `ca`'s certificate.
+fn trust_bundle(name: &str, ca: &TestCa) -> String {
+    let indent: String = ca.cert_pem.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: certificates.k8s.io/v1beta1\nkind: ClusterTrustBundle\nmetadata: {{name: {name}}}\nspec:\n  trustBundle: |\n{indent}"
+    )
+}
+
 /// Policy `web-tls` on Service `web`'s port `http`: CA ConfigMap `ca`,
 /// `hostname`, and these subject alternative names (YAML flow items).
 fn policy(ca: &str, hostname: &str, sans: &str) -> String {
+    policy_with(&format!("{{group: \"\", kind: ConfigMap, name: {ca}}}"), hostname, sans)
+}
+
+/// Policy `web-tls` with this CA reference (a YAML flow mapping).
+fn policy_with(ca_ref: &str, hostname: &str, sans: &str) -> String {
     let sans = if sans.is_empty() {
         String::new()
     } else {
         format!("    subjectAltNames: [{sans}]\n")
     };
     format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{namespace: demo, name: web-tls}}\nspec:\n  targetRefs: [{{group: \"\", kind: Service, name: web, sectionName: http}}]\n  validation:\n    caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: {ca}}}]\n    hostname: {hostname}\n{sans}"
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{namespace: demo, name: web-tls}}\nspec:\n  targetRefs: [{{group: \"\", kind: Service, name: web, sectionName: http}}]\n  validation:\n    caCertificateRefs: [{ca_ref}]\n    hostname: {hostname}\n{sans}"
     )
 }
 
@@ -119,6 +132,22 @@ fn backends_are_reached_over_verified_tls_and_policies_change_without_reload() {
         "{:?}",
         get()
     );
+
+    // A ClusterTrustBundle as the CA: read by name, and its rotation
+    // applies live.
+    c.write("roots.yaml", &trust_bundle("backend-roots", &backend_ca));
+    let by_bundle = "{group: certificates.k8s.io, kind: ClusterTrustBundle, name: backend-roots}";
+    c.write("policy.yaml", &policy_with(by_bundle, "backend.test", ""));
+    c.write("gateway.yaml", &gateway(port, false));
+    assert!(
+        wait_until(Duration::from_secs(10), || get()
+            == (200, "sni=backend.test client=none".into())),
+        "{:?}\n{}",
+        get(),
+        c.log()
+    );
+    c.write("roots.yaml", &trust_bundle("backend-roots", &other_ca));
+    assert!(wait_until(Duration::from_secs(10), || get().0 == 502), "{:?}", get());
     assert_eq!(c.reloads(), reloads, "policy and certificate changes never reload");
 
     // A CA reference that does not resolve: requests fail, never in the

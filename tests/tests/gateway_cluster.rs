@@ -12,6 +12,7 @@ use tests::controller::{request, service_at, wait_until, Cluster, Controller, ST
 use tests::free_port;
 use tests::kube_apiserver::RealApiServer;
 use tests::pod_network::POD_IP;
+use tests::tls::TestCa;
 use tests::upstream::Upstream;
 
 const GROUP: &str = "/apis/gateway.networking.k8s.io/v1";
@@ -99,6 +100,28 @@ fn gateway_api_on_a_real_apiserver() {
         c.log()
     );
     assert_eq!(c.reloads(), reloads, "route edits never reload");
+
+    // A BackendTLSPolicy whose CA is a ClusterTrustBundle (a beta API the
+    // test apiserver serves): read through the chart's RBAC, it resolves.
+    let ca = TestCa::new("Cluster Roots");
+    let pem: String = ca.cert_pem.lines().map(|l| format!("    {l}\n")).collect();
+    api.apply_yaml(&format!(
+        "apiVersion: certificates.k8s.io/v1beta1\nkind: ClusterTrustBundle\nmetadata: {{name: cluster-roots}}\nspec:\n  trustBundle: |\n{pem}"
+    ));
+    api.apply_yaml(&route("web2"));
+    api.apply_yaml(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {namespace: app, name: web2-tls}\nspec:\n  targetRefs: [{group: \"\", kind: Service, name: web2}]\n  validation:\n    caCertificateRefs: [{group: certificates.k8s.io, kind: ClusterTrustBundle, name: cluster-roots}]\n    hostname: web2.app.test\n",
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let (_, p) = api.get(&format!("{GROUP}/namespaces/app/backendtlspolicies/web2-tls"));
+            let conditions = &p["status"]["ancestors"][0]["conditions"];
+            is_true(conditions, "Accepted") && is_true(conditions, "ResolvedRefs")
+        }),
+        "{:?}\n{}",
+        api.get(&format!("{GROUP}/namespaces/app/backendtlspolicies/web2-tls")),
+        c.log()
+    );
     assert!(
         !c.log().contains("forbidden"),
         "the chart's RBAC refused something:\n{}",

@@ -26,7 +26,7 @@ use lua_compat::routes::validate::{check_backend_tls, check_ca_bundle, MAX_CA_BU
 use lua_compat::routes::{BackendTls, ListenerRoutes, SubjectAltName};
 
 use super::condition::{cond, Cond};
-use super::frontend_tls::{resolve as resolve_ca, CaRef};
+use super::frontend_tls::{is_ca_kind, resolve as resolve_ca, CaRef};
 use super::grants::{gateway_secret, SecretRef};
 use crate::snapshot::{key, Snapshot};
 
@@ -142,11 +142,11 @@ fn validate(snap: &Snapshot, p: &BackendTlsPolicy, ns: &str) -> (Option<BackendT
     let mut bundle = String::new();
     let mut problems: Vec<(String, String)> = Vec::new();
     for r in refs {
-        let found = if !r.group.is_empty() || r.kind != "ConfigMap" {
+        let found = if !is_ca_kind(&r.group, &r.kind) {
             Err((
                 "InvalidKind".to_string(),
                 format!(
-                    "CA certificate reference {:?} is a {}{}{}: only core ConfigMaps (with a ca.crt key) are supported",
+                    "CA certificate reference {:?} is a {}{}{}: only core ConfigMaps (with a ca.crt key) and certificates.k8s.io ClusterTrustBundles are supported",
                     r.name,
                     r.group,
                     if r.group.is_empty() { "" } else { "/" },
@@ -167,8 +167,8 @@ fn validate(snap: &Snapshot, p: &BackendTlsPolicy, ns: &str) -> (Option<BackendT
             Ok(_) => problems.push((
                 "InvalidCACertificateRef".into(),
                 format!(
-                    "ConfigMap {:?}: the CA certificates together are larger than {MAX_CA_BUNDLE} bytes",
-                    r.name
+                    "{} {:?}: the CA certificates together are larger than {MAX_CA_BUNDLE} bytes",
+                    r.kind, r.name
                 ),
             )),
             Err(problem) => problems.push(problem),
@@ -541,5 +541,30 @@ mod tests {
             serde_json::json!({"hostname": "10.0.0.1", "wellKnownCACertificates": "System"}),
         )]));
         assert_eq!(accepted(&p, "ip"), (false, "Invalid".into()));
+    }
+
+    #[test]
+    fn a_cluster_trust_bundle_is_a_ca_source() {
+        let mut snap = snapshot(vec![policy(
+            "ctb",
+            "2026-01-01T00:00:00Z",
+            "other",
+            None,
+            serde_json::json!({"hostname": "abc.example.com", "caCertificateRefs": [
+                {"group": "certificates.k8s.io", "kind": "ClusterTrustBundle", "name": "roots"}]}),
+        )]);
+        // Not served (or absent): the reference does not resolve.
+        assert_eq!(accepted(&resolve(&snap), "ctb"), (false, "NoValidCACertificate".into()));
+        snap.cluster_trust_bundles = vec![object(serde_json::json!({
+            "metadata": {"name": "roots"}, "spec": {"trustBundle": ca_pem()}}))];
+        let p = resolve(&snap);
+        assert_eq!(accepted(&p, "ctb"), (true, "Accepted".into()));
+        let Some(PortTls::Valid(t)) = p.ports.get(&port("other", 443)) else {
+            panic!("{:?}", p.policies);
+        };
+        assert!(t
+            .ca_certificates
+            .as_deref()
+            .is_some_and(|c| c.contains("BEGIN CERTIFICATE")));
     }
 }

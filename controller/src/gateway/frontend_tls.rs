@@ -123,8 +123,8 @@ pub fn for_port(snap: &Snapshot, gateway: &Gateway, port: i32) -> PortValidation
             Ok(_) => problems.push((
                 "InvalidCACertificateRef".to_string(),
                 format!(
-                    "ConfigMap {:?}: the CA certificates together are larger than {MAX_CA_BUNDLE} bytes",
-                    r.name
+                    "{} {:?}: the CA certificates together are larger than {MAX_CA_BUNDLE} bytes",
+                    r.kind, r.name
                 ),
             )),
             Err(p) => problems.push(p),
@@ -166,20 +166,56 @@ pub fn insecure_fallback(gateway: &Gateway) -> bool {
         .any(|(_, v)| v.as_ref().is_some_and(|v| v.insecure))
 }
 
+/// The group and kind of a ClusterTrustBundle (`certificates.k8s.io`).
+pub const TRUST_BUNDLE: (&str, &str) = ("certificates.k8s.io", "ClusterTrustBundle");
+
+/// Whether a reference names a kind this controller reads CA
+/// certificates from: a core ConfigMap (its `ca.crt`) or a
+/// ClusterTrustBundle (its `spec.trustBundle`).
+pub fn is_ca_kind(group: &str, kind: &str) -> bool {
+    (group.is_empty() && kind == "ConfigMap") || (group, kind) == TRUST_BUNDLE
+}
+
 /// One reference's certificates, re-encoded as PEM (only the
-/// certificates: comments and other blocks of the ConfigMap are dropped).
+/// certificates: comments and other blocks are dropped).
 pub(crate) fn resolve(snap: &Snapshot, gw_ns: &str, r: &CaRef) -> Result<String, Problem> {
-    if !r.group.is_empty() || r.kind != "ConfigMap" {
+    if !is_ca_kind(r.group, r.kind) {
         return Err((
             "InvalidCACertificateKind".into(),
             format!(
-                "CA certificate reference {:?} is a {}{}{}: only core ConfigMaps (with a {CA_BUNDLE_KEY} key) are supported",
+                "CA certificate reference {:?} is a {}{}{}: only core ConfigMaps (with a {CA_BUNDLE_KEY} key) and certificates.k8s.io ClusterTrustBundles are supported",
                 r.name,
                 r.group,
                 if r.group.is_empty() { "" } else { "/" },
                 r.kind
             ),
         ));
+    }
+    let invalid = |m: String| ("InvalidCACertificateRef".to_string(), m);
+    if (r.group, r.kind) == TRUST_BUNDLE {
+        // Cluster-scoped and meant to be read by anyone (CA certificates
+        // are public): no ReferenceGrant, and no namespace.
+        if let Some(ns) = r.namespace {
+            return Err(invalid(format!(
+                "ClusterTrustBundle {:?} is cluster-scoped: its reference must not name a namespace ({ns:?})",
+                r.name
+            )));
+        }
+        let bundle = snap
+            .cluster_trust_bundles
+            .iter()
+            .find(|b| b.metadata.name.as_deref() == Some(r.name))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "ClusterTrustBundle {:?} does not exist (or the cluster does not serve certificates.k8s.io/v1beta1 ClusterTrustBundles)",
+                    r.name
+                ))
+            })?;
+        return certificates(
+            &format!("ClusterTrustBundle {}: spec.trustBundle", r.name),
+            &bundle.spec.trust_bundle,
+        )
+        .map_err(invalid);
     }
     let ns = r.namespace.unwrap_or(gw_ns);
     if ns != gw_ns && !granted_to(snap, "Gateway", gw_ns, ns, "ConfigMap", r.name) {
@@ -191,7 +227,6 @@ pub(crate) fn resolve(snap: &Snapshot, gw_ns: &str, r: &CaRef) -> Result<String,
             ),
         ));
     }
-    let invalid = |m: String| ("InvalidCACertificateRef".to_string(), m);
     let cm = snap
         .ca_bundles
         .iter()
@@ -207,27 +242,22 @@ pub(crate) fn resolve(snap: &Snapshot, gw_ns: &str, r: &CaRef) -> Result<String,
         .as_ref()
         .and_then(|d| d.get(CA_BUNDLE_KEY))
         .ok_or_else(|| invalid(format!("ConfigMap {ns}/{} has no {CA_BUNDLE_KEY} key", r.name)))?;
+    certificates(&format!("ConfigMap {ns}/{}: {CA_BUNDLE_KEY}", r.name), pem).map_err(invalid)
+}
+
+/// The certificates of a PEM text (`what` names it in errors), each
+/// parsed and re-encoded; at most [`MAX_CA_BUNDLE`] bytes read.
+fn certificates(what: &str, pem: &str) -> Result<String, String> {
     if pem.len() > MAX_CA_BUNDLE {
-        return Err(invalid(format!(
-            "ConfigMap {ns}/{}: {CA_BUNDLE_KEY} is larger than {MAX_CA_BUNDLE} bytes",
-            r.name
-        )));
+        return Err(format!("{what} is larger than {MAX_CA_BUNDLE} bytes"));
     }
-    let certs = X509::stack_from_pem(pem.as_bytes()).map_err(|e| {
-        invalid(format!(
-            "ConfigMap {ns}/{}: {CA_BUNDLE_KEY} is not PEM certificates: {e}",
-            r.name
-        ))
-    })?;
+    let certs = X509::stack_from_pem(pem.as_bytes()).map_err(|e| format!("{what} is not PEM certificates: {e}"))?;
     if certs.is_empty() {
-        return Err(invalid(format!(
-            "ConfigMap {ns}/{}: {CA_BUNDLE_KEY} holds no certificate",
-            r.name
-        )));
+        return Err(format!("{what} holds no certificate"));
     }
     let mut out = String::new();
     for c in certs {
-        let pem = c.to_pem().map_err(|e| invalid(e.to_string()))?;
+        let pem = c.to_pem().map_err(|e| e.to_string())?;
         out.push_str(&String::from_utf8_lossy(&pem));
     }
     Ok(out)
@@ -238,6 +268,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 
     fn ca_pem(cn: &str) -> String {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -317,6 +348,46 @@ mod tests {
         );
     }
 
+    fn trust_bundle(name: &str, pem: &str) -> Arc<ClusterTrustBundle> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "certificates.k8s.io/v1beta1", "kind": "ClusterTrustBundle",
+                "metadata": {"name": name}, "spec": {"trustBundle": pem}}))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn cluster_trust_bundles_are_read_by_name_with_no_grant() {
+        let (a, b) = (ca_pem("a"), ca_pem("b"));
+        let snap = Snapshot {
+            cluster_trust_bundles: vec![
+                trust_bundle("roots", &format!("{a}\n{b}")),
+                trust_bundle("junk", "not a certificate"),
+            ],
+            ca_bundles: vec![config_map("infra", "extra", &[("ca.crt", &a)])],
+            ..Default::default()
+        };
+        let refs = serde_json::json!([{"group": "certificates.k8s.io", "kind": "ClusterTrustBundle", "name": "roots"}]);
+        let PortValidation::Valid {
+            validation,
+            problem: None,
+        } = for_port(
+            &snap,
+            &gateway(serde_json::json!({"default": {"validation": {"caCertificateRefs": refs}}})),
+            443,
+        )
+        else {
+            panic!("a ClusterTrustBundle resolves");
+        };
+        assert_eq!(validation.ca_certificates.matches("BEGIN CERTIFICATE").count(), 2);
+        let junk = serde_json::json!([{"group": "certificates.k8s.io", "kind": "ClusterTrustBundle", "name": "junk"}]);
+        assert!(matches!(
+            for_port(&snap, &gateway(serde_json::json!({"default": {"validation": {"caCertificateRefs": junk}}})), 443),
+            PortValidation::Invalid((r, m)) if r == "InvalidCACertificateRef" && m.contains("ClusterTrustBundle junk: spec.trustBundle")
+        ));
+    }
+
     #[test]
     fn hostile_bundles_are_refused_or_normalised() {
         let good = ca_pem("good");
@@ -378,10 +449,17 @@ mod tests {
             reason(serde_json::json!([{"group": "", "kind": "Secret", "name": "good"}]))
                 .starts_with("InvalidCACertificateKind")
         );
+        let bundle_ref = |name: &str| serde_json::json!([{"group": "certificates.k8s.io", "kind": "ClusterTrustBundle", "name": name}]);
+        assert!(reason(bundle_ref("absent")).contains("ClusterTrustBundle \"absent\" does not exist"));
         assert!(reason(serde_json::json!([
-            {"group": "certificates.k8s.io", "kind": "ClusterTrustBundle", "name": "good"}
+            {"group": "certificates.k8s.io", "kind": "ClusterTrustBundle", "name": "roots", "namespace": "infra"}
         ]))
-        .starts_with("InvalidCACertificateKind"));
+        .contains("cluster-scoped"));
+        assert!(
+            reason(serde_json::json!([{"group": "example.com", "kind": "ClusterTrustBundle", "name": "roots"}]))
+                .starts_with("InvalidCACertificateKind"),
+            "the group counts"
+        );
         let across = serde_json::json!([{"group": "", "kind": "ConfigMap", "name": "elsewhere", "namespace": "other"}]);
         assert!(reason(across.clone()).starts_with("RefNotPermitted"));
 

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use futures::{stream, Stream, StreamExt};
+use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -77,6 +78,9 @@ struct GatewayStores {
     ca_bundles: Option<Store<ConfigMap>>,
     /// `None` when the BackendTLSPolicy CRD is not installed.
     backend_tls_policies: Option<Store<BackendTlsPolicy>>,
+    /// `None` when the cluster does not serve ClusterTrustBundles (or
+    /// RBAC forbids reading them).
+    cluster_trust_bundles: Option<Store<ClusterTrustBundle>>,
 }
 
 /// The one object a by-name store holds.
@@ -160,6 +164,12 @@ impl Stores {
                 .and_then(|g| g.backend_tls_policies.as_ref())
                 .map(all)
                 .unwrap_or_default(),
+            cluster_trust_bundles: self
+                .gateway
+                .as_ref()
+                .and_then(|g| g.cluster_trust_bundles.as_ref())
+                .map(all)
+                .unwrap_or_default(),
         }
     }
 
@@ -195,6 +205,9 @@ impl Stores {
                 s.wait_until_ready().await?;
             }
             if let Some(s) = &g.backend_tls_policies {
+                s.wait_until_ready().await?;
+            }
+            if let Some(s) = &g.cluster_trust_bundles {
                 s.wait_until_ready().await?;
             }
         }
@@ -320,6 +333,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         // `ca.crt` only, so a namespace's large ConfigMaps cost nothing.
         let ca_bundles = ca_bundles(&client, ns, &mut l4_ticks).await;
         let backend_tls_policies = optional_kind::<BackendTlsPolicy>(&client, ns, &mut l4_ticks).await;
+        let cluster_trust_bundles = cluster_trust_bundles(&client, &mut l4_ticks).await;
         l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
         Some(GatewayStores {
             classes,
@@ -333,6 +347,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
             namespaces,
             ca_bundles,
             backend_tls_policies,
+            cluster_trust_bundles,
         })
     } else {
         None
@@ -432,6 +447,30 @@ where
         }
     }
     let (store, t) = reflect(api::<K>(client, ns), watcher::Config::default());
+    ticks.push(t.boxed());
+    Some(store)
+}
+
+/// The watch of ClusterTrustBundles (`certificates.k8s.io/v1beta1`, a
+/// beta API the cluster may not serve): `None`, said once, when it does
+/// not or RBAC forbids it (a controller scoped to one namespace has no
+/// cluster-wide reads); a reference to one then does not resolve.
+async fn cluster_trust_bundles(
+    client: &Client,
+    ticks: &mut Vec<futures::stream::BoxStream<'static, ()>>,
+) -> Option<Store<ClusterTrustBundle>> {
+    let all = Api::<ClusterTrustBundle>::all(client.clone());
+    if let Err(kube::Error::Api(e)) = all.list(&kube::api::ListParams::default().limit(1)).await {
+        if e.code == 404 || e.code == 403 {
+            tracing::info!(
+                code = e.code,
+                "ClusterTrustBundles (certificates.k8s.io/v1beta1) are not watched: {}; references to them do not resolve (enable the API, or grant list and watch on clustertrustbundles, and restart)",
+                if e.code == 404 { "the cluster does not serve them" } else { "RBAC forbids reading them" }
+            );
+            return None;
+        }
+    }
+    let (store, t) = reflect(all, watcher::Config::default());
     ticks.push(t.boxed());
     Some(store)
 }

@@ -300,6 +300,8 @@ impl Snapshot {
         snap.reference_grants.extend(self.reference_grants.iter().cloned());
         snap.namespaces.extend(self.namespaces.iter().cloned());
         snap.ca_bundles.extend(self.ca_bundles.iter().cloned());
+        snap.cluster_trust_bundles
+            .extend(self.cluster_trust_bundles.iter().cloned());
         snap.backend_tls_policies
             .extend(self.backend_tls_policies.iter().cloned());
         for (from, to) in [
@@ -537,6 +539,15 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                     .reference_grants
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
             }
+        }
+        "ClusterTrustBundle"
+            if doc
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|v| v.starts_with("certificates.k8s.io/")) =>
+        {
+            snap.cluster_trust_bundles
+                .push(Arc::new(serde_json::from_value(doc).map_err(what)?));
         }
         other => {
             return Err(format!(

@@ -292,6 +292,10 @@ impl Cluster {
                 format!("--kubelet-client-certificate={}", pki("apiserver-kubelet-client.crt")),
                 format!("--kubelet-client-key={}", pki("apiserver-kubelet-client.key")),
                 "--authorization-mode=Node,RBAC".into(),
+                // ClusterTrustBundles (beta, off by default): CA bundles Gateways and
+                // BackendTLSPolicies may name.
+                "--feature-gates=ClusterTrustBundle=true".into(),
+                "--runtime-config=certificates.k8s.io/v1beta1/clustertrustbundles=true".into(),
                 "--enable-admission-plugins=NodeRestriction".into(),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 format!("--service-account-key-file={}", pki("sa.pub")),
