@@ -134,11 +134,12 @@ pub struct Args {
     #[arg(long, global = true, default_value_t = 0)]
     pub gateway_base_port: u16,
 
-    /// Labels (`key=value,...`) of the Pods that run this controller: the
-    /// leader then keeps one Service per Gateway in `POD_NAMESPACE`,
-    /// selecting them and mapping the Gateway's ports onto its nginx
-    /// ports, and publishes its address as the Gateway's. Needs
-    /// --gateway-base-port, so that two Gateways on one port differ.
+    /// Labels (`key=value,...`) of the Pods that run this controller (in
+    /// `POD_NAMESPACE`): the leader then keeps one Service per Gateway, in
+    /// the Gateway's namespace and owned by it, mapping the Gateway's ports
+    /// onto its nginx ports, with an EndpointSlice naming those Pods, and
+    /// publishes its address as the Gateway's. Needs --gateway-base-port,
+    /// so that two Gateways on one port differ.
     #[arg(long, global = true, value_name = "LABELS")]
     pub gateway_service_selector: Option<String>,
 
