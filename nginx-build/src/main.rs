@@ -21,6 +21,8 @@
 //!   runs end-to-end suites on them.
 //! - `book` builds the documentation book (`docs/`, mdBook) into
 //!   `build/book` and checks every internal link and anchor (`book.rs`).
+//! - `gateway-crds [--check]` copies the release's standard CRDs into the
+//!   chart (`gatewayAPI.crds.install`).
 //! - `gateway-types [--check]` regenerates `gateway-api-types` from the
 //!   Gateway API release's CRDs with kopium (`gateway_types.rs`).
 //! - `asan` builds nginx and the module with AddressSanitizer into
@@ -33,6 +35,7 @@ mod build;
 mod chroot;
 mod deb;
 mod demo;
+mod gateway_crds;
 mod gateway_types;
 mod image;
 mod patched;
@@ -58,11 +61,12 @@ fn main() -> ExitCode {
         Some("deb-test") => deb::test(&args[1..]),
         Some("book") => book::run(),
         Some("gateway-types") => gateway_types::run(&args[1..]),
+        Some("gateway-crds") => gateway_crds::run(&args[1..]),
         Some("asan") => build::build_variant(build::Variant::Asan).map(|a| a.print()),
         Some("asan-test") => build::build_variant(build::Variant::Asan).and_then(|a| asan::test(&a, &args[1..])),
         Some("-h" | "--help") => {
             println!(
-                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | image [--assemble-only] | deb [--nginx-dev DIR | --suite SUITE] | deb-install [--suite SUITE] | deb-test [--suite SUITE] [TESTS...] | book | asan | asan-test [TESTS...]]"
+                "usage: cargo run -p nginx-build [-- build | demo [--port N] | paths | gateway-types [--check] | gateway-crds [--check] | image [--assemble-only] | deb [--nginx-dev DIR | --suite SUITE] | deb-install [--suite SUITE] | deb-test [--suite SUITE] [TESTS...] | book | asan | asan-test [TESTS...]]"
             );
             Ok(())
         }

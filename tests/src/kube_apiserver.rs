@@ -419,6 +419,12 @@ impl RealApiServer {
             let yaml = std::fs::read_to_string(dir.join(format!("gateway.networking.k8s.io_{kind}.yaml"))).unwrap();
             self.apply_manifests(&yaml);
         }
+        self.wait_gateway_crds();
+    }
+
+    /// Waits until the Gateway API kinds the controller needs are served
+    /// (a CRD takes a moment to be established).
+    pub fn wait_gateway_crds(&self) {
         let served = (0..100).any(|_| {
             let ok = [
                 "gatewayclasses",

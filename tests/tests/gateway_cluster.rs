@@ -1,5 +1,6 @@
 //! Gateway API on a real kube-apiserver with the v1.7.0 CRDs and the
-//! chart's RBAC (`gatewayAPI.enabled=true`): the controller watches
+//! chart's RBAC, both installed by the chart (`gatewayAPI.enabled=true`,
+//! `gatewayAPI.crds.install=true`): the controller watches
 //! GatewayClasses, Gateways and HTTPRoutes, routes through the module's
 //! route table, and writes the status the spec asks for (GatewayClass
 //! Accepted and supportedFeatures, Gateway Accepted/Programmed with its
@@ -34,8 +35,20 @@ fn route(backend: &str) -> String {
 #[test]
 fn gateway_api_on_a_real_apiserver() {
     let api = RealApiServer::start();
-    api.install_gateway_crds();
-    let id = api.install_chart(&["gatewayAPI.enabled=true"]);
+    // The CRDs come with the chart (gatewayAPI.crds.install).
+    let id = api.install_chart(&["gatewayAPI.enabled=true", "gatewayAPI.crds.install=true"]);
+    api.wait_gateway_crds();
+    let (_, crd) =
+        api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/listenersets.gateway.networking.k8s.io");
+    let annotations = &crd["metadata"]["annotations"];
+    assert_eq!(
+        (
+            &annotations["gateway.networking.k8s.io/bundle-version"],
+            &annotations["helm.sh/resource-policy"]
+        ),
+        (&Value::from("v1.7.0"), &Value::from("keep")),
+        "every standard CRD, kept when the chart goes"
+    );
     let ups: Vec<Upstream> = (0..2).map(|_| Upstream::start_in_pod_network()).collect();
     let gw = free_port();
     api.apply_yaml(&service_at(POD_IP, "web", &[ups[0].port]).replace("namespace: demo", "namespace: app"));
