@@ -391,10 +391,25 @@ impl RealApiServer {
         }
     }
 
+    /// The kinds (CRD plurals) the Gateway tests use.
+    pub const GATEWAY_KINDS: [&'static str; 6] = [
+        "gatewayclasses",
+        "gateways",
+        "httproutes",
+        "grpcroutes",
+        "referencegrants",
+        "backendtlspolicies",
+    ];
+
     /// Installs Gateway API v1.7.0's standard CRDs (from the
     /// `sigs.k8s.io/gateway-api@v1.7.0` Go module, which the Go module
     /// proxy serves; v1.7 needs Go 1.27) and waits until they are served.
     pub fn install_gateway_crds(&self) {
+        self.install_gateway_crd_kinds(&Self::GATEWAY_KINDS);
+    }
+
+    /// [`Self::install_gateway_crds`], of these kinds (CRD plurals) only.
+    pub fn install_gateway_crd_kinds(&self, kinds: &[&str]) {
         let out = Command::new("go")
             .args(["mod", "download", "-json", "sigs.k8s.io/gateway-api@v1.7.0"])
             .current_dir(std::env::temp_dir())
@@ -408,39 +423,30 @@ impl RealApiServer {
         );
         let info: Value = serde_json::from_slice(&out.stdout).unwrap();
         let dir = PathBuf::from(info["Dir"].as_str().unwrap()).join("config/crd/standard");
-        for kind in [
-            "gatewayclasses",
-            "gateways",
-            "httproutes",
-            "grpcroutes",
-            "referencegrants",
-            "backendtlspolicies",
-        ] {
+        for kind in kinds {
             let yaml = std::fs::read_to_string(dir.join(format!("gateway.networking.k8s.io_{kind}.yaml"))).unwrap();
             self.apply_manifests(&yaml);
         }
-        self.wait_gateway_crds();
+        self.wait_gateway_crd_kinds(kinds);
     }
 
-    /// Waits until the Gateway API kinds the controller needs are served
-    /// (a CRD takes a moment to be established).
+    /// Waits until the Gateway API kinds the tests use are served (a CRD
+    /// takes a moment to be established).
     pub fn wait_gateway_crds(&self) {
+        self.wait_gateway_crd_kinds(&Self::GATEWAY_KINDS);
+    }
+
+    fn wait_gateway_crd_kinds(&self, kinds: &[&str]) {
         let served = (0..100).any(|_| {
-            let ok = [
-                "gatewayclasses",
-                "httproutes",
-                "grpcroutes",
-                "referencegrants",
-                "backendtlspolicies",
-            ]
-            .iter()
-            .all(|k| self.get(&format!("/apis/gateway.networking.k8s.io/v1/{k}")).0 == 200);
+            let ok = kinds
+                .iter()
+                .all(|k| self.get(&format!("/apis/gateway.networking.k8s.io/v1/{k}")).0 == 200);
             if !ok {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
             ok
         });
-        assert!(served, "the Gateway API CRDs were not served within 10 s");
+        assert!(served, "the Gateway API CRDs {kinds:?} were not served within 10 s");
     }
 
     /// The admin kubeconfig as a file, for kubectl.

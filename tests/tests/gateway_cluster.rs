@@ -141,3 +141,61 @@ fn gateway_api_on_a_real_apiserver() {
         c.log()
     );
 }
+
+/// A Gateway API kind whose CRD comes after the controller started
+/// (installed later, or established a moment after a chart that installs
+/// both) is watched once the apiserver serves it, with no restart; until
+/// then everything else is served.
+#[test]
+fn a_crd_installed_after_the_controller_is_watched_without_a_restart() {
+    let api = RealApiServer::start();
+    api.install_gateway_crd_kinds(&["gatewayclasses", "gateways", "httproutes", "referencegrants"]);
+    let id = api.install_chart(&["gatewayAPI.enabled=true"]);
+    let up = Upstream::start_in_pod_network();
+    let gw = free_port();
+    api.apply_yaml(&service_at(POD_IP, "web", &[up.port]).replace("namespace: demo", "namespace: app"));
+    api.apply_yaml(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: dynamic}\nspec: {controllerName: dynamic-balancer.dev/gateway-controller}\n",
+    );
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: infra, name: public}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: http, protocol: HTTP, port: {gw}, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"
+    ));
+    api.apply_yaml(&route("web"));
+    let mut flags = id.args();
+    flags.extend([STRICT, "--enable-gateway-api", "--publish-status-address=192.0.2.10"]);
+    let c = Controller::start_on_cluster(&id.kubeconfig, &flags);
+    assert!(
+        wait_until(Duration::from_secs(20), || request(gw, "web.test", "/")
+            .unwrap_or_default()
+            .1
+            == up.identity),
+        "served without the missing kinds:\n{}",
+        c.log()
+    );
+    assert!(c.log().contains("does not serve BackendTLSPolicy"), "{}", c.log());
+
+    api.install_gateway_crd_kinds(&["backendtlspolicies"]);
+    api.apply_yaml(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {namespace: app, name: web-tls}\nspec:\n  targetRefs: [{group: \"\", kind: Service, name: web}]\n  validation:\n    wellKnownCACertificates: System\n    hostname: web.app.test\n",
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let (_, p) = api.get(&format!("{GROUP}/namespaces/app/backendtlspolicies/web-tls"));
+            is_true(&p["status"]["ancestors"][0]["conditions"], "Accepted")
+        }),
+        "the policy was never seen:\n{}",
+        c.log()
+    );
+    assert!(c.log().contains("serves BackendTLSPolicy now"), "{}", c.log());
+    // The plain-text backend now gets a TLS handshake it does not answer
+    // (502 when it closes, 504 when it waits for more).
+    assert!(
+        wait_until(Duration::from_secs(20), || matches!(
+            request(gw, "web.test", "/").unwrap_or_default().0,
+            502 | 504
+        )),
+        "{:?}\n{}",
+        request(gw, "web.test", "/"),
+        c.log()
+    );
+}

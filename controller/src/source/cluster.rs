@@ -67,20 +67,23 @@ struct GatewayStores {
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
     /// The route kinds a cluster may lack (CRDs of an older release, or
-    /// the standard channel before v1.5): `None` when not installed.
-    grpc_routes: Option<Store<GrpcRoute>>,
-    tcp_routes: Option<Store<TcpRoute>>,
-    tls_routes: Option<Store<TlsRoute>>,
-    udp_routes: Option<Store<UdpRoute>>,
+    /// the standard channel before v1.5): empty until served (`late`).
+    grpc_routes: Store<GrpcRoute>,
+    tcp_routes: Store<TcpRoute>,
+    tls_routes: Store<TlsRoute>,
+    udp_routes: Store<UdpRoute>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
     /// `None` when RBAC forbids listing ConfigMaps.
     ca_bundles: Option<Store<ConfigMap>>,
-    /// `None` when the BackendTLSPolicy CRD is not installed.
-    backend_tls_policies: Option<Store<BackendTlsPolicy>>,
+    /// Empty until its CRD is served (`late`).
+    backend_tls_policies: Store<BackendTlsPolicy>,
     /// `None` when the cluster does not serve ClusterTrustBundles (or
     /// RBAC forbids reading them).
     cluster_trust_bundles: Option<Store<ClusterTrustBundle>>,
+    /// The kinds the apiserver did not serve at start: their stores fill
+    /// once it does, and are not waited for.
+    late: Vec<String>,
 }
 
 /// The one object a by-name store holds.
@@ -121,30 +124,10 @@ impl Stores {
             gateway_classes: self.gateway.as_ref().map(|g| all(&g.classes)).unwrap_or_default(),
             gateways: self.gateway.as_ref().map(|g| all(&g.gateways)).unwrap_or_default(),
             http_routes: self.gateway.as_ref().map(|g| all(&g.routes)).unwrap_or_default(),
-            grpc_routes: self
-                .gateway
-                .as_ref()
-                .and_then(|g| g.grpc_routes.as_ref())
-                .map(all)
-                .unwrap_or_default(),
-            tcp_routes: self
-                .gateway
-                .as_ref()
-                .and_then(|g| g.tcp_routes.as_ref())
-                .map(all)
-                .unwrap_or_default(),
-            tls_routes: self
-                .gateway
-                .as_ref()
-                .and_then(|g| g.tls_routes.as_ref())
-                .map(all)
-                .unwrap_or_default(),
-            udp_routes: self
-                .gateway
-                .as_ref()
-                .and_then(|g| g.udp_routes.as_ref())
-                .map(all)
-                .unwrap_or_default(),
+            grpc_routes: self.gateway.as_ref().map(|g| all(&g.grpc_routes)).unwrap_or_default(),
+            tcp_routes: self.gateway.as_ref().map(|g| all(&g.tcp_routes)).unwrap_or_default(),
+            tls_routes: self.gateway.as_ref().map(|g| all(&g.tls_routes)).unwrap_or_default(),
+            udp_routes: self.gateway.as_ref().map(|g| all(&g.udp_routes)).unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
             namespaces: self.gateway.as_ref().map(|g| all(&g.namespaces)).unwrap_or_default(),
             ca_bundles: self
@@ -161,8 +144,7 @@ impl Stores {
             backend_tls_policies: self
                 .gateway
                 .as_ref()
-                .and_then(|g| g.backend_tls_policies.as_ref())
-                .map(all)
+                .map(|g| all(&g.backend_tls_policies))
                 .unwrap_or_default(),
             cluster_trust_bundles: self
                 .gateway
@@ -187,32 +169,35 @@ impl Stores {
             g.classes.wait_until_ready().await?;
             g.gateways.wait_until_ready().await?;
             g.routes.wait_until_ready().await?;
-            if let Some(s) = &g.grpc_routes {
-                s.wait_until_ready().await?;
-            }
-            if let Some(s) = &g.tcp_routes {
-                s.wait_until_ready().await?;
-            }
-            if let Some(s) = &g.tls_routes {
-                s.wait_until_ready().await?;
-            }
-            if let Some(s) = &g.udp_routes {
-                s.wait_until_ready().await?;
-            }
+            ready_unless_late(&g.grpc_routes, &g.late).await?;
+            ready_unless_late(&g.tcp_routes, &g.late).await?;
+            ready_unless_late(&g.tls_routes, &g.late).await?;
+            ready_unless_late(&g.udp_routes, &g.late).await?;
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
             if let Some(s) = &g.ca_bundles {
                 s.wait_until_ready().await?;
             }
-            if let Some(s) = &g.backend_tls_policies {
-                s.wait_until_ready().await?;
-            }
+            ready_unless_late(&g.backend_tls_policies, &g.late).await?;
             if let Some(s) = &g.cluster_trust_bundles {
                 s.wait_until_ready().await?;
             }
         }
         self.config_maps.wait_until_ready().await
     }
+}
+
+/// Waits for an optional kind's store, unless the kind was not served at
+/// start (see [`optional_kind`]).
+async fn ready_unless_late<K>(store: &Store<K>, late: &[String]) -> Result<(), reflector::store::WriterDropped>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + std::hash::Hash + Eq + Clone,
+{
+    if late.contains(&K::kind(&Default::default()).to_string()) {
+        return Ok(());
+    }
+    store.wait_until_ready().await
 }
 
 /// A reflector for one kind, as a stream of "something changed" ticks. Ticks
@@ -319,20 +304,21 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
     let udp_services = by_name(&opts.udp_services);
     let gateway = if opts.gateway_api {
         gateway_crds_installed(&client).await?;
+        let mut late = Vec::new();
         let (classes, g1) = reflect(Api::<GatewayClass>::all(client.clone()), watcher::Config::default());
         let (gateways, g2) = reflect(api::<Gateway>(&client, ns), watcher::Config::default());
         let (routes, g3) = reflect(api::<HttpRoute>(&client, ns), watcher::Config::default());
-        let grpc_routes = optional_kind::<GrpcRoute>(&client, ns, &mut l4_ticks).await;
-        let tcp_routes = optional_kind::<TcpRoute>(&client, ns, &mut l4_ticks).await;
-        let tls_routes = optional_kind::<TlsRoute>(&client, ns, &mut l4_ticks).await;
-        let udp_routes = optional_kind::<UdpRoute>(&client, ns, &mut l4_ticks).await;
+        let grpc_routes = optional_kind::<GrpcRoute>(&client, ns, &mut l4_ticks, &mut late).await;
+        let tcp_routes = optional_kind::<TcpRoute>(&client, ns, &mut l4_ticks, &mut late).await;
+        let tls_routes = optional_kind::<TlsRoute>(&client, ns, &mut l4_ticks, &mut late).await;
+        let udp_routes = optional_kind::<UdpRoute>(&client, ns, &mut l4_ticks, &mut late).await;
         let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
         // Their labels, for listeners that admit routes by namespace selector.
         let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
         // Client CA bundles (`spec.tls.frontend`): ConfigMaps keep their
         // `ca.crt` only, so a namespace's large ConfigMaps cost nothing.
         let ca_bundles = ca_bundles(&client, ns, &mut l4_ticks).await;
-        let backend_tls_policies = optional_kind::<BackendTlsPolicy>(&client, ns, &mut l4_ticks).await;
+        let backend_tls_policies = optional_kind::<BackendTlsPolicy>(&client, ns, &mut l4_ticks, &mut late).await;
         let cluster_trust_bundles = cluster_trust_bundles(&client, &mut l4_ticks).await;
         l4_ticks.extend([g1.boxed(), g2.boxed(), g3.boxed(), g4.boxed(), g5.boxed()]);
         Some(GatewayStores {
@@ -348,6 +334,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
             ca_bundles,
             backend_tls_policies,
             cluster_trust_bundles,
+            late,
         })
     } else {
         None
@@ -415,16 +402,19 @@ async fn gateway_crds_installed(client: &Client) -> anyhow::Result<()> {
     }
 }
 
-/// A watch of a Gateway API route kind that a cluster may lack: `None`,
-/// with a warning, when the apiserver does not serve it (its CRD is not
-/// installed), so that the other kinds (and every Ingress) are served
-/// rather than waiting forever for a watch that cannot start. Installing
-/// the CRD later needs a controller restart.
+/// A watch of a Gateway API kind that a cluster may lack. When the
+/// apiserver does not serve it (its CRD is not installed, or not yet
+/// established: a chart installing the CRDs with the controller races it),
+/// the kind is said to be missing and looked for again every 10 s; its
+/// watch starts once it is served, with no restart. Meanwhile its store is
+/// empty and is not waited for (`late`), so the other kinds (and every
+/// Ingress) are served rather than waiting for a watch that cannot start.
 async fn optional_kind<K>(
     client: &Client,
     ns: Option<&str>,
     ticks: &mut Vec<futures::stream::BoxStream<'static, ()>>,
-) -> Option<Store<K>>
+    late: &mut Vec<String>,
+) -> Store<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -437,19 +427,36 @@ where
 {
     let kind = K::kind(&Default::default()).to_string();
     let params = kube::api::ListParams::default().limit(1);
-    if let Err(kube::Error::Api(e)) = api::<K>(client, ns).list(&params).await {
-        if e.code == 404 {
-            tracing::warn!(
-                %kind,
-                "the apiserver does not serve {kind} (its CRD is not installed): {kind}s are not watched; install the Gateway API v1.7.0 standard CRDs and restart the controller to serve them"
-            );
-            return None;
-        }
-    }
+    let missing = matches!(api::<K>(client, ns).list(&params).await, Err(kube::Error::Api(e)) if e.code == 404);
     let (store, t) = reflect(api::<K>(client, ns), watcher::Config::default());
-    ticks.push(t.boxed());
-    Some(store)
+    if !missing {
+        ticks.push(t.boxed());
+        return store;
+    }
+    tracing::warn!(
+        %kind,
+        "the apiserver does not serve {kind} (its CRD is not installed): {kind} objects are watched once it is (looked for every 10 s); install the Gateway API v1.7.0 standard CRDs"
+    );
+    late.push(kind.clone());
+    let probe = api::<K>(client, ns);
+    let delayed = stream::once(async move {
+        loop {
+            tokio::time::sleep(LATE_KIND_PERIOD).await;
+            match probe.list(&params).await {
+                Err(kube::Error::Api(e)) if e.code == 404 => continue,
+                _ => break,
+            }
+        }
+        tracing::info!(%kind, "the apiserver serves {kind} now: watching it");
+        t
+    })
+    .flatten();
+    ticks.push(delayed.boxed());
+    store
 }
+
+/// How often a Gateway API kind the apiserver did not serve is looked for.
+const LATE_KIND_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The watch of ClusterTrustBundles (`certificates.k8s.io/v1beta1`, a
 /// beta API the cluster may not serve): `None`, said once, when it does
