@@ -11,6 +11,7 @@ pub mod gatewayclasses;
 pub mod gateways;
 pub mod grpcroutes;
 pub mod httproutes;
+pub mod listenersets;
 pub mod referencegrants;
 pub mod tcproutes;
 pub mod tlsroutes;

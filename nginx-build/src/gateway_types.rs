@@ -23,12 +23,13 @@ pub const GO_TOOLCHAIN: &str = "go1.27.3";
 
 /// The kinds we read, by CRD plural, and the served version we generate.
 /// ReferenceGrant is stored as v1beta1 but served as v1 since v1.5.
-const KINDS: [&str; 9] = [
+const KINDS: [&str; 10] = [
     "backendtlspolicies",
     "gatewayclasses",
     "gateways",
     "httproutes",
     "grpcroutes",
+    "listenersets",
     "referencegrants",
     "tcproutes",
     "tlsroutes",
