@@ -142,8 +142,8 @@ where
     matches!(api.get_opt(name).await, Ok(Some(_)) | Err(_))
 }
 
-/// What of an EndpointSlice decides where traffic goes (fields the
-/// apiserver fills in, such as zones and hints, left out).
+/// What of an EndpointSlice decides where traffic goes, and its owner
+/// (fields the apiserver fills in, such as zones and hints, left out).
 fn slice_summary(s: &EndpointSlice) -> serde_json::Value {
     let endpoints: Vec<_> = s
         .endpoints
@@ -160,7 +160,17 @@ fn slice_summary(s: &EndpointSlice) -> serde_json::Value {
         .flatten()
         .map(|p| serde_json::json!([p.name, p.port, p.protocol]))
         .collect();
-    serde_json::json!([s.address_type, endpoints, ports])
+    // The owner too: a slice of a Service made anew (another static
+    // address) still names the old one until it is applied again, and the
+    // garbage collector would delete it.
+    let owners: Vec<_> = s
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| o.uid.as_str())
+        .collect();
+    serde_json::json!([s.address_type, endpoints, ports, owners])
 }
 
 /// The `key=value,...` selector of the nginx Pods.
