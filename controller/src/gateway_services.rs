@@ -50,7 +50,7 @@ fn same(want: &Service, have: &Service) -> bool {
             .as_ref()
             .is_none_or(|ip| h.load_balancer_ip.as_ref() == Some(ip))
         && !needs_new_cluster_ip(want, have)
-        && ports(w) == ports(h)
+        && ports(w).iter().all(|p| ports(h).contains(p))
         && want
             .metadata
             .annotations
@@ -90,9 +90,15 @@ async fn would_accept(api: &Api<Service>, service: &Service) -> Result<(), kube:
 }
 
 /// Our objects of kind `K` (by `namespace/name`): in every namespace, or
-/// only in the watched one and the controller's own (where an earlier
-/// version kept the Services, to delete them).
-async fn list_ours<K>(client: &kube::Client, opts: &ServiceOptions, selector: &str) -> kube::Result<BTreeMap<String, K>>
+/// only in the watched one and, `with_own_namespace`, the controller's own
+/// (where an earlier version kept the Services, to delete them; it made no
+/// EndpointSlices, and the chart grants none there).
+async fn list_ours<K>(
+    client: &kube::Client,
+    opts: &ServiceOptions,
+    selector: &str,
+    with_own_namespace: bool,
+) -> kube::Result<BTreeMap<String, K>>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -105,7 +111,7 @@ where
         None => vec![Api::<K>::all(client.clone()).list(&params).await?],
         Some(ns) => {
             let mut lists = vec![Api::<K>::namespaced(client.clone(), ns).list(&params).await?];
-            if *ns != opts.namespace {
+            if with_own_namespace && *ns != opts.namespace {
                 lists.push(
                     Api::<K>::namespaced(client.clone(), &opts.namespace)
                         .list(&params)
@@ -193,9 +199,10 @@ pub async fn sync(
     infra: &BTreeMap<String, Infrastructure>,
     owners: &BTreeMap<String, String>,
 ) -> kube::Result<BTreeMap<String, Vec<String>>> {
-    let existing: BTreeMap<String, Service> = list_ours(client, opts, &list_selector(&opts.controller_name)).await?;
+    let existing: BTreeMap<String, Service> =
+        list_ours(client, opts, &list_selector(&opts.controller_name), true).await?;
     let slices: BTreeMap<String, EndpointSlice> =
-        list_ours(client, opts, &slice_list_selector(&opts.controller_name)).await?;
+        list_ours(client, opts, &slice_list_selector(&opts.controller_name), false).await?;
     let pods = Api::<Pod>::namespaced(client.clone(), &opts.namespace)
         .list(&ListParams::default().labels(&pod_selector(opts)))
         .await?
@@ -240,6 +247,9 @@ pub async fn sync(
                     }
                     if let Err(e) = api.delete(name, &DeleteParams::default()).await {
                         tracing::warn!(service = %key, gateway = %gateway, error = %e, "replacing the Gateway's Service for its new address failed; retried on the next round");
+                        if let Some(h) = have {
+                            keep_slices(h, &mut want_slices);
+                        }
                         continue;
                     }
                     tracing::info!(service = %key, gateway = %gateway, "deleted the Gateway's Service to give it the address it asks for");
@@ -257,13 +267,23 @@ pub async fn sync(
                         // Service range, taken) lands here: the Gateway then
                         // says AddressNotUsable.
                         tracing::warn!(service = %key, gateway = %gateway, error = %e, "applying the Gateway's Service failed; retried on the next round");
+                        // The Service as it is keeps its endpoints.
+                        if let Some(h) = have {
+                            keep_slices(h, &mut want_slices);
+                        }
                         continue;
                     }
                 }
             }
         };
         let slice_api: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
-        for slice in endpoint_slices(&current, &pods) {
+        // The slices follow the Service this controller wants (its ports
+        // only; the cluster's copy gives the uid): a port someone else
+        // added to the Service gets no endpoint, so it cannot reach
+        // another Gateway's nginx port or the controller's own.
+        let mut basis = service.clone();
+        basis.metadata.uid = current.metadata.uid.clone();
+        for slice in endpoint_slices(&basis, &pods) {
             let slice_name = slice.metadata.name.clone().unwrap_or_default();
             let slice_key = format!("{namespace}/{slice_name}");
             want_slices.insert(slice_key.clone());
@@ -294,7 +314,7 @@ pub async fn sync(
     for (stale, s) in existing.iter().filter(|(k, _)| !want.contains_key(*k)) {
         let api: Api<Service> = Api::namespaced(client.clone(), s.metadata.namespace.as_deref().unwrap_or_default());
         match api
-            .delete(s.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default())
+            .delete(s.metadata.name.as_deref().unwrap_or_default(), &this_one(&s.metadata))
             .await
         {
             Ok(_) => tracing::info!(service = %stale, "deleted the Service of a Gateway that is gone"),
@@ -307,7 +327,7 @@ pub async fn sync(
         let api: Api<EndpointSlice> =
             Api::namespaced(client.clone(), s.metadata.namespace.as_deref().unwrap_or_default());
         match api
-            .delete(s.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default())
+            .delete(s.metadata.name.as_deref().unwrap_or_default(), &this_one(&s.metadata))
             .await
         {
             Ok(_) => tracing::info!(endpointslice = %stale, "deleted a stale Gateway EndpointSlice"),
@@ -318,6 +338,18 @@ pub async fn sync(
         }
     }
     Ok(out)
+}
+
+/// A delete of exactly the object listed (not one made anew under its
+/// name since).
+fn this_one(meta: &kube::api::ObjectMeta) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: meta.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
 }
 
 /// Marks the slices of `service` as wanted (its Service is kept as it is).

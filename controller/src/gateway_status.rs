@@ -193,6 +193,24 @@ where
     out
 }
 
+/// Each Gateway's `status.addresses` values as the cluster holds them.
+fn addresses_in_status(snap: &Snapshot) -> BTreeMap<String, Vec<String>> {
+    snap.gateways
+        .iter()
+        .filter_map(|g| {
+            let values: Vec<String> = g
+                .status
+                .as_ref()?
+                .addresses
+                .iter()
+                .flatten()
+                .map(|a| a.value.clone())
+                .collect();
+            (!values.is_empty()).then(|| (key(&g.metadata), values))
+        })
+        .collect()
+}
+
 /// Brings the Gateways' Services and every status up to date once;
 /// returns how many statuses were written, and whether a Gateway still
 /// waits for its Service's address.
@@ -200,7 +218,7 @@ async fn sync_once(
     client: &kube::Client,
     opts: &GatewayStatusOptions,
     snap: &Snapshot,
-    last_addresses: &mut BTreeMap<String, Vec<String>>,
+    last_addresses: &mut Option<BTreeMap<String, Vec<String>>>,
 ) -> (usize, bool) {
     let mut failed = false;
     let reserved = crate::model::l4_services::gateway_reserved(&opts.reserved, snap);
@@ -222,7 +240,7 @@ async fn sync_once(
         .await
         {
             Ok(found) => {
-                *last_addresses = found.clone();
+                *last_addresses = Some(found.clone());
                 Some(found)
             }
             Err(e) => {
@@ -230,7 +248,10 @@ async fn sync_once(
                 // still written; Gateways keep the addresses last seen.
                 tracing::warn!(error = %e, "keeping the Gateways' Services failed; retried soon");
                 failed = true;
-                Some(last_addresses.clone())
+                // Before the first success (a new leader), what each
+                // Gateway's status already says: a failing round never
+                // takes a Gateway's address away.
+                Some(last_addresses.clone().unwrap_or_else(|| addresses_in_status(snap)))
             }
         },
         None => None,
@@ -382,7 +403,7 @@ pub async fn task(
             }
         });
     }
-    let mut last_addresses = BTreeMap::new();
+    let mut last_addresses = None;
     loop {
         let mut pending = false;
         if *leading.borrow_and_update() {

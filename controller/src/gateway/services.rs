@@ -219,14 +219,22 @@ pub fn desired(
     out
 }
 
-/// Whether `pod` takes traffic: Ready, and not being deleted.
-fn pod_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// Whether `pod` serves: its Ready condition (readiness gates included),
+/// whether or not it is being deleted; the EndpointSlice controller's
+/// `serving`. A terminating Pod serves while nginx drains.
+fn pod_serving(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether `pod` has ended (its IP may already be another Pod's).
+fn pod_ended(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 /// The EndpointSlices of `service` (as the cluster holds it: it needs its
@@ -260,6 +268,7 @@ pub fn endpoint_slices(service: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
     for (family, v6) in [("IPv4", false), ("IPv6", true)] {
         let mut endpoints: Vec<Endpoint> = pods
             .iter()
+            .filter(|pod| !pod_ended(pod))
             .filter_map(|pod| {
                 let status = pod.status.as_ref()?;
                 let ip = status
@@ -270,13 +279,14 @@ pub fn endpoint_slices(service: &Service, pods: &[Pod]) -> Vec<EndpointSlice> {
                     .chain(status.pod_ip.as_deref())
                     .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
                     .find(|a| a.is_ipv6() == v6)?;
-                let ready = pod_ready(pod);
+                let serving = pod_serving(pod);
+                let terminating = pod.metadata.deletion_timestamp.is_some();
                 Some(Endpoint {
                     addresses: vec![ip.to_string()],
                     conditions: Some(EndpointConditions {
-                        ready: Some(ready),
-                        serving: Some(ready || pod.metadata.deletion_timestamp.is_some() && serving(pod)),
-                        terminating: Some(pod.metadata.deletion_timestamp.is_some()),
+                        ready: Some(serving && !terminating),
+                        serving: Some(serving),
+                        terminating: Some(terminating),
                     }),
                     node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                     target_ref: Some(ObjectReference {
@@ -343,15 +353,6 @@ pub fn slice_list_selector(controller_name: &str) -> String {
         "endpointslice.kubernetes.io/managed-by={SLICE_MANAGER},{OWNER_LABEL}={}",
         owner_value(controller_name)
     )
-}
-
-/// A terminating Pod still serves while its containers are ready (the
-/// EndpointSlice controller's `serving`): nginx drains its connections.
-fn serving(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.ready))
 }
 
 /// The part of a Service's spec that gives it the addresses its Gateway
@@ -666,6 +667,11 @@ mod tests {
             pod("nginx-a", &["10.1.0.2"], false, false),
             pod("nginx-old", &["10.1.0.5"], true, true),
             pod("pending", &[], false, false),
+            {
+                let mut ended = pod("ended", &["10.1.0.7"], false, false);
+                ended.status.as_mut().unwrap().phase = Some("Failed".into());
+                ended
+            },
         ];
         let slices = endpoint_slices(&svc, &pods);
         assert_eq!(slices.len(), 2, "one per family");

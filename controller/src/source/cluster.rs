@@ -460,8 +460,9 @@ const LATE_KIND_PERIOD: std::time::Duration = std::time::Duration::from_secs(10)
 
 /// The watch of ClusterTrustBundles (`certificates.k8s.io/v1beta1`, a
 /// beta API the cluster may not serve): `None`, said once, when it does
-/// not or RBAC forbids it (a controller scoped to one namespace has no
-/// cluster-wide reads); a reference to one then does not resolve.
+/// not or RBAC forbids it (a controller given no cluster-wide reads; the
+/// chart's ClusterRole grants them); a reference to one then does not
+/// resolve.
 async fn cluster_trust_bundles(
     client: &Client,
     ticks: &mut Vec<futures::stream::BoxStream<'static, ()>>,
