@@ -50,7 +50,10 @@ fn same(want: &Service, have: &Service) -> bool {
             .as_ref()
             .is_none_or(|ip| h.load_balancer_ip.as_ref() == Some(ip))
         && !needs_new_cluster_ip(want, have)
-        && ports(w).iter().all(|p| ports(h).contains(p))
+        && {
+            let have = ports(h);
+            ports(w).iter().all(|p| have.contains(p))
+        }
         && want
             .metadata
             .annotations
@@ -179,15 +182,6 @@ fn slice_summary(s: &EndpointSlice) -> serde_json::Value {
     serde_json::json!([s.address_type, endpoints, ports, owners])
 }
 
-/// The `key=value,...` selector of the nginx Pods.
-fn pod_selector(opts: &ServiceOptions) -> String {
-    opts.selector
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// Brings the Services and their EndpointSlices up to date with
 /// `servers`; returns each Gateway's addresses (`namespace/name` →
 /// addresses; a Gateway whose Service has no address yet is absent).
@@ -204,7 +198,7 @@ pub async fn sync(
     let slices: BTreeMap<String, EndpointSlice> =
         list_ours(client, opts, &slice_list_selector(&opts.controller_name), false).await?;
     let pods = Api::<Pod>::namespaced(client.clone(), &opts.namespace)
-        .list(&ListParams::default().labels(&pod_selector(opts)))
+        .list(&ListParams::default().labels(&opts.pod_selector()))
         .await?
         .items;
     let want = desired(servers, opts, infra, owners);

@@ -378,12 +378,7 @@ pub async fn task(
     if let Some(services) = &opts.services {
         let pods_tx = pods_tx.clone();
         let api = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &services.namespace);
-        let selector = services
-            .selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let selector = services.pod_selector();
         tokio::spawn(async move {
             use futures::StreamExt;
             use kube::runtime::{watcher, WatchStreamExt};

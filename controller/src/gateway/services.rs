@@ -64,6 +64,17 @@ pub struct ServiceOptions {
     pub controller_name: String,
 }
 
+impl ServiceOptions {
+    /// The label selector (`key=value,...`) of the nginx Pods.
+    pub fn pod_selector(&self) -> String {
+        self.selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ServiceType {
     /// The Gateway's address is the Service's cluster IP (reachable inside
