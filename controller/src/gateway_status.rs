@@ -15,6 +15,7 @@ use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
+use gateway_api_types::listenersets::ListenerSet;
 use gateway_api_types::tcproutes::TcpRoute;
 use gateway_api_types::tlsroutes::TlsRoute;
 use gateway_api_types::udproutes::UdpRoute;
@@ -67,12 +68,17 @@ fn class_status(conds: &[crate::gateway::status::Cond], generation: i64, have: &
     })
 }
 
-fn gateway_status(want: &crate::gateway::status::GatewayStatus, generation: i64, have: &Value, now: &str) -> Value {
+/// `status.listeners` of a Gateway or a ListenerSet (times kept from the
+/// entry of the same name in `have`).
+fn listeners_json(
+    want: &[crate::gateway::status::ListenerStatus],
+    generation: i64,
+    have: &Value,
+    now: &str,
+) -> Vec<Value> {
     let old_listeners = have.get("listeners").and_then(Value::as_array);
-    json!({
-        "conditions": conditions_json(&want.conditions, generation, have.get("conditions"), now),
-        "addresses": want.addresses.iter().map(|a| address_json(a)).collect::<Vec<_>>(),
-        "listeners": want.listeners.iter().map(|l| {
+    want.iter()
+        .map(|l| {
             let old = old_listeners.and_then(|o| o.iter().find(|e| e["name"] == l.name.as_str()));
             json!({
                 "name": l.name,
@@ -80,7 +86,34 @@ fn gateway_status(want: &crate::gateway::status::GatewayStatus, generation: i64,
                 "supportedKinds": l.kinds.iter().map(|k| json!({"group": "gateway.networking.k8s.io", "kind": k})).collect::<Vec<_>>(),
                 "conditions": conditions_json(&l.conditions, generation, old.and_then(|o| o.get("conditions")), now),
             })
-        }).collect::<Vec<_>>(),
+        })
+        .collect()
+}
+
+fn gateway_status(want: &crate::gateway::status::GatewayStatus, generation: i64, have: &Value, now: &str) -> Value {
+    let mut status = json!({
+        "conditions": conditions_json(&want.conditions, generation, have.get("conditions"), now),
+        "addresses": want.addresses.iter().map(|a| address_json(a)).collect::<Vec<_>>(),
+        "listeners": listeners_json(&want.listeners, generation, have, now),
+    });
+    // Written once there is something to count (or to set back to 0): a
+    // Gateway CRD older than v1.5 prunes the field, and writing it there
+    // every round would change nothing.
+    if want.attached_listener_sets > 0 || have.get("attachedListenerSets").is_some() {
+        status["attachedListenerSets"] = json!(want.attached_listener_sets);
+    }
+    status
+}
+
+fn listener_set_status(
+    want: &crate::gateway::status::ListenerSetStatus,
+    generation: i64,
+    have: &Value,
+    now: &str,
+) -> Value {
+    json!({
+        "conditions": conditions_json(&want.conditions, generation, have.get("conditions"), now),
+        "listeners": listeners_json(&want.listeners, generation, have, now),
     })
 }
 
@@ -305,6 +338,23 @@ async fn sync_once(
             )
             .await;
             report(format!("Gateway {k}"), r);
+        }
+    }
+    for ls in &snap.listener_sets {
+        let k = key(&ls.metadata);
+        let Some(w) = want.listener_sets.get(&k) else { continue };
+        let have = serde_json::to_value(&ls.status).unwrap_or(Value::Null);
+        let status = listener_set_status(w, ls.metadata.generation.unwrap_or(0), &have, &now);
+        if differs(&status, &have) {
+            let ns = ls.metadata.namespace.as_deref().unwrap_or("default");
+            let r = patch(
+                Api::<ListenerSet>::namespaced(client.clone(), ns),
+                ls.metadata.name.as_deref().unwrap_or(""),
+                ls.metadata.resource_version.as_deref(),
+                status,
+            )
+            .await;
+            report(format!("ListenerSet {k}"), r);
         }
     }
     let http = |r: &HttpRoute| serde_json::to_value(&r.status).unwrap_or(Value::Null);

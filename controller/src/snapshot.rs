@@ -10,6 +10,7 @@ use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
+use gateway_api_types::listenersets::ListenerSet;
 use gateway_api_types::referencegrants::ReferenceGrant;
 use gateway_api_types::tcproutes::TcpRoute;
 use gateway_api_types::tlsroutes::TlsRoute;
@@ -50,6 +51,9 @@ pub struct Snapshot {
     /// Gateway API objects (see [`crate::gateway`]).
     pub gateway_classes: Vec<Arc<GatewayClass>>,
     pub gateways: Vec<Arc<Gateway>>,
+    /// ListenerSets: listeners other namespaces add to a Gateway that
+    /// allows them (`spec.allowedListeners`).
+    pub listener_sets: Vec<Arc<ListenerSet>>,
     pub http_routes: Vec<Arc<HttpRoute>>,
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
     pub tcp_routes: Vec<Arc<TcpRoute>>,
@@ -106,6 +110,7 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
         && same_one(&old.udp_services, &new.udp_services)
         && same_objects(&old.gateway_classes, &new.gateway_classes)
         && same_objects(&old.gateways, &new.gateways)
+        && same_objects(&old.listener_sets, &new.listener_sets)
         && same_objects(&old.http_routes, &new.http_routes)
         && same_objects(&old.grpc_routes, &new.grpc_routes)
         && same_objects(&old.tcp_routes, &new.tcp_routes)

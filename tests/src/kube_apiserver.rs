@@ -120,6 +120,7 @@ fn collection(kind: &str, namespace: &str) -> String {
         "Pod" => ns("/api/v1", "pods"),
         "GatewayClass" => "/apis/gateway.networking.k8s.io/v1/gatewayclasses".into(),
         "Gateway" => ns("/apis/gateway.networking.k8s.io/v1", "gateways"),
+        "ListenerSet" => ns("/apis/gateway.networking.k8s.io/v1", "listenersets"),
         "HTTPRoute" => ns("/apis/gateway.networking.k8s.io/v1", "httproutes"),
         "GRPCRoute" => ns("/apis/gateway.networking.k8s.io/v1", "grpcroutes"),
         "ReferenceGrant" => ns("/apis/gateway.networking.k8s.io/v1", "referencegrants"),
@@ -392,9 +393,10 @@ impl RealApiServer {
     }
 
     /// The kinds (CRD plurals) the Gateway tests use.
-    pub const GATEWAY_KINDS: [&'static str; 6] = [
+    pub const GATEWAY_KINDS: [&'static str; 7] = [
         "gatewayclasses",
         "gateways",
+        "listenersets",
         "httproutes",
         "grpcroutes",
         "referencegrants",

@@ -4,7 +4,8 @@
 //! GatewayClasses, Gateways and HTTPRoutes, routes through the module's
 //! route table, and writes the status the spec asks for (GatewayClass
 //! Accepted and supportedFeatures, Gateway Accepted/Programmed with its
-//! listeners and address, route parents Accepted/ResolvedRefs).
+//! listeners and address, route parents Accepted/ResolvedRefs), and
+//! takes a team's ListenerSet where the Gateway allows it.
 
 use std::time::Duration;
 
@@ -113,6 +114,66 @@ fn gateway_api_on_a_real_apiserver() {
         c.log()
     );
     assert_eq!(c.reloads(), reloads, "route edits never reload");
+
+    // A team adds its own listener from its namespace with a ListenerSet,
+    // which the Gateway takes from namespaces labelled for it; a route
+    // naming the ListenerSet serves its host. Same port: no reload.
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: team, labels: {listeners: allowed}}\n");
+    api.apply_yaml(&service_at(POD_IP, "web", &[ups[1].port]).replace("namespace: demo", "namespace: team"));
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: infra, name: public}}\nspec:\n  gatewayClassName: dynamic\n  allowedListeners: {{namespaces: {{from: Selector, selector: {{matchLabels: {{listeners: allowed}}}}}}}}\n  listeners:\n  - {{name: http, protocol: HTTP, port: {gw}, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"
+    ));
+    let listener_set = |ns: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {{namespace: {ns}, name: extra}}\nspec:\n  parentRef: {{name: public, namespace: infra}}\n  listeners:\n  - {{name: team, protocol: HTTP, port: {gw}, hostname: team.test}}\n  - {{name: everything, protocol: HTTP, port: {gw}}}\n"
+        )
+    };
+    api.apply_yaml(&listener_set("team"));
+    api.apply_yaml(&listener_set("other"));
+    api.apply_yaml(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {namespace: team, name: web}\nspec:\n  parentRefs: [{kind: ListenerSet, name: extra}]\n  rules:\n  - backendRefs: [{name: web, port: 80}]\n",
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || request(gw, "team.test", "/")
+            .unwrap_or_default()
+            .1
+            == ups[1].identity),
+        "{}",
+        c.log()
+    );
+    api.apply_yaml(&route("web2"));
+    assert!(
+        wait_until(Duration::from_secs(20), || via().1 == ups[1].identity),
+        "the Gateway's own route still serves web.test:\n{}",
+        c.log()
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let (_, gateway) = api.get(&format!("{GROUP}/namespaces/infra/gateways/public"));
+            let (_, team) = api.get(&format!("{GROUP}/namespaces/team/listenersets/extra"));
+            let (_, other) = api.get(&format!("{GROUP}/namespaces/other/listenersets/extra"));
+            let listener = |name: &str| {
+                team["status"]["listeners"]
+                    .as_array()
+                    .and_then(|l| l.iter().find(|l| l["name"] == name).cloned())
+                    .unwrap_or_default()
+            };
+            gateway["status"]["attachedListenerSets"] == 1
+                && is_true(&team["status"]["conditions"], "Programmed")
+                && listener("team")["attachedRoutes"] == 1
+                && is_true(&listener("team")["conditions"], "Programmed")
+                // No hostname on the Gateway's port again: the Gateway's
+                // own listener keeps it.
+                && condition(&listener("everything")["conditions"], "Conflicted")
+                    .is_some_and(|c| c["status"] == "True" && c["reason"] == "HostnameConflict")
+                && condition(&other["status"]["conditions"], "Accepted")
+                    .is_some_and(|c| c["status"] == "False" && c["reason"] == "NotAllowed")
+        }),
+        "ListenerSet status not written:\n{:?}\n{}",
+        api.get(&format!("{GROUP}/namespaces/team/listenersets/extra")),
+        c.log()
+    );
+    assert_eq!(c.reloads(), reloads, "a ListenerSet on a bound port never reloads");
 
     // A BackendTLSPolicy whose CA is a ClusterTrustBundle (a beta API the
     // test apiserver serves): read through the chart's RBAC, it resolves.

@@ -338,6 +338,7 @@ pub fn client_certificate(
     };
     gateway_secret(
         snap,
+        "Gateway",
         gw_ns,
         &reference,
         "client certificate ref",

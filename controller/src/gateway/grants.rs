@@ -33,12 +33,14 @@ pub(crate) struct SecretRef<'a> {
     pub namespace: Option<&'a str>,
 }
 
-/// The TLS certificate a Gateway in `gw_ns` refers to: a core Secret, in
-/// another namespace only with a ReferenceGrant. Otherwise the condition
+/// The TLS certificate a `from_kind` (Gateway, ListenerSet) in `gw_ns`
+/// refers to: a core Secret, in another namespace only with a
+/// ReferenceGrant from that kind. Otherwise the condition
 /// reason and message: `invalid` (with `what` naming the reference) or
 /// `RefNotPermitted`.
 pub(crate) fn gateway_secret(
     snap: &Snapshot,
+    from_kind: &str,
     gw_ns: &str,
     r: &SecretRef,
     what: &str,
@@ -54,7 +56,7 @@ pub(crate) fn gateway_secret(
         )));
     }
     let ns = r.namespace.unwrap_or(gw_ns);
-    if ns != gw_ns && !granted_to(snap, "Gateway", gw_ns, ns, "Secret", r.name) {
+    if ns != gw_ns && !granted_to(snap, from_kind, gw_ns, ns, "Secret", r.name) {
         return Err((
             "RefNotPermitted".into(),
             format!(

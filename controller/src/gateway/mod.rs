@@ -12,6 +12,8 @@
 //! - [`frontend_tls`]: client certificate validation per Gateway port;
 //! - [`backend_tls`]: BackendTLSPolicies, and a Gateway's client
 //!   certificate for backends;
+//! - [`listener_sets`]: the ListenerSets a Gateway takes, and whose
+//!   listeners a route names;
 //! - [`grants`]: what ReferenceGrants allow;
 //! - [`services`]: a Service per Gateway, its address;
 //! - [`addresses`]: the static addresses a Gateway asks for;
@@ -26,6 +28,7 @@ pub mod frontend_tls;
 pub mod grants;
 pub mod grpc;
 pub mod hostnames;
+pub mod listener_sets;
 pub mod precedence;
 pub mod route;
 pub mod services;

@@ -11,8 +11,9 @@ use gateway_api_types::gateways::Gateway;
 use serde_json::{json, Value};
 
 use super::hostnames::intersect;
+use super::listener_sets::{attached_to, Attachment, Owner};
 use super::route::Route;
-use super::translate::{admits, names_gateway, GatewayModel};
+use super::translate::{admits, GatewayModel};
 use crate::snapshot::{key, Snapshot};
 
 /// The features GatewayClass `status.supportedFeatures` advertises: what
@@ -63,6 +64,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRetryCodes",
     "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "ReferenceGrant",
     "TCPRoute",
     "TLSRoute",
@@ -112,6 +114,17 @@ pub struct GatewayStatus {
     pub conditions: Vec<Cond>,
     pub listeners: Vec<ListenerStatus>,
     pub addresses: Vec<String>,
+    /// `attachedListenerSets`: the ListenerSets it takes that are
+    /// Accepted.
+    pub attached_listener_sets: i32,
+}
+
+/// A ListenerSet's status: its conditions and its listeners' (none while
+/// its Gateway does not take it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListenerSetStatus {
+    pub conditions: Vec<Cond>,
+    pub listeners: Vec<ListenerStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -128,6 +141,8 @@ pub struct Desired {
     pub classes: BTreeMap<String, Vec<Cond>>,
     /// `namespace/name` → status.
     pub gateways: BTreeMap<String, GatewayStatus>,
+    /// ListenerSets naming one of our Gateways: `namespace/name` → status.
+    pub listener_sets: BTreeMap<String, ListenerSetStatus>,
     /// `namespace/name` → our parent entries.
     pub routes: BTreeMap<String, Vec<ParentStatus>>,
     /// BackendTLSPolicy `namespace/name` → our ancestor entries (one per
@@ -165,9 +180,14 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
         .filter(|g| out.classes.contains_key(&g.spec.gateway_class_name))
         .collect();
     let mut attached: BTreeMap<(String, String), i32> = BTreeMap::new();
+    // Each ListenerSet naming one of our Gateways, with that Gateway's key.
+    let sets: Vec<(String, Attachment)> = ours
+        .iter()
+        .flat_map(|g| attached_to(snap, g).into_iter().map(|a| (key(&g.metadata), a)))
+        .collect();
     for route in super::translate::all_routes(snap, &mut Vec::new()) {
         let route_key = route.key();
-        let parents = route_parents(snap, &route, &ours, model, &mut attached);
+        let parents = route_parents(snap, &route, &ours, &sets, model, &mut attached);
         if parents.is_empty() {
             continue;
         }
@@ -175,63 +195,14 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
     }
     for g in &ours {
         let gw_key = key(&g.metadata);
-        let mut listeners = Vec::new();
-        let mut any_served = false;
-        for l in &g.spec.listeners {
-            let state = model
-                .listeners
-                .get(&(gw_key.clone(), l.name.clone()))
-                .cloned()
-                .unwrap_or(Err(("Pending".into(), "not translated".into())));
-            let unresolved = model.unresolved_listeners.get(&(gw_key.clone(), l.name.clone()));
-            let conditions = match (&state, unresolved) {
-                (_, Some((reason, message))) => vec![
-                    cond("Accepted", true, "Accepted", "listener accepted"),
-                    cond("Programmed", false, "Invalid", message.clone()),
-                    cond("ResolvedRefs", false, reason, message.clone()),
-                    cond("Conflicted", false, "NoConflicts", "no conflicts"),
-                ],
-                (Ok(()), None) => {
-                    any_served = true;
-                    vec![
-                        cond("Accepted", true, "Accepted", "listener accepted"),
-                        cond("Programmed", true, "Programmed", "nginx serves it"),
-                        cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
-                        cond("Conflicted", false, "NoConflicts", "no conflicts"),
-                    ]
-                }
-                (Err((reason, message)), None) => vec![
-                    cond("Accepted", false, reason, message.clone()),
-                    cond("Programmed", false, "Invalid", message.clone()),
-                    cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
-                    cond("Conflicted", false, "NoConflicts", "no conflicts"),
-                ],
-            };
-            let (kinds, invalid_kinds) = listener_kinds(l);
-            let mut conditions = conditions;
-            // Client CA references that do not (all) resolve.
-            if let Some((reason, message)) = model.ca_refs.get(&(gw_key.clone(), l.name.clone())) {
-                if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "ResolvedRefs") {
-                    *c = cond("ResolvedRefs", false, reason, message.clone());
-                }
-            }
-            if invalid_kinds {
-                if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "ResolvedRefs") {
-                    *c = cond(
-                        "ResolvedRefs",
-                        false,
-                        "InvalidRouteKinds",
-                        "allowedRoutes.kinds names a kind this listener's protocol cannot serve (HTTP and HTTPS: HTTPRoute, GRPCRoute; TLS: TLSRoute; TCP: TCPRoute; UDP: UDPRoute)",
-                    );
-                }
-            }
-            listeners.push(ListenerStatus {
-                name: l.name.clone(),
-                attached: attached.get(&(gw_key.clone(), l.name.clone())).copied().unwrap_or(0),
-                conditions,
-                kinds,
-            });
-        }
+        let owner = Owner::gateway(g).key();
+        let listeners: Vec<ListenerStatus> = g
+            .spec
+            .listeners
+            .iter()
+            .map(|l| listener_status(model, &owner, l, &attached))
+            .collect();
+        let any_served = listeners.iter().any(programmed);
         let assigned = match addresses {
             Addresses::Published(a) => Some(a.to_vec()),
             Addresses::PerGateway(m) => m.get(&gw_key).cloned(),
@@ -321,12 +292,22 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
                 "client certificate validation is AllowInsecureFallback: clients without a valid certificate are let in",
             ));
         }
+        let gateway_accepted = conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
+        let mut taken = 0;
+        for (_, set) in sets.iter().filter(|(k, _)| *k == gw_key) {
+            let status = listener_set_status(model, set, gateway_accepted, &attached);
+            if status.conditions.iter().any(|c| c.type_ == "Accepted" && c.status) {
+                taken += 1;
+            }
+            out.listener_sets.insert(key(&set.set.metadata), status);
+        }
         out.gateways.insert(
             gw_key,
             GatewayStatus {
                 conditions,
                 listeners,
                 addresses: assigned.unwrap_or_default(),
+                attached_listener_sets: taken,
             },
         );
     }
@@ -355,12 +336,156 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
     out
 }
 
+/// Whether a listener's status says nginx serves it.
+fn programmed(l: &ListenerStatus) -> bool {
+    l.conditions.iter().any(|c| c.type_ == "Programmed" && c.status)
+}
+
+/// The conditions of one listener (a Gateway's own or a ListenerSet's,
+/// filed under `owner`) and its attached route count.
+fn listener_status(
+    model: &GatewayModel,
+    owner: &str,
+    l: &gateway_api_types::gateways::GatewayListeners,
+    attached: &BTreeMap<(String, String), i32>,
+) -> ListenerStatus {
+    let lkey = (owner.to_string(), l.name.clone());
+    let state = model
+        .listeners
+        .get(&lkey)
+        .cloned()
+        .unwrap_or(Err(("Pending".into(), "not translated".into())));
+    let mut conditions = match (&state, model.unresolved_listeners.get(&lkey)) {
+        (_, Some((reason, message))) => vec![
+            cond("Accepted", true, "Accepted", "listener accepted"),
+            cond("Programmed", false, "Invalid", message.clone()),
+            cond("ResolvedRefs", false, reason, message.clone()),
+            cond("Conflicted", false, "NoConflicts", "no conflicts"),
+        ],
+        (Ok(()), None) => vec![
+            cond("Accepted", true, "Accepted", "listener accepted"),
+            cond("Programmed", true, "Programmed", "nginx serves it"),
+            cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
+            cond("Conflicted", false, "NoConflicts", "no conflicts"),
+        ],
+        // A listener refused for another's port or hostname: the spec
+        // gives the conflict's reason to all three conditions.
+        (Err((reason, message)), None) if reason == "ProtocolConflict" || reason == "HostnameConflict" => vec![
+            cond("Accepted", false, reason, message.clone()),
+            cond("Programmed", false, reason, message.clone()),
+            cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
+            cond("Conflicted", true, reason, message.clone()),
+        ],
+        (Err((reason, message)), None) => vec![
+            cond("Accepted", false, reason, message.clone()),
+            cond("Programmed", false, "Invalid", message.clone()),
+            cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
+            cond("Conflicted", false, "NoConflicts", "no conflicts"),
+        ],
+    };
+    let (kinds, invalid_kinds) = listener_kinds(l);
+    // Client CA references that do not (all) resolve.
+    if let Some((reason, message)) = model.ca_refs.get(&lkey) {
+        if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "ResolvedRefs") {
+            *c = cond("ResolvedRefs", false, reason, message.clone());
+        }
+    }
+    if invalid_kinds {
+        if let Some(c) = conditions.iter_mut().find(|c| c.type_ == "ResolvedRefs") {
+            *c = cond(
+                "ResolvedRefs",
+                false,
+                "InvalidRouteKinds",
+                "allowedRoutes.kinds names a kind this listener's protocol cannot serve (HTTP and HTTPS: HTTPRoute, GRPCRoute; TLS: TLSRoute; TCP: TCPRoute; UDP: UDPRoute)",
+            );
+        }
+    }
+    ListenerStatus {
+        name: l.name.clone(),
+        attached: attached.get(&lkey).copied().unwrap_or(0),
+        conditions,
+        kinds,
+    }
+}
+
+/// A ListenerSet's status: not taken (`NotAllowed`), its Gateway not
+/// accepted, or accepted while at least one of its listeners is served.
+fn listener_set_status(
+    model: &GatewayModel,
+    set: &Attachment,
+    gateway_accepted: bool,
+    attached: &BTreeMap<(String, String), i32>,
+) -> ListenerSetStatus {
+    let both = |reason: &str, message: &str| {
+        vec![
+            cond("Accepted", false, reason, message.to_string()),
+            cond("Programmed", false, reason, message.to_string()),
+        ]
+    };
+    if !set.allowed {
+        return ListenerSetStatus {
+            conditions: both(
+                "NotAllowed",
+                "the Gateway's spec.allowedListeners does not take ListenerSets from this namespace",
+            ),
+            listeners: Vec::new(),
+        };
+    }
+    if !gateway_accepted {
+        return ListenerSetStatus {
+            conditions: both("ParentNotAccepted", "the parent Gateway is not accepted"),
+            listeners: Vec::new(),
+        };
+    }
+    let owner = set.owner().key();
+    let listeners: Vec<ListenerStatus> = set
+        .set
+        .spec
+        .listeners
+        .iter()
+        .zip(&set.listeners)
+        .map(|(raw, l)| match l {
+            Some(l) => listener_status(model, &owner, l, attached),
+            None => ListenerStatus {
+                name: raw.name.clone(),
+                attached: 0,
+                conditions: vec![
+                    cond("Accepted", false, "Invalid", "the listener could not be read"),
+                    cond("Programmed", false, "Invalid", "the listener could not be read"),
+                ],
+                kinds: Vec::new(),
+            },
+        })
+        .collect();
+    let conditions = if listeners.iter().any(programmed) {
+        let invalid = listeners.iter().any(|l| !programmed(l));
+        vec![
+            if invalid {
+                cond(
+                    "Accepted",
+                    true,
+                    "ListenersNotValid",
+                    "some listeners are not valid; the others are served",
+                )
+            } else {
+                cond("Accepted", true, "Accepted", "ListenerSet accepted")
+            },
+            cond("Programmed", true, "Programmed", "nginx serves its valid listeners"),
+        ]
+    } else {
+        both("ListenersNotValid", "none of its listeners can be served")
+    };
+    ListenerSetStatus { conditions, listeners }
+}
+
 /// Our parent entries of one route, counting its attachments per
-/// listener into `attached`.
+/// listener into `attached`. A parent is one of our Gateways (its own
+/// listeners) or a ListenerSet naming one (that set's listeners).
 fn route_parents(
     snap: &Snapshot,
     any: &Route,
     ours: &[&Gateway],
+    sets: &[(String, Attachment)],
     model: &GatewayModel,
     attached: &mut BTreeMap<(String, String), i32>,
 ) -> Vec<ParentStatus> {
@@ -370,22 +495,37 @@ fn route_parents(
     let hostnames = route.spec.hostnames.clone().unwrap_or_default();
     let mut out = Vec::new();
     for parent in route.spec.parent_refs.iter().flatten() {
-        let Some(g) = ours.iter().find(|g| {
-            names_gateway(
-                parent,
-                route_ns,
-                g.metadata.namespace.as_deref().unwrap_or("default"),
-                g.metadata.name.as_deref().unwrap_or(""),
-            )
-        }) else {
+        let found: Option<(Owner, Vec<&gateway_api_types::gateways::GatewayListeners>, bool)> = ours
+            .iter()
+            .find(|g| Owner::gateway(g).named_by(parent, route_ns))
+            .map(|g| (Owner::gateway(g), g.spec.listeners.iter().collect(), true))
+            .or_else(|| {
+                sets.iter()
+                    .find(|(_, a)| a.owner().named_by(parent, route_ns))
+                    .map(|(_, a)| (a.owner(), a.listeners.iter().flatten().collect(), a.allowed))
+            });
+        let Some((owner, listeners, allowed)) = found else {
             continue;
         };
-        let gw_key = key(&g.metadata);
-        let gw_ns = g.metadata.namespace.as_deref().unwrap_or("default");
-        let candidates: Vec<_> = g
-            .spec
-            .listeners
-            .iter()
+        let gw_key = owner.key();
+        let gw_ns = owner.namespace;
+        if !allowed {
+            out.push(ParentStatus {
+                parent_ref: serde_json::to_value(parent).unwrap_or(Value::Null),
+                conditions: vec![
+                    cond(
+                        "Accepted",
+                        false,
+                        "NoMatchingParent",
+                        "the ListenerSet's Gateway does not take it (spec.allowedListeners)",
+                    ),
+                    cond("ResolvedRefs", true, "ResolvedRefs", "all references resolved"),
+                ],
+            });
+            continue;
+        }
+        let candidates: Vec<_> = listeners
+            .into_iter()
             .filter(|l| parent.section_name.as_ref().is_none_or(|s| *s == l.name))
             .filter(|l| parent.port.is_none_or(|p| p == l.port))
             .collect();
@@ -411,7 +551,7 @@ fn route_parents(
                 "Accepted",
                 false,
                 "NoMatchingParent",
-                "no listener of the Gateway matches sectionName and port",
+                "no listener of the parent matches sectionName and port",
             )
         } else if served.is_empty() {
             cond("Accepted", false, "NoMatchingParent", "no matching listener is served")
@@ -521,6 +661,9 @@ mod tests {
                     .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 "BackendTLSPolicy" => s
                     .backend_tls_policies
+                    .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
+                "ListenerSet" => s
+                    .listener_sets
                     .push(Arc::new(serde_json::from_value(d.clone()).unwrap())),
                 _ => unreachable!(),
             }
@@ -741,6 +884,142 @@ mod tests {
                 (true, "Programmed".into()),
                 vec!["198.19.16.200".to_string()]
             )
+        );
+    }
+
+    #[test]
+    fn listener_sets_join_their_gateway_and_the_later_listener_loses_a_conflict() {
+        let http = |name: &str, port: u16, host: &str| {
+            json!({"name": name, "protocol": "HTTP", "port": port, "hostname": host,
+                   "allowedRoutes": {"namespaces": {"from": "All"}}})
+        };
+        let set = |ns: &str, name: &str, created: &str, listeners: Value| {
+            json!({"kind": "ListenerSet", "metadata": {"namespace": ns, "name": name, "creationTimestamp": created},
+                   "spec": {"parentRef": {"name": "gw", "namespace": "infra"}, "listeners": listeners}})
+        };
+        let parent_route = |name: &str, parent: Value| {
+            json!({"kind": "HTTPRoute", "metadata": {"namespace": "infra", "name": name},
+                   "spec": {"parentRefs": [parent],
+                            "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}})
+        };
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw"}, "spec": {
+                "gatewayClassName": "ours", "allowedListeners": {"namespaces": {"from": "Same"}},
+                "listeners": [http("own", 80, "gw.example")]}}),
+            json!({"kind": "Service", "metadata": {"namespace": "infra", "name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+            set(
+                "infra",
+                "ls-a",
+                "2026-01-01T00:00:00Z",
+                json!([
+                    http("a", 80, "a.example"),
+                    http("dup", 80, "GW.example"),
+                    {"name": "tcp", "protocol": "TCP", "port": 80},
+                    http("extra", 8080, "e.example"),
+                ]),
+            ),
+            set(
+                "infra",
+                "ls-b",
+                "2026-01-01T00:00:01Z",
+                json!([http("late", 80, "a.example")]),
+            ),
+            set(
+                "other",
+                "ls-c",
+                "2026-01-01T00:00:00Z",
+                json!([http("c", 80, "c.example")]),
+            ),
+            parent_route("to-gateway", json!({"name": "gw"})),
+            parent_route(
+                "to-set",
+                json!({"name": "ls-a", "kind": "ListenerSet", "group": "gateway.networking.k8s.io"}),
+            ),
+            parent_route("set-listener-by-gateway", json!({"name": "gw", "sectionName": "a"})),
+            parent_route(
+                "to-refused-set",
+                json!({"name": "ls-c", "namespace": "other", "kind": "ListenerSet", "group": "gateway.networking.k8s.io"}),
+            ),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| {
+            format!("{}-{}-{}", r.namespace, r.name, r.port)
+        });
+        // The set's new port is a server of the Gateway's.
+        let servers: Vec<_> = model.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(servers, ["infra/gw/80", "infra/gw/8080"]);
+        // Each host serves the routes of the object they named.
+        let routes_of = |listener: &str, host: &str| -> Vec<String> {
+            let l = model.table.listeners.iter().find(|l| l.name == listener).unwrap();
+            let group = l.hosts.iter().find(|h| h.hostname == host).unwrap();
+            group
+                .matches
+                .iter()
+                .map(|m| l.rules[m.rule as usize].route.clone())
+                .collect()
+        };
+        assert_eq!(routes_of("infra/gw/80", "gw.example"), ["infra/to-gateway"]);
+        assert_eq!(routes_of("infra/gw/80", "a.example"), ["infra/to-set"]);
+        assert_eq!(routes_of("infra/gw/8080", "e.example"), ["infra/to-set"]);
+        assert!(model.table.listeners[0].hosts.iter().all(|h| h.hostname != "c.example"));
+
+        let published = ["192.0.2.1".to_string()];
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        let gw = &d.gateways["infra/gw"];
+        assert_eq!(gw.attached_listener_sets, 1);
+        assert_eq!(gw.listeners.len(), 1, "a Gateway's status lists its own listeners");
+        assert_eq!(gw.listeners[0].attached, 1);
+        let a = &d.listener_sets["infra/ls-a"];
+        assert_eq!(
+            (a.conditions[0].status, a.conditions[0].reason.as_str()),
+            (true, "ListenersNotValid")
+        );
+        assert_eq!(
+            (a.conditions[1].status, a.conditions[1].reason.as_str()),
+            (true, "Programmed")
+        );
+        let conds = |l: &ListenerStatus| -> Vec<(String, bool, String)> {
+            l.conditions
+                .iter()
+                .map(|c| (c.type_.to_string(), c.status, c.reason.clone()))
+                .collect()
+        };
+        let by_name = |name: &str| a.listeners.iter().find(|l| l.name == name).unwrap();
+        assert!(programmed(by_name("a")) && programmed(by_name("extra")));
+        assert_eq!((by_name("a").attached, by_name("extra").attached), (1, 1));
+        for (name, reason) in [("dup", "HostnameConflict"), ("tcp", "ProtocolConflict")] {
+            let c = conds(by_name(name));
+            for t in ["Accepted", "Programmed"] {
+                assert!(c.contains(&(t.to_string(), false, reason.to_string())), "{name}: {c:?}");
+            }
+            assert!(
+                c.contains(&("Conflicted".to_string(), true, reason.to_string())),
+                "{name}: {c:?}"
+            );
+        }
+        // Everything ls-b has is taken by the older ls-a.
+        let b = &d.listener_sets["infra/ls-b"];
+        assert_eq!(
+            (b.conditions[0].status, b.conditions[0].reason.as_str()),
+            (false, "ListenersNotValid")
+        );
+        assert_eq!(conds(&b.listeners[0])[0].2, "HostnameConflict");
+        let c = &d.listener_sets["other/ls-c"];
+        assert!(c.conditions.iter().all(|c| !c.status && c.reason == "NotAllowed"));
+        // Route parents.
+        let accepted = |route: &str| {
+            let p = &d.routes[route][0].conditions[0];
+            (p.status, p.reason.clone())
+        };
+        assert_eq!(accepted("infra/to-gateway"), (true, "Accepted".to_string()));
+        assert_eq!(accepted("infra/to-set"), (true, "Accepted".to_string()));
+        assert_eq!(
+            accepted("infra/set-listener-by-gateway"),
+            (false, "NoMatchingParent".to_string())
+        );
+        assert_eq!(
+            accepted("infra/to-refused-set"),
+            (false, "NoMatchingParent".to_string())
         );
     }
 

@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 
 use gateway_api_types::gateways::{Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom as From};
 use gateway_api_types::httproutes::{
-    HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType,
-    HttpRouteRulesMatches,
+    HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersType as FilterType, HttpRouteRulesMatches,
 };
 use lua_compat::routes::cors::Cors;
 use lua_compat::routes::validate::{validate_routes, MAX_RETRY_ATTEMPTS, MAX_TIMEOUT_MS, MAX_WEIGHT, RETRYABLE_CODES};
@@ -26,6 +25,7 @@ use lua_compat::routes::{
 use super::frontend_tls::PortValidation;
 use super::grants::{gateway_secret, granted_to, SecretRef};
 use super::hostnames::intersect_from;
+use super::listener_sets::Owner;
 use super::precedence::{host_groups, Candidate};
 use super::route::{Route, RouteKind};
 use crate::snapshot::{key, Snapshot};
@@ -121,10 +121,17 @@ impl ServerProtocol {
     }
 }
 
+/// A listener of a Gateway: its own, or one of a ListenerSet it takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listener<'a> {
+    pub spec: &'a GatewayListeners,
+    pub owner: Owner<'a>,
+}
+
 /// A Gateway server while listeners are gathered.
 struct Draft<'a> {
     nginx_port: u16,
-    listeners: Vec<&'a GatewayListeners>,
+    listeners: Vec<Listener<'a>>,
     gateway: &'a Gateway,
     protocol: ServerProtocol,
     /// An HTTPS server's certificates.
@@ -166,14 +173,15 @@ pub struct GatewayModel {
     pub backend_tls_status: BTreeMap<String, (Vec<super::condition::Cond>, std::collections::BTreeSet<String>)>,
 }
 
-/// The certificate of an HTTPS listener (its first `certificateRef`), or
-/// the listener condition reason and message why not.
+/// The certificate of an HTTPS listener (its first `certificateRef`,
+/// relative to the listener's owner: a Secret in another namespace needs
+/// a ReferenceGrant to that kind), or the listener condition reason and
+/// message why not.
 fn listener_certificate(
     snap: &Snapshot,
-    gateway: &Gateway,
+    owner: Owner,
     l: &GatewayListeners,
 ) -> Result<crate::model::tls::Certificate, (String, String)> {
-    let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
     let invalid = |m: String| ("InvalidCertificateRef".to_string(), m);
     let refs = l
         .tls
@@ -189,7 +197,14 @@ fn listener_certificate(
         name: &r.name,
         namespace: r.namespace.as_deref(),
     };
-    gateway_secret(snap, gw_ns, &reference, "certificate ref", "InvalidCertificateRef")
+    gateway_secret(
+        snap,
+        owner.kind,
+        owner.namespace,
+        &reference,
+        "certificate ref",
+        "InvalidCertificateRef",
+    )
 }
 
 /// Translates the snapshot's Gateway objects. `base_port` 0: nginx listens
@@ -230,6 +245,29 @@ pub fn translate(
         .filter(|g| super::addresses::invalid_parameters(g).is_none() && super::addresses::requested(g).is_ok())
         .collect();
     gateways.sort_by_key(|g| (g.metadata.creation_timestamp.clone(), key(&g.metadata)));
+    // Each Gateway's listeners: its own, then those of the ListenerSets
+    // it takes, in their precedence order (a conflict refuses the later).
+    let attachments: Vec<_> = gateways
+        .iter()
+        .map(|g| super::listener_sets::attached_to(snap, g))
+        .collect();
+    let listeners_of: Vec<Vec<Listener>> = gateways
+        .iter()
+        .zip(&attachments)
+        .map(|(g, sets)| {
+            let own = g.spec.listeners.iter().map(|spec| Listener {
+                spec,
+                owner: Owner::gateway(g),
+            });
+            let theirs = sets.iter().filter(|a| a.allowed).flat_map(|a| {
+                a.listeners
+                    .iter()
+                    .flatten()
+                    .map(|spec| Listener { spec, owner: a.owner() })
+            });
+            own.chain(theirs).collect()
+        })
+        .collect();
 
     // Each Gateway port (and transport) is one server; its listeners of
     // one protocol share it.
@@ -240,7 +278,7 @@ pub fn translate(
         .iter()
         .map(|k| (*k, "the controller's own listeners or tcp-/udp-services".to_string()))
         .collect();
-    for g in &gateways {
+    for (g, gateway_listeners) in gateways.iter().zip(&listeners_of) {
         let gw_key = key(&g.metadata);
         match super::backend_tls::client_certificate(snap, g) {
             Ok(Some(cert)) => {
@@ -257,13 +295,18 @@ pub fn translate(
             }
         }
         let mut validation_by_port: BTreeMap<i32, PortValidation> = BTreeMap::new();
-        for l in &g.spec.listeners {
-            let lkey = (gw_key.clone(), l.name.clone());
+        for listener in gateway_listeners {
+            let l = listener.spec;
+            let lkey = (listener.owner.key(), l.name.clone());
+            let object = format!(
+                "{} {}/{}",
+                listener.owner.kind, listener.owner.namespace, listener.owner.name
+            );
             let protocol = match ServerProtocol::of(l) {
                 Ok(p) => p,
                 Err((reason, message)) => {
                     out.problems
-                        .push((format!("Gateway {gw_key}"), format!("listener {:?}: {message}", l.name)));
+                        .push((object.clone(), format!("listener {:?}: {message}", l.name)));
                     out.listeners.insert(lkey, Err((reason, message)));
                     continue;
                 }
@@ -274,7 +317,7 @@ pub fn translate(
                 continue;
             };
             let certificate = if protocol == ServerProtocol::Https {
-                match listener_certificate(snap, g, l) {
+                match listener_certificate(snap, listener.owner, l) {
                     Ok(cert) => {
                         let entry = ListenerCertificate {
                             hostname: l.hostname.clone().unwrap_or_else(|| "*".into()),
@@ -285,7 +328,7 @@ pub fn translate(
                     }
                     Err((reason, message)) => {
                         out.problems
-                            .push((format!("Gateway {gw_key}"), format!("listener {:?}: {message}", l.name)));
+                            .push((object.clone(), format!("listener {:?}: {message}", l.name)));
                         out.unresolved_listeners.insert(lkey, (reason, message));
                         continue;
                     }
@@ -304,7 +347,7 @@ pub fn translate(
                     PortValidation::Valid { validation, problem } => {
                         if let Some(p) = problem {
                             out.problems
-                                .push((format!("Gateway {gw_key}"), format!("listener {:?}: {}", l.name, p.1)));
+                                .push((object.clone(), format!("listener {:?}: {}", l.name, p.1)));
                             out.ca_refs.insert(lkey.clone(), p);
                         }
                         Some(validation)
@@ -312,7 +355,7 @@ pub fn translate(
                     PortValidation::Invalid(p) => {
                         let message = format!("no valid client CA certificate: {}", p.1);
                         out.problems
-                            .push((format!("Gateway {gw_key}"), format!("listener {:?}: {message}", l.name)));
+                            .push((object.clone(), format!("listener {:?}: {message}", l.name)));
                         out.ca_refs.insert(lkey.clone(), p);
                         out.listeners
                             .insert(lkey, Err(("NoValidCACertificate".into(), message)));
@@ -342,12 +385,30 @@ pub fn translate(
                     );
                     continue;
                 }
+                // The same hostname twice on one port (only ListenerSets
+                // can do it: a Gateway's own listeners are unique by
+                // port, protocol and hostname).
+                let host = l.hostname.as_deref().unwrap_or("*");
+                if let Some(first) = entry
+                    .listeners
+                    .iter()
+                    .find(|o| o.spec.hostname.as_deref().unwrap_or("*").eq_ignore_ascii_case(host))
+                {
+                    let message = format!(
+                        "port {port} already has a listener for hostname {host:?} ({} {}/{}, listener {:?})",
+                        first.owner.kind, first.owner.namespace, first.owner.name, first.spec.name
+                    );
+                    out.problems
+                        .push((object.clone(), format!("listener {:?}: {message}", l.name)));
+                    out.listeners.insert(lkey, Err(("HostnameConflict".into(), message)));
+                    continue;
+                }
                 if let Some(c) = certificate {
                     if !entry.certificates.iter().any(|e| e.hostname == c.hostname) {
                         entry.certificates.push(c);
                     }
                 }
-                entry.listeners.push(l);
+                entry.listeners.push(*listener);
                 out.listeners.insert(lkey, Ok(()));
                 continue;
             }
@@ -366,7 +427,7 @@ pub fn translate(
                     )),
                 );
                 out.problems.push((
-                    format!("Gateway {gw_key}"),
+                    object.clone(),
                     format!("nginx port {nginx_port} (for Gateway port {port}) is already taken by {owner}; set --gateway-base-port to give each Gateway its own ports"),
                 ));
                 continue;
@@ -377,7 +438,7 @@ pub fn translate(
                 name,
                 Draft {
                     nginx_port,
-                    listeners: vec![l],
+                    listeners: vec![*listener],
                     gateway: g,
                     protocol,
                     certificates: certificate.into_iter().collect(),
@@ -399,17 +460,17 @@ pub fn translate(
             certificates,
             client_validation,
         } = draft;
-        let port = listeners[0].port as u16;
+        let port = listeners[0].spec.port as u16;
         // Every listener's hostname is a host group, with or without
         // routes: a host a listener takes never falls to another's routes.
         let listener_hosts: Vec<String> = listeners
             .iter()
-            .map(|l| l.hostname.as_deref().unwrap_or("*").to_ascii_lowercase())
+            .map(|l| l.spec.hostname.as_deref().unwrap_or("*").to_ascii_lowercase())
             .collect();
         let mut candidates = Vec::new();
         let mut rules: Vec<Rule> = Vec::new();
         for route in routes.iter().filter(|r| protocol.kinds().contains(&r.kind)) {
-            let hostnames = attached_hostnames(snap, route, gateway, listeners, port);
+            let hostnames = attached_hostnames(snap, route, listeners, port);
             if hostnames.is_empty() {
                 continue;
             }
@@ -528,30 +589,24 @@ struct Attached {
 }
 
 /// The hostnames `route` serves on the server of `listeners` (one Gateway
-/// port), or none when it does not attach there.
-fn attached_hostnames(
-    snap: &Snapshot,
-    route: &Route,
-    gateway: &Gateway,
-    listeners: &[&GatewayListeners],
-    port: u16,
-) -> Vec<Attached> {
+/// port), or none when it does not attach there. A parent reference
+/// reaches the listeners of the object it names: a Gateway's own, or one
+/// ListenerSet's.
+fn attached_hostnames(snap: &Snapshot, route: &Route, listeners: &[Listener], port: u16) -> Vec<Attached> {
     let kind = route.kind;
     let route = &*route.http;
     let route_ns = route.metadata.namespace.as_deref().unwrap_or("default");
-    let gw_ns = gateway.metadata.namespace.as_deref().unwrap_or("default");
-    let gw_name = gateway.metadata.name.as_deref().unwrap_or("");
     let route_hosts = route.spec.hostnames.clone().unwrap_or_default();
     let mut hosts: Vec<Attached> = Vec::new();
     for parent in route.spec.parent_refs.iter().flatten() {
-        if !names_gateway(parent, route_ns, gw_ns, gw_name) {
-            continue;
-        }
         if parent.port.is_some_and(|p| p != i32::from(port)) {
             continue;
         }
-        for l in listeners {
-            if parent.section_name.as_ref().is_some_and(|s| *s != l.name) || !admits(snap, l, kind, route_ns, gw_ns) {
+        for Listener { spec: l, owner } in listeners {
+            if !owner.named_by(parent, route_ns)
+                || parent.section_name.as_ref().is_some_and(|s| *s != l.name)
+                || !admits(snap, l, kind, route_ns, owner.namespace)
+            {
                 continue;
             }
             // A TCP or UDP listener's hostname means nothing (no name to
@@ -577,13 +632,6 @@ fn attached_hostnames(
     hosts
 }
 
-pub(crate) fn names_gateway(parent: &HttpRouteParentRefs, route_ns: &str, gw_ns: &str, gw_name: &str) -> bool {
-    parent.group.as_deref().unwrap_or(GROUP) == GROUP
-        && parent.kind.as_deref().unwrap_or("Gateway") == "Gateway"
-        && parent.name == gw_name
-        && parent.namespace.as_deref().unwrap_or(route_ns) == gw_ns
-}
-
 /// Whether the listener's `allowedRoutes` admits a route of `kind` in
 /// `route_ns` (a namespace selector is matched against the watched
 /// Namespaces' labels).
@@ -604,19 +652,26 @@ pub(crate) fn admits(snap: &Snapshot, l: &GatewayListeners, kind: RouteKind, rou
         && match from {
             From::All => true,
             From::Same => route_ns == gw_ns,
-            From::Selector => {
-                let selector = allowed
-                    .and_then(|a| a.namespaces.as_ref())
-                    .and_then(|n| n.selector.as_ref());
-                let labels = snap
-                    .namespaces
-                    .iter()
-                    .find(|n| n.metadata.name.as_deref() == Some(route_ns))
-                    .and_then(|n| n.metadata.labels.clone())
-                    .unwrap_or_default();
-                selector.is_some_and(|sel| selects(sel, &labels))
-            }
+            From::Selector => allowed
+                .and_then(|a| a.namespaces.as_ref())
+                .and_then(|n| n.selector.as_ref())
+                .is_some_and(|sel| namespace_selected(snap, sel, route_ns)),
         }
+}
+
+/// Whether the watched Namespace `ns` has labels `sel` selects.
+pub(crate) fn namespace_selected(
+    snap: &Snapshot,
+    sel: &gateway_api_types::gateways::GatewayListenersAllowedRoutesNamespacesSelector,
+    ns: &str,
+) -> bool {
+    let labels = snap
+        .namespaces
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(ns))
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    selects(sel, &labels)
 }
 
 /// Whether a label selector selects `labels` (Kubernetes semantics: every

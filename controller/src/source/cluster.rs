@@ -23,6 +23,7 @@ use gateway_api_types::gatewayclasses::GatewayClass;
 use gateway_api_types::gateways::Gateway;
 use gateway_api_types::grpcroutes::GrpcRoute;
 use gateway_api_types::httproutes::HttpRoute;
+use gateway_api_types::listenersets::ListenerSet;
 use gateway_api_types::referencegrants::ReferenceGrant;
 use gateway_api_types::tcproutes::TcpRoute;
 use gateway_api_types::tlsroutes::TlsRoute;
@@ -72,6 +73,8 @@ struct GatewayStores {
     tcp_routes: Store<TcpRoute>,
     tls_routes: Store<TlsRoute>,
     udp_routes: Store<UdpRoute>,
+    /// Empty until its CRD is served (`late`; standard since v1.5).
+    listener_sets: Store<ListenerSet>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
     /// `None` when RBAC forbids listing ConfigMaps.
@@ -128,6 +131,7 @@ impl Stores {
             tcp_routes: self.gateway.as_ref().map(|g| all(&g.tcp_routes)).unwrap_or_default(),
             tls_routes: self.gateway.as_ref().map(|g| all(&g.tls_routes)).unwrap_or_default(),
             udp_routes: self.gateway.as_ref().map(|g| all(&g.udp_routes)).unwrap_or_default(),
+            listener_sets: self.gateway.as_ref().map(|g| all(&g.listener_sets)).unwrap_or_default(),
             reference_grants: self.gateway.as_ref().map(|g| all(&g.grants)).unwrap_or_default(),
             namespaces: self.gateway.as_ref().map(|g| all(&g.namespaces)).unwrap_or_default(),
             ca_bundles: self
@@ -173,6 +177,7 @@ impl Stores {
             ready_unless_late(&g.tcp_routes, &g.late).await?;
             ready_unless_late(&g.tls_routes, &g.late).await?;
             ready_unless_late(&g.udp_routes, &g.late).await?;
+            ready_unless_late(&g.listener_sets, &g.late).await?;
             g.grants.wait_until_ready().await?;
             g.namespaces.wait_until_ready().await?;
             if let Some(s) = &g.ca_bundles {
@@ -312,6 +317,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
         let tcp_routes = optional_kind::<TcpRoute>(&client, ns, &mut l4_ticks, &mut late).await;
         let tls_routes = optional_kind::<TlsRoute>(&client, ns, &mut l4_ticks, &mut late).await;
         let udp_routes = optional_kind::<UdpRoute>(&client, ns, &mut l4_ticks, &mut late).await;
+        let listener_sets = optional_kind::<ListenerSet>(&client, ns, &mut l4_ticks, &mut late).await;
         let (grants, g4) = reflect(api::<ReferenceGrant>(&client, ns), watcher::Config::default());
         // Their labels, for listeners that admit routes by namespace selector.
         let (namespaces, g5) = reflect(Api::<Namespace>::all(client.clone()), watcher::Config::default());
@@ -329,6 +335,7 @@ pub async fn run(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Sna
             tcp_routes,
             tls_routes,
             udp_routes,
+            listener_sets,
             grants,
             namespaces,
             ca_bundles,

@@ -297,6 +297,7 @@ impl Snapshot {
         snap.tcp_routes.extend(self.tcp_routes.iter().cloned());
         snap.tls_routes.extend(self.tls_routes.iter().cloned());
         snap.udp_routes.extend(self.udp_routes.iter().cloned());
+        snap.listener_sets.extend(self.listener_sets.iter().cloned());
         snap.reference_grants.extend(self.reference_grants.iter().cloned());
         snap.namespaces.extend(self.namespaces.iter().cloned());
         snap.ca_bundles.extend(self.ca_bundles.iter().cloned());
@@ -491,8 +492,8 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                 snap.header_config_maps.push(Arc::new(cm));
             }
         }
-        "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute" | "UDPRoute"
-        | "ReferenceGrant" | "BackendTLSPolicy"
+        "GatewayClass" | "Gateway" | "ListenerSet" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute"
+        | "UDPRoute" | "ReferenceGrant" | "BackendTLSPolicy"
             if doc
                 .get("apiVersion")
                 .and_then(Value::as_str)
@@ -531,6 +532,9 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 "UDPRoute" => snap
                     .udp_routes
+                    .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
+                "ListenerSet" => snap
+                    .listener_sets
                     .push(Arc::new(serde_json::from_value(doc).map_err(what)?)),
                 "BackendTLSPolicy" => snap
                     .backend_tls_policies

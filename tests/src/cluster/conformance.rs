@@ -123,6 +123,7 @@ pub fn install_crds(c: &Cluster) -> Result<(), String> {
         "crd",
         "gatewayclasses.gateway.networking.k8s.io",
         "gateways.gateway.networking.k8s.io",
+        "listenersets.gateway.networking.k8s.io",
         "httproutes.gateway.networking.k8s.io",
         "grpcroutes.gateway.networking.k8s.io",
         "tcproutes.gateway.networking.k8s.io",

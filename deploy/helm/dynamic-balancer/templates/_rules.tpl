@@ -21,10 +21,10 @@
   verbs: ["create", "patch"]
 {{- if .Values.gatewayAPI.enabled }}
 - apiGroups: ["gateway.networking.k8s.io"]
-  resources: ["gateways", "httproutes", "grpcroutes", "tcproutes", "tlsroutes", "udproutes", "referencegrants", "backendtlspolicies"]
+  resources: ["gateways", "listenersets", "httproutes", "grpcroutes", "tcproutes", "tlsroutes", "udproutes", "referencegrants", "backendtlspolicies"]
   verbs: ["list", "watch"]
 - apiGroups: ["gateway.networking.k8s.io"]
-  resources: ["gateways/status", "httproutes/status", "grpcroutes/status", "tcproutes/status", "tlsroutes/status", "udproutes/status", "backendtlspolicies/status"]
+  resources: ["gateways/status", "listenersets/status", "httproutes/status", "grpcroutes/status", "tcproutes/status", "tlsroutes/status", "udproutes/status", "backendtlspolicies/status"]
   verbs: ["patch"]
 # Client CA bundles a Gateway's spec.tls.frontend names (only their
 # ca.crt is kept).
