@@ -202,7 +202,16 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
             .iter()
             .map(|l| listener_status(model, &owner, l, &attached))
             .collect();
-        let any_served = listeners.iter().any(programmed);
+        // Listeners of the ListenerSets it takes count as its own for
+        // whether it is served (it is what carries them).
+        let sets_served = sets.iter().filter(|(k, a)| *k == gw_key && a.allowed).any(|(_, a)| {
+            let owner = a.owner().key();
+            a.listeners.iter().flatten().any(|l| {
+                let k = (owner.clone(), l.name.clone());
+                model.listeners.get(&k).is_some_and(Result::is_ok) && !model.unresolved_listeners.contains_key(&k)
+            })
+        });
+        let any_served = listeners.iter().any(programmed) || sets_served;
         let assigned = match addresses {
             Addresses::Published(a) => Some(a.to_vec()),
             Addresses::PerGateway(m) => m.get(&gw_key).cloned(),
@@ -293,9 +302,10 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
             ));
         }
         let gateway_accepted = conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
+        let gateway_programmed = conditions.iter().any(|c| c.type_ == "Programmed" && c.status);
         let mut taken = 0;
         for (_, set) in sets.iter().filter(|(k, _)| *k == gw_key) {
-            let status = listener_set_status(model, set, gateway_accepted, &attached);
+            let status = listener_set_status(model, set, (gateway_accepted, gateway_programmed), &attached);
             if status.conditions.iter().any(|c| c.type_ == "Accepted" && c.status) {
                 taken += 1;
             }
@@ -409,11 +419,12 @@ fn listener_status(
 }
 
 /// A ListenerSet's status: not taken (`NotAllowed`), its Gateway not
-/// accepted, or accepted while at least one of its listeners is served.
+/// accepted, or accepted while at least one of its listeners is served
+/// (and Programmed once its Gateway is: `(accepted, programmed)`).
 fn listener_set_status(
     model: &GatewayModel,
     set: &Attachment,
-    gateway_accepted: bool,
+    (gateway_accepted, gateway_programmed): (bool, bool),
     attached: &BTreeMap<(String, String), i32>,
 ) -> ListenerSetStatus {
     let both = |reason: &str, message: &str| {
@@ -470,7 +481,16 @@ fn listener_set_status(
             } else {
                 cond("Accepted", true, "Accepted", "ListenerSet accepted")
             },
-            cond("Programmed", true, "Programmed", "nginx serves its valid listeners"),
+            if gateway_programmed {
+                cond("Programmed", true, "Programmed", "nginx serves its valid listeners")
+            } else {
+                cond(
+                    "Programmed",
+                    false,
+                    "ParentNotProgrammed",
+                    "its listeners are configured; the parent Gateway is not programmed yet (no address)",
+                )
+            },
         ]
     } else {
         both("ListenersNotValid", "none of its listeners can be served")
@@ -1020,6 +1040,92 @@ mod tests {
         assert_eq!(
             accepted("infra/to-refused-set"),
             (false, "NoMatchingParent".to_string())
+        );
+    }
+
+    #[test]
+    fn a_listener_set_never_takes_what_a_broken_listener_claims_nor_shifts_other_gateways_ports() {
+        let listener = |name: &str, protocol: &str, port: u16, host: &str, secret: Option<&str>| {
+            let mut l = json!({"name": name, "protocol": protocol, "port": port, "hostname": host});
+            if let Some(secret) = secret {
+                l["tls"] = json!({"certificateRefs": [{"name": secret}]});
+            }
+            l
+        };
+        let gateway = |name: &str, created: &str, listeners: Value| {
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": name, "creationTimestamp": created},
+                   "spec": {"gatewayClassName": "ours", "allowedListeners": {"namespaces": {"from": "All"}},
+                            "listeners": listeners}})
+        };
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            // The Gateway's HTTPS listener waits for its Secret.
+            gateway(
+                "gw",
+                "2026-01-01T00:00:00Z",
+                json!([listener("secure", "HTTPS", 443, "secure.example", Some("missing"))]),
+            ),
+            gateway(
+                "later",
+                "2026-01-01T00:00:05Z",
+                json!([listener("web", "HTTP", 80, "later.example", None)]),
+            ),
+            tls_secret("team", "cert"),
+            json!({"kind": "ListenerSet", "metadata": {"namespace": "team", "name": "grab", "creationTimestamp": "2026-01-01T00:00:01Z"},
+            "spec": {"parentRef": {"name": "gw", "namespace": "infra"}, "listeners": [
+                listener("same-host", "HTTPS", 443, "secure.example", Some("cert")),
+                listener("plain", "HTTP", 443, "other.example", None),
+                listener("new-port", "HTTP", 8080, "team.example", None),
+            ]}}),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 18000, &[], |r| {
+            format!("{}-{}-{}", r.namespace, r.name, r.port)
+        });
+        let state = |owner: &str, name: &str| model.listeners.get(&(owner.to_string(), name.to_string())).cloned();
+        let reason = |owner: &str, name: &str| state(owner, name).and_then(|r| r.err()).map(|e| e.0);
+        assert_eq!(
+            reason("ListenerSet/team/grab", "same-host").as_deref(),
+            Some("HostnameConflict")
+        );
+        assert_eq!(
+            reason("ListenerSet/team/grab", "plain").as_deref(),
+            Some("ProtocolConflict")
+        );
+        assert_eq!(state("ListenerSet/team/grab", "new-port"), Some(Ok(())));
+        assert!(
+            model.certificates.is_empty(),
+            "no tenant certificate for the Gateway's host"
+        );
+        // The Gateways' own ports first: the set's port comes after `later`'s.
+        let ports: BTreeMap<&str, u16> = model.servers.iter().map(|s| (s.name.as_str(), s.nginx_port)).collect();
+        assert_eq!(
+            ports,
+            BTreeMap::from([("infra/later/80", 18000), ("infra/gw/8080", 18001)])
+        );
+
+        // The Gateway serves only its ListenerSet's listener: it is still
+        // accepted (some listeners not valid), and so is the set.
+        let published = ["192.0.2.1".to_string()];
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::Published(&published));
+        let gw = &d.gateways["infra/gw"];
+        assert_eq!(
+            (gw.conditions[0].status, gw.conditions[0].reason.as_str()),
+            (true, "ListenersNotValid")
+        );
+        assert_eq!(gw.attached_listener_sets, 1);
+        let set = &d.listener_sets["team/grab"];
+        assert!(
+            set.conditions[0].status && set.conditions[1].status,
+            "{:?}",
+            set.conditions
+        );
+        // Without an address yet, the set is not Programmed either.
+        let none = BTreeMap::new();
+        let d = desired(&s, &model, CONTROLLER_NAME, Addresses::PerGateway(&none));
+        let programmed = &d.listener_sets["team/grab"].conditions[1];
+        assert_eq!(
+            (programmed.status, programmed.reason.as_str()),
+            (false, "ParentNotProgrammed")
         );
     }
 

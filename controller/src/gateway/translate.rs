@@ -278,7 +278,7 @@ pub fn translate(
         .iter()
         .map(|k| (*k, "the controller's own listeners or tcp-/udp-services".to_string()))
         .collect();
-    for (g, gateway_listeners) in gateways.iter().zip(&listeners_of) {
+    for g in &gateways {
         let gw_key = key(&g.metadata);
         match super::backend_tls::client_certificate(snap, g) {
             Ok(Some(cert)) => {
@@ -294,157 +294,175 @@ pub fn translate(
                 out.gateway_refs.insert(gw_key.clone(), (reason, message));
             }
         }
-        let mut validation_by_port: BTreeMap<i32, PortValidation> = BTreeMap::new();
-        for listener in gateway_listeners {
-            let l = listener.spec;
-            let lkey = (listener.owner.key(), l.name.clone());
-            let object = format!(
-                "{} {}/{}",
-                listener.owner.kind, listener.owner.namespace, listener.owner.name
-            );
-            let protocol = match ServerProtocol::of(l) {
-                Ok(p) => p,
-                Err((reason, message)) => {
-                    out.problems
-                        .push((object.clone(), format!("listener {:?}: {message}", l.name)));
-                    out.listeners.insert(lkey, Err((reason, message)));
-                    continue;
-                }
-            };
-            let Some(port) = u16::try_from(l.port).ok().filter(|p| *p > 0) else {
-                out.listeners
-                    .insert(lkey, Err(("PortUnavailable".into(), "not a port".into())));
-                continue;
-            };
-            let certificate = if protocol == ServerProtocol::Https {
-                match listener_certificate(snap, listener.owner, l) {
-                    Ok(cert) => {
-                        let entry = ListenerCertificate {
-                            hostname: l.hostname.clone().unwrap_or_else(|| "*".into()),
-                            certificate: cert.id.clone(),
-                        };
-                        out.certificates.insert(cert.id, cert.pair);
-                        Some(entry)
-                    }
+    }
+    // What each server's listeners claim (their protocol and hostnames),
+    // listeners whose references do not resolve included: a hostname or
+    // port stays its first claimant's while its certificate is missing,
+    // never falling to a later listener (another tenant's ListenerSet).
+    let mut claims: BTreeMap<String, (ServerProtocol, Vec<String>)> = BTreeMap::new();
+    // Every Gateway's own listeners first, then ListenerSets': a port a
+    // ListenerSet adds takes the next nginx port after all the Gateways'
+    // own (with `base_port`), so a tenant never shifts another Gateway's.
+    for from_sets in [false, true] {
+        for (g, gateway_listeners) in gateways.iter().zip(&listeners_of) {
+            let gw_key = key(&g.metadata);
+            let mut validation_by_port: BTreeMap<i32, PortValidation> = BTreeMap::new();
+            let phase = gateway_listeners
+                .iter()
+                .filter(|l| (l.owner.kind == super::listener_sets::KIND) == from_sets);
+            for listener in phase {
+                let l = listener.spec;
+                let lkey = (listener.owner.key(), l.name.clone());
+                let object = format!(
+                    "{} {}/{}",
+                    listener.owner.kind, listener.owner.namespace, listener.owner.name
+                );
+                let protocol = match ServerProtocol::of(l) {
+                    Ok(p) => p,
                     Err((reason, message)) => {
                         out.problems
                             .push((object.clone(), format!("listener {:?}: {message}", l.name)));
-                        out.unresolved_listeners.insert(lkey, (reason, message));
+                        out.listeners.insert(lkey, Err((reason, message)));
                         continue;
                     }
+                };
+                let Some(port) = u16::try_from(l.port).ok().filter(|p| *p > 0) else {
+                    out.listeners
+                        .insert(lkey, Err(("PortUnavailable".into(), "not a port".into())));
+                    continue;
+                };
+                // UDP ports are not TCP ports: a Gateway may have both.
+                let name = match protocol {
+                    ServerProtocol::Udp => format!("{gw_key}/{port}/udp"),
+                    _ => format!("{gw_key}/{port}"),
+                };
+                // Another protocol on the port, or the same hostname again
+                // (a Gateway's own listeners are unique by port, protocol
+                // and hostname; ListenerSets' may repeat them): the later
+                // listener is refused. The message names no other
+                // listener: it may be another tenant's.
+                let host = l.hostname.as_deref().unwrap_or("*").to_ascii_lowercase();
+                let conflict = match claims.get_mut(&name) {
+                    Some((claimed, _)) if *claimed != protocol => Some((
+                        "ProtocolConflict",
+                        format!(
+                            "port {port} already has {} listeners; this one is {}",
+                            claimed.name(),
+                            protocol.name()
+                        ),
+                    )),
+                    Some((_, hosts)) if hosts.contains(&host) => Some((
+                        "HostnameConflict",
+                        format!("port {port} already has a listener for hostname {host:?}"),
+                    )),
+                    Some((_, hosts)) => {
+                        hosts.push(host);
+                        None
+                    }
+                    None => {
+                        claims.insert(name.clone(), (protocol, vec![host]));
+                        None
+                    }
+                };
+                if let Some((reason, message)) = conflict {
+                    out.problems
+                        .push((object.clone(), format!("listener {:?}: {message}", l.name)));
+                    out.listeners.insert(lkey, Err((reason.into(), message)));
+                    continue;
                 }
-            } else {
-                None
-            };
-            let client_validation = if protocol == ServerProtocol::Https {
-                // One resolution per port: its listeners share it.
-                let resolved = validation_by_port
-                    .entry(l.port)
-                    .or_insert_with(|| super::frontend_tls::for_port(snap, g, l.port))
-                    .clone();
-                match resolved {
-                    PortValidation::None => None,
-                    PortValidation::Valid { validation, problem } => {
-                        if let Some(p) = problem {
-                            out.problems
-                                .push((object.clone(), format!("listener {:?}: {}", l.name, p.1)));
-                            out.ca_refs.insert(lkey.clone(), p);
+                let certificate = if protocol == ServerProtocol::Https {
+                    match listener_certificate(snap, listener.owner, l) {
+                        Ok(cert) => {
+                            let entry = ListenerCertificate {
+                                hostname: l.hostname.clone().unwrap_or_else(|| "*".into()),
+                                certificate: cert.id.clone(),
+                            };
+                            out.certificates.insert(cert.id, cert.pair);
+                            Some(entry)
                         }
-                        Some(validation)
+                        Err((reason, message)) => {
+                            out.problems
+                                .push((object.clone(), format!("listener {:?}: {message}", l.name)));
+                            out.unresolved_listeners.insert(lkey, (reason, message));
+                            continue;
+                        }
                     }
-                    PortValidation::Invalid(p) => {
-                        let message = format!("no valid client CA certificate: {}", p.1);
-                        out.problems
-                            .push((object.clone(), format!("listener {:?}: {message}", l.name)));
-                        out.ca_refs.insert(lkey.clone(), p);
-                        out.listeners
-                            .insert(lkey, Err(("NoValidCACertificate".into(), message)));
-                        continue;
+                } else {
+                    None
+                };
+                let client_validation = if protocol == ServerProtocol::Https {
+                    // One resolution per port: its listeners share it.
+                    let resolved = validation_by_port
+                        .entry(l.port)
+                        .or_insert_with(|| super::frontend_tls::for_port(snap, g, l.port))
+                        .clone();
+                    match resolved {
+                        PortValidation::None => None,
+                        PortValidation::Valid { validation, problem } => {
+                            if let Some(p) = problem {
+                                out.problems
+                                    .push((object.clone(), format!("listener {:?}: {}", l.name, p.1)));
+                                out.ca_refs.insert(lkey.clone(), p);
+                            }
+                            Some(validation)
+                        }
+                        PortValidation::Invalid(p) => {
+                            let message = format!("no valid client CA certificate: {}", p.1);
+                            out.problems
+                                .push((object.clone(), format!("listener {:?}: {message}", l.name)));
+                            out.ca_refs.insert(lkey.clone(), p);
+                            out.listeners
+                                .insert(lkey, Err(("NoValidCACertificate".into(), message)));
+                            continue;
+                        }
                     }
+                } else {
+                    None
+                };
+                if let Some(entry) = servers.get_mut(&name) {
+                    if let Some(c) = certificate {
+                        if !entry.certificates.iter().any(|e| e.hostname == c.hostname) {
+                            entry.certificates.push(c);
+                        }
+                    }
+                    entry.listeners.push(*listener);
+                    out.listeners.insert(lkey, Ok(()));
+                    continue;
                 }
-            } else {
-                None
-            };
-            // UDP ports are not TCP ports: a Gateway may have both.
-            let name = match protocol {
-                ServerProtocol::Udp => format!("{gw_key}/{port}/udp"),
-                _ => format!("{gw_key}/{port}"),
-            };
-            if let Some(entry) = servers.get_mut(&name) {
-                if entry.protocol != protocol {
+                let nginx_port = if base_port == 0 {
+                    port
+                } else {
+                    base_port.saturating_add(servers.len() as u16)
+                };
+                let udp = protocol == ServerProtocol::Udp;
+                if let Some(owner) = taken.get(&(nginx_port, udp)) {
                     out.listeners.insert(
                         lkey,
                         Err((
-                            "ProtocolConflict".into(),
-                            format!(
-                                "port {port} has listeners of protocols {} and {}",
-                                entry.protocol.name(),
-                                protocol.name()
-                            ),
+                            "PortUnavailable".into(),
+                            format!("nginx port {nginx_port} is taken by {owner}"),
                         )),
                     );
+                    out.problems.push((
+                        object.clone(),
+                        format!("nginx port {nginx_port} (for Gateway port {port}) is already taken by {owner}; set --gateway-base-port to give each Gateway its own ports"),
+                    ));
                     continue;
                 }
-                // The same hostname twice on one port (only ListenerSets
-                // can do it: a Gateway's own listeners are unique by
-                // port, protocol and hostname).
-                let host = l.hostname.as_deref().unwrap_or("*");
-                if let Some(first) = entry
-                    .listeners
-                    .iter()
-                    .find(|o| o.spec.hostname.as_deref().unwrap_or("*").eq_ignore_ascii_case(host))
-                {
-                    let message = format!(
-                        "port {port} already has a listener for hostname {host:?} ({} {}/{}, listener {:?})",
-                        first.owner.kind, first.owner.namespace, first.owner.name, first.spec.name
-                    );
-                    out.problems
-                        .push((object.clone(), format!("listener {:?}: {message}", l.name)));
-                    out.listeners.insert(lkey, Err(("HostnameConflict".into(), message)));
-                    continue;
-                }
-                if let Some(c) = certificate {
-                    if !entry.certificates.iter().any(|e| e.hostname == c.hostname) {
-                        entry.certificates.push(c);
-                    }
-                }
-                entry.listeners.push(*listener);
+                taken.insert((nginx_port, udp), format!("Gateway {gw_key}"));
                 out.listeners.insert(lkey, Ok(()));
-                continue;
-            }
-            let nginx_port = if base_port == 0 {
-                port
-            } else {
-                base_port.saturating_add(servers.len() as u16)
-            };
-            let udp = protocol == ServerProtocol::Udp;
-            if let Some(owner) = taken.get(&(nginx_port, udp)) {
-                out.listeners.insert(
-                    lkey,
-                    Err((
-                        "PortUnavailable".into(),
-                        format!("nginx port {nginx_port} is taken by {owner}"),
-                    )),
+                servers.insert(
+                    name,
+                    Draft {
+                        nginx_port,
+                        listeners: vec![*listener],
+                        gateway: g,
+                        protocol,
+                        certificates: certificate.into_iter().collect(),
+                        client_validation,
+                    },
                 );
-                out.problems.push((
-                    object.clone(),
-                    format!("nginx port {nginx_port} (for Gateway port {port}) is already taken by {owner}; set --gateway-base-port to give each Gateway its own ports"),
-                ));
-                continue;
             }
-            taken.insert((nginx_port, udp), format!("Gateway {gw_key}"));
-            out.listeners.insert(lkey, Ok(()));
-            servers.insert(
-                name,
-                Draft {
-                    nginx_port,
-                    listeners: vec![*listener],
-                    gateway: g,
-                    protocol,
-                    certificates: certificate.into_iter().collect(),
-                    client_validation,
-                },
-            );
         }
     }
 
