@@ -252,6 +252,7 @@ async fn sync_once(
     opts: &GatewayStatusOptions,
     snap: &Snapshot,
     last_addresses: &mut Option<BTreeMap<String, Vec<String>>>,
+    listener_sets_ours: &mut std::collections::BTreeSet<String>,
 ) -> (usize, bool) {
     let mut failed = false;
     let reserved = crate::model::l4_services::gateway_reserved(&opts.reserved, snap);
@@ -340,9 +341,36 @@ async fn sync_once(
             report(format!("Gateway {k}"), r);
         }
     }
+    // A ListenerSet this leader has written whose Gateway is gone: its
+    // status says so rather than keeping the last Accepted (nothing in a
+    // ListenerSet's status names its controller, so only ours are known).
+    let orphan = crate::gateway::status::ListenerSetStatus {
+        conditions: ["Accepted", "Programmed"]
+            .into_iter()
+            .map(|t| {
+                crate::gateway::condition::cond(t, false, "ParentNotAccepted", "the parent Gateway does not exist")
+            })
+            .collect(),
+        listeners: Vec::new(),
+    };
+    let gateway_keys: std::collections::BTreeSet<String> = snap.gateways.iter().map(|g| key(&g.metadata)).collect();
+    listener_sets_ours.retain(|k| snap.listener_sets.iter().any(|ls| key(&ls.metadata) == *k));
     for ls in &snap.listener_sets {
         let k = key(&ls.metadata);
-        let Some(w) = want.listener_sets.get(&k) else { continue };
+        let parent_exists = crate::gateway::listener_sets::parent_gateway(ls)
+            .is_some_and(|(ns, name)| gateway_keys.contains(&format!("{ns}/{name}")));
+        let w = match want.listener_sets.get(&k) {
+            Some(w) => {
+                listener_sets_ours.insert(k.clone());
+                w
+            }
+            None if listener_sets_ours.contains(&k) && !parent_exists => &orphan,
+            // Another controller's Gateway (now): its to write.
+            None => {
+                listener_sets_ours.remove(&k);
+                continue;
+            }
+        };
         let have = serde_json::to_value(&ls.status).unwrap_or(Value::Null);
         let status = listener_set_status(w, ls.metadata.generation.unwrap_or(0), &have, &now);
         if differs(&status, &have) {
@@ -449,11 +477,12 @@ pub async fn task(
         });
     }
     let mut last_addresses = None;
+    let mut listener_sets_ours = std::collections::BTreeSet::new();
     loop {
         let mut pending = false;
         if *leading.borrow_and_update() {
             let snap = snapshots.borrow_and_update().clone();
-            let (n, waiting) = sync_once(&client, &opts, &snap, &mut last_addresses).await;
+            let (n, waiting) = sync_once(&client, &opts, &snap, &mut last_addresses, &mut listener_sets_ours).await;
             pending = waiting;
             if n > 0 {
                 tracing::info!(objects = n, "updated Gateway API status");

@@ -196,6 +196,31 @@ fn gateway_api_on_a_real_apiserver() {
         api.get(&format!("{GROUP}/namespaces/app/backendtlspolicies/web2-tls")),
         c.log()
     );
+    // Its Gateway deleted, a ListenerSet we accepted says so.
+    let spare = free_port();
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: infra, name: spare}}\nspec:\n  gatewayClassName: dynamic\n  allowedListeners: {{namespaces: {{from: All}}}}\n  listeners:\n  - {{name: http, protocol: HTTP, port: {spare}}}\n"
+    ));
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {{namespace: team, name: spare}}\nspec:\n  parentRef: {{name: spare, namespace: infra}}\n  listeners:\n  - {{name: team, protocol: HTTP, port: {spare}, hostname: spare.test}}\n"
+    ));
+    let spare_accepted = |status: &str, reason: &str| {
+        let (_, ls) = api.get(&format!("{GROUP}/namespaces/team/listenersets/spare"));
+        condition(&ls["status"]["conditions"], "Accepted")
+            .is_some_and(|c| c["status"] == status && c["reason"] == reason)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || spare_accepted("True", "Accepted")),
+        "{}",
+        c.log()
+    );
+    api.delete("Gateway", "infra", "spare");
+    assert!(
+        wait_until(Duration::from_secs(20), || spare_accepted("False", "ParentNotAccepted")),
+        "{:?}\n{}",
+        api.get(&format!("{GROUP}/namespaces/team/listenersets/spare")),
+        c.log()
+    );
     assert!(
         !c.log().contains("forbidden"),
         "the chart's RBAC refused something:\n{}",
