@@ -15,7 +15,7 @@ use gateway_api_types::gateways::{Gateway, GatewayAllowedListenersNamespacesFrom
 use gateway_api_types::httproutes::HttpRouteParentRefs;
 use gateway_api_types::listenersets::ListenerSet;
 
-use super::translate::GROUP;
+use super::grants::GROUP;
 use crate::snapshot::{key, Snapshot};
 
 /// The kind routes name as a parent.
@@ -121,7 +121,7 @@ pub fn allows(snap: &Snapshot, gateway: &Gateway, ns: &str) -> bool {
             let Ok(selector) = serde_json::to_value(selector).and_then(serde_json::from_value) else {
                 return false;
             };
-            super::translate::namespace_selected(snap, &selector, ns)
+            super::namespaces::selected(snap, &selector, ns)
         }
     }
 }

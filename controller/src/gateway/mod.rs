@@ -14,6 +14,7 @@
 //!   certificate for backends;
 //! - [`listener_sets`]: the ListenerSets a Gateway takes, and whose
 //!   listeners a route names;
+//! - [`namespaces`]: namespace label selectors;
 //! - [`grants`]: what ReferenceGrants allow;
 //! - [`services`]: a Service per Gateway, its address;
 //! - [`addresses`]: the static addresses a Gateway asks for;
@@ -29,6 +30,7 @@ pub mod grants;
 pub mod grpc;
 pub mod hostnames;
 pub mod listener_sets;
+pub mod namespaces;
 pub mod precedence;
 pub mod route;
 pub mod services;
