@@ -808,10 +808,16 @@ pub(crate) mod tests {
                 while !stop.load(Ordering::Relaxed) {
                     for i in (0..4096).step_by(97) {
                         if let Some(r) = t.find(&addr(i)) {
-                            // A reference found is to that very endpoint.
-                            if let Some(slot) = r.get() {
-                                assert_eq!(slot.read_key().and_then(|(k, _)| decode(k)), Some(addr(i)));
-                                seen += 1;
+                            // A reference found is to that very endpoint
+                            // for as long as the slot keeps the
+                            // incarnation found: the writer may free or
+                            // reuse it right after `get` (then `read_key`
+                            // says nothing or gives another incarnation).
+                            if let Some((key, incarnation)) = r.get().and_then(|slot| slot.read_key()) {
+                                if incarnation == r.incarnation {
+                                    assert_eq!(decode(key), Some(addr(i)));
+                                    seen += 1;
+                                }
                             }
                         }
                     }
