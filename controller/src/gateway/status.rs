@@ -218,19 +218,7 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
         };
         // Some listeners served, others not: still Accepted, with the
         // reason that says some are not valid (the spec's rule).
-        let any_invalid = listeners
-            .iter()
-            .any(|l| l.conditions.iter().any(|c| c.type_ == "Programmed" && !c.status));
-        let accepted = if any_invalid {
-            cond(
-                "Accepted",
-                true,
-                "ListenersNotValid",
-                "some listeners are not valid; the others are served",
-            )
-        } else {
-            cond("Accepted", true, "Accepted", "Gateway accepted")
-        };
+        let accepted = accepted_served(listeners.iter().any(|l| !programmed(l)), "Gateway accepted");
         let requested = super::addresses::requested(g);
         let unusable = match (&requested, &assigned) {
             (Ok(ips), Some(have)) if !ips.is_empty() => {
@@ -344,6 +332,22 @@ pub fn desired(snap: &Snapshot, model: &GatewayModel, controller_name: &str, add
         out.policies.insert(policy.clone(), ancestors);
     }
     out
+}
+
+/// `Accepted` of a Gateway or ListenerSet that serves some listeners:
+/// with the reason that says others are not valid, when some are not
+/// (the spec's rule).
+fn accepted_served(some_invalid: bool, message: &str) -> Cond {
+    if some_invalid {
+        cond(
+            "Accepted",
+            true,
+            "ListenersNotValid",
+            "some listeners are not valid; the others are served",
+        )
+    } else {
+        cond("Accepted", true, "Accepted", message.to_string())
+    }
 }
 
 /// Whether a listener's status says nginx serves it.
@@ -469,18 +473,8 @@ fn listener_set_status(
         })
         .collect();
     let conditions = if listeners.iter().any(programmed) {
-        let invalid = listeners.iter().any(|l| !programmed(l));
         vec![
-            if invalid {
-                cond(
-                    "Accepted",
-                    true,
-                    "ListenersNotValid",
-                    "some listeners are not valid; the others are served",
-                )
-            } else {
-                cond("Accepted", true, "Accepted", "ListenerSet accepted")
-            },
+            accepted_served(listeners.iter().any(|l| !programmed(l)), "ListenerSet accepted"),
             if gateway_programmed {
                 cond("Programmed", true, "Programmed", "nginx serves its valid listeners")
             } else {
