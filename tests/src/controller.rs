@@ -248,6 +248,17 @@ impl Controller {
             .collect()
     }
 
+    /// Waits (up to 15 s) until none of `pids` is alive: once the workers
+    /// of an older generation are gone, every new connection meets the
+    /// current configuration. (Right after a reload, old workers may still
+    /// accept a connection until they have closed their listeners.)
+    pub fn wait_workers_gone(&self, pids: &BTreeSet<u64>) -> bool {
+        wait_until(Duration::from_secs(15), || {
+            // SAFETY: signal 0 only checks that the pid exists.
+            pids.iter().all(|p| unsafe { libc::kill(*p as libc::pid_t, 0) } != 0)
+        })
+    }
+
     pub fn nginx_master_pid(&self) -> Option<i32> {
         std::fs::read_to_string(self.dir.path().join("nginx/logs/nginx.pid"))
             .ok()?
