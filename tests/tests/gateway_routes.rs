@@ -214,6 +214,18 @@ fn routes_match_filter_and_change_without_reload() {
     assert_eq!(r.header("x-upstream"), Some(b.identity.as_str()));
     let stored = nginx.api("GET", "/configuration/routes", None);
     assert_eq!(stored.json()["listeners"][0]["name"], LISTENER);
+
+    // The location remembers its listener per table: a table without it
+    // routes nothing (404), and the listener's return routes again.
+    let mut other = table(1, 0);
+    other["listeners"][0]["name"] = json!("default/other/80");
+    assert_eq!(put_routes(&nginx, &other).status, 200);
+    assert_eq!(request(gw, "GET", "app.test", "/", &[]).status, 404);
+    assert_eq!(put_routes(&nginx, &table(1, 0)).status, 200);
+    for _ in 0..4 {
+        let r = request(gw, "GET", "app.test", "/", &[]);
+        assert_eq!(r.header("x-upstream"), Some(a.identity.as_str()));
+    }
 }
 
 #[test]

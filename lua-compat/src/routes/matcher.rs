@@ -44,10 +44,8 @@ pub struct Compiled {
 #[derive(Debug)]
 pub struct CompiledListener {
     pub port: u16,
-    exact: HashMap<Box<[u8]>, usize>,
-    /// `(".example.com", group)`, longest suffix first.
-    wildcards: Vec<(Box<[u8]>, usize)>,
-    any: Option<usize>,
+    /// The index in `groups` of each hostname's matches.
+    hosts: HostMap<usize>,
     groups: Vec<Vec<CompiledMatch>>,
     pub rules: Vec<CompiledRule>,
     /// Certificate ids by SNI, looked up as the host groups are, each
@@ -64,7 +62,7 @@ pub struct CompiledListener {
 /// host with at least one label, else `*`.
 #[derive(Debug)]
 struct HostMap<T> {
-    exact: HashMap<Box<[u8]>, T>,
+    exact: ExactNames<T>,
     /// `(".example.com", value)`, longest suffix first.
     wildcards: Vec<(Box<[u8]>, T)>,
     any: Option<T>,
@@ -72,8 +70,9 @@ struct HostMap<T> {
 
 impl<T> HostMap<T> {
     fn new<'a>(entries: impl Iterator<Item = (&'a str, T)>) -> HostMap<T> {
+        let mut exact = Vec::new();
         let mut map = HostMap {
-            exact: HashMap::default(),
+            exact: ExactNames::Few(Vec::new()),
             wildcards: Vec::new(),
             any: None,
         };
@@ -83,11 +82,16 @@ impl<T> HostMap<T> {
             } else if let Some(suffix) = host.strip_prefix('*') {
                 map.wildcards.push((suffix.as_bytes().into(), value));
             } else {
-                map.exact.insert(host.as_bytes().into(), value);
+                exact.push((host.as_bytes().into(), value));
             }
         }
+        map.exact = ExactNames::new(exact);
         map.wildcards.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
         map
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcards.is_empty() && self.any.is_none()
     }
 
     fn get(&self, host: &[u8]) -> Option<&T> {
@@ -100,6 +104,54 @@ impl<T> HostMap<T> {
             }
         }
         self.any.as_ref()
+    }
+}
+
+/// Exact host names. A few are compared one by one: hashing a name and
+/// probing costs more than comparing the lengths (and bytes) of a few, and
+/// most listeners have a handful of hostnames. More are hashed.
+#[derive(Debug)]
+enum ExactNames<T> {
+    Few(Vec<(Box<[u8]>, T)>),
+    Many(HashMap<Box<[u8]>, T>),
+}
+
+/// At most this many names are compared one by one.
+const FEW_NAMES: usize = 8;
+
+impl<T> ExactNames<T> {
+    /// A later entry for the same name replaces an earlier one.
+    fn new(entries: Vec<(Box<[u8]>, T)>) -> Self {
+        let mut many: HashMap<Box<[u8]>, T> = HashMap::default();
+        let mut order = Vec::with_capacity(entries.len());
+        for (name, value) in entries {
+            if many.insert(name.clone(), value).is_none() {
+                order.push(name);
+            }
+        }
+        if order.len() > FEW_NAMES {
+            return ExactNames::Many(many);
+        }
+        ExactNames::Few(
+            order
+                .into_iter()
+                .filter_map(|name| many.remove(&name).map(|v| (name, v)))
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: &[u8]) -> Option<&T> {
+        match self {
+            ExactNames::Few(few) => few.iter().find(|(n, _)| **n == *name).map(|(_, v)| v),
+            ExactNames::Many(many) => many.get(name),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            ExactNames::Few(few) => few.is_empty(),
+            ExactNames::Many(many) => many.is_empty(),
+        }
     }
 }
 
@@ -211,6 +263,12 @@ impl Compiled {
         self.backend_tls.get(name)
     }
 
+    /// Whether the backend named `name` (bytes from nginx) is reached over
+    /// TLS; cheap when no backend is.
+    pub fn is_tls_backend(&self, name: &[u8]) -> bool {
+        !self.backend_tls.is_empty() && std::str::from_utf8(name).is_ok_and(|name| self.backend_tls.contains_key(name))
+    }
+
     pub fn listener(&self, name: &[u8]) -> Option<&CompiledListener> {
         self.listeners.get(name)
     }
@@ -229,18 +287,8 @@ fn compile_listener(
     backend_tls: &HashMap<Box<str>, super::BackendTls>,
 ) -> Result<CompiledListener, (String, String)> {
     let over_tls = |name: Option<&str>| name.is_some_and(|n| backend_tls.contains_key(n));
-    let mut exact = HashMap::default();
-    let mut wildcards = Vec::new();
-    let mut any = None;
     let mut groups = Vec::with_capacity(l.hosts.len());
     for (g, group) in l.hosts.iter().enumerate() {
-        if group.hostname == "*" {
-            any = Some(g);
-        } else if let Some(suffix) = group.hostname.strip_prefix('*') {
-            wildcards.push((suffix.as_bytes().into(), g));
-        } else {
-            exact.insert(group.hostname.as_bytes().into(), g);
-        }
         let mut matches = Vec::with_capacity(group.matches.len());
         for (m, rm) in group.matches.iter().enumerate() {
             let at = |what: &str| format!("hosts[{g}].matches[{m}].{what}");
@@ -277,7 +325,6 @@ fn compile_listener(
         }
         groups.push(matches);
     }
-    wildcards.sort_by_key(|w: &(Box<[u8]>, usize)| std::cmp::Reverse(w.0.len()));
     let rules = l
         .rules
         .iter()
@@ -314,9 +361,12 @@ fn compile_listener(
         .collect();
     Ok(CompiledListener {
         port: l.port,
-        exact,
-        wildcards,
-        any,
+        hosts: HostMap::new(
+            l.hosts
+                .iter()
+                .enumerate()
+                .map(|(g, group)| (group.hostname.as_str(), g)),
+        ),
         groups,
         rules,
         certificates: HostMap::new(
@@ -355,23 +405,13 @@ impl CompiledListener {
 
     /// Whether the listener serves TLS (it has certificates).
     pub fn has_certificates(&self) -> bool {
-        !self.certificates.exact.is_empty()
-            || !self.certificates.wildcards.is_empty()
-            || self.certificates.any.is_some()
+        !self.certificates.is_empty()
     }
 
     /// The group for `host`: exact, else the longest wildcard that covers
     /// it with at least one label, else `*`.
     fn group(&self, host: &[u8]) -> Option<usize> {
-        if let Some(g) = self.exact.get(host) {
-            return Some(*g);
-        }
-        for (suffix, g) in &self.wildcards {
-            if host.len() > suffix.len() && host.ends_with(suffix) {
-                return Some(*g);
-            }
-        }
-        self.any
+        self.hosts.get(host).copied()
     }
 
     pub fn find<R: RequestView>(&self, req: &R) -> Option<Found<'_>> {
@@ -429,6 +469,12 @@ fn path_matches(test: &PathTest, path: &[u8]) -> Option<usize> {
 }
 
 fn trim_ows(v: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    // nginx's parser has already trimmed the values it read: the common
+    // case costs two tests.
+    if v.first().is_none_or(|b| !ows(b)) && v.last().is_none_or(|b| !ows(b)) {
+        return v;
+    }
     let start = v.iter().position(|b| *b != b' ' && *b != b'\t').unwrap_or(v.len());
     let end = v
         .iter()
@@ -633,6 +679,42 @@ mod tests {
         let c = Compiled::new(&parse_routes(plain.to_string().as_bytes()).unwrap()).unwrap();
         let l = c.listener(b"p").unwrap();
         assert!(!l.has_certificates() && !l.misdirected(b"a", b"b"));
+    }
+
+    #[test]
+    fn exact_names_are_found_whether_few_or_many() {
+        for n in [0, 1, FEW_NAMES, FEW_NAMES + 1, 100] {
+            let mut entries: Vec<(Box<[u8]>, usize)> =
+                (0..n).map(|i| (format!("h{i}.test").into_bytes().into(), i)).collect();
+            // A repeated name: the later entry wins, as a map's insert does.
+            if n > 0 {
+                entries.push((b"h0.test".as_slice().into(), 999));
+            }
+            let names = ExactNames::new(entries);
+            assert_eq!(matches!(names, ExactNames::Few(_)), n <= FEW_NAMES, "{n}");
+            assert_eq!(names.is_empty(), n == 0);
+            for i in 1..n {
+                assert_eq!(names.get(format!("h{i}.test").as_bytes()), Some(&i));
+            }
+            assert_eq!(names.get(b"h0.test"), (n > 0).then_some(&999));
+            assert_eq!(names.get(b"h0.tes"), None);
+            assert_eq!(names.get(b""), None);
+        }
+    }
+
+    #[test]
+    fn header_values_lose_surrounding_whitespace_only() {
+        for (raw, trimmed) in [
+            ("v", "v"),
+            ("", ""),
+            (" \t ", ""),
+            (" v", "v"),
+            ("v\t", "v"),
+            ("\t a b \t", "a b"),
+            ("a \t b", "a \t b"),
+        ] {
+            assert_eq!(trim_ows(raw.as_bytes()), trimmed.as_bytes(), "{raw:?}");
+        }
     }
 
     #[test]

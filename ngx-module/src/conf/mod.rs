@@ -95,6 +95,18 @@ pub fn read_variable(req: &Request, which: Read) -> Option<&[u8]> {
     crate::nginx::request::variable(req, index)
 }
 
+/// `$host` (the request line's host, else the `Host` header's, lower
+/// case, without port; else the server's name), read where nginx's own
+/// getter reads it when the request has one: the variable machinery costs
+/// about as much as the rest of a route lookup.
+pub fn request_host(req: &Request) -> &[u8] {
+    let server = crate::nginx::request::str_bytes(&req.as_ref().headers_in.server);
+    if !server.is_empty() {
+        return server;
+    }
+    read_variable(req, Read::Host).unwrap_or_default()
+}
+
 impl MainConf {
     pub fn zone(&self) -> Option<Zone> {
         // SAFETY: shm_zone, when set, is our zone; init_zone ran before workers.
@@ -174,6 +186,8 @@ pub struct LocConf {
     /// `dynamic_balancer_routes listener @h2c @tls @grpcs;`: the same for
     /// HTTP/2 backends over TLS (`grpc_pass grpcs://`).
     pub routes_grpcs: Option<ngx_str_t>,
+    /// The `routes` listener in this worker's current route table.
+    pub routes_memo: crate::backends::routes_cache::ListenerMemo,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

@@ -33,8 +33,8 @@ use ngx::ffi::{
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 
-use crate::backends::routes_cache;
-use crate::conf::{own_variable, read_variable, zone_of};
+use crate::backends::routes_cache::{self, ListenerMemo};
+use crate::conf::{own_variable, read_variable, request_host, zone_of};
 use crate::http::gateway_cors;
 use crate::http::gateway_matched::Matched;
 use crate::http::gateway_mirror;
@@ -53,7 +53,7 @@ struct View<'r> {
 
 impl RequestView for View<'_> {
     fn host(&self) -> &[u8] {
-        read_variable(self.req, Read::Host).unwrap_or_default()
+        request_host(self.req)
     }
     fn path(&self) -> &[u8] {
         str_bytes(&self.req.as_ref().uri)
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn rewrite_handler(r: *mut ngx_http_request_t) -> ngx_int_
         let listener = unsafe { std::slice::from_raw_parts(listener.data, listener.len) };
         let rc = match gateway_mirror::mirror_index(req) {
             Some(i) => route_copy(req, i),
-            None => route(req, listener),
+            None => route(req, listener, &lcf.routes_memo),
         };
         let (next, which) = match rc {
             H2C => (lcf.routes_h2c, "HTTP/2 cleartext (an @h2c location)"),
@@ -153,12 +153,12 @@ fn route_copy(req: &mut Request, index: usize) -> ngx_int_t {
     continue_in(mirror.protocol, tls)
 }
 
-fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
+fn route(req: &mut Request, listener: &[u8], memo: &ListenerMemo) -> ngx_int_t {
     let log = req.log();
     let Some(zone) = zone_of(req) else {
         return NGX_HTTP_INTERNAL_SERVER_ERROR as ngx_int_t;
     };
-    let Some(table) = routes_cache::current(&zone, |e| {
+    let Some(found) = routes_cache::current_listener(&zone, memo, listener, |e| {
         ngx_log_error!(
             NGX_LOG_ERR,
             log,
@@ -167,14 +167,14 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     }) else {
         return NGX_HTTP_NOT_FOUND as ngx_int_t;
     };
-    // One lookup of the listener per request.
-    let Some(l) = table.listener(listener) else {
+    let Some(held) = found else {
         return refuse(req, GrpcAnswer::NoRoute);
     };
+    let l = held.get();
     // HTTPS: a request whose Host belongs to another listener than the
     // one its connection's SNI chose is answered 421, as the spec asks.
     if l.has_certificates() {
-        let host = read_variable(req, Read::Host).unwrap_or_default();
+        let host = request_host(req);
         let sni = ssl_server_name(req).and_then(lua_compat::certificates::sni_key);
         if sni.is_some_and(|sni| l.misdirected(sni.as_bytes(), host)) {
             return NGX_HTTP_MISDIRECTED_REQUEST as ngx_int_t;
@@ -206,7 +206,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
     };
     let found_prefix = found.prefix_len;
     let compiled: *const CompiledRule = found.rule;
-    let matched = Matched::new(table.clone(), l, found.rule);
+    let matched = Matched::new(held.table().clone(), l, found.rule);
     // SAFETY: a live request's pool is live; the value is dropped by the
     // pool's cleanup, when the request ends.
     let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {
@@ -243,7 +243,7 @@ fn route(req: &mut Request, listener: &[u8]) -> ngx_int_t {
             redirect,
             &RedirectFrom {
                 scheme: std::str::from_utf8(client_scheme(req)).unwrap_or("http"),
-                host: read_variable(req, Read::Host).unwrap_or_default(),
+                host: request_host(req),
                 listener_port: port,
                 path,
                 prefix_len: found_prefix,

@@ -89,10 +89,7 @@ pub unsafe extern "C" fn init_peer(r: *mut ngx_http_request_t, us: *mut ngx_http
             // backend the table says is reached over TLS is refused.
             // SAFETY: init_peer leaves `data` as the request's PeerData.
             let state = unsafe { &*u.peer.data.cast::<PeerData>() };
-            if m.table()
-                .backend_tls(&String::from_utf8_lossy(&state.backend.name))
-                .is_some()
-            {
+            if m.table().is_tls_backend(&state.backend.name) {
                 ngx_log_error!(
                     NGX_LOG_ERR,
                     req.log(),
