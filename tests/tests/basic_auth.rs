@@ -120,12 +120,17 @@ fn basic_auth_guards_the_backend_and_follows_the_secret() {
 
     // A Secret that does not exist yet: closed (503), then guarded.
     assert_eq!(get(port, "late.test", None).0, 503);
+    let before = c.worker_pids();
+    assert!(!before.is_empty());
     c.write("late-secret.yaml", &secret("late", &[("bob", "builder")]));
     assert!(
         wait_until(Duration::from_secs(15), || get(port, "late.test", None).0 == 401),
         "{}",
         c.log()
     );
+    // The file comes with a reload: an old worker may still take a
+    // connection (and answer 503) until the old generation is gone.
+    assert!(c.wait_workers_gone(&before), "old workers linger\n{}", c.log());
     assert_eq!(get(port, "late.test", Some(("bob", "builder"))).0, 200);
 
     // A changed password: the old one stops working, the new one works.

@@ -325,7 +325,10 @@ fn hostile_snippets_never_reach_nginx() {
         let ing = ingress_json(&format!("p{i}"), &format!("p{i}.test"), &[(annotation, text)]);
         docs.push(serde_json::to_string(&ing).unwrap());
     }
-    // JSON is YAML: one file, every payload exactly as written.
+    // JSON is YAML: one file, every payload exactly as written. The new
+    // hosts come with a reload: once the last one answers, workers of the
+    // old generation may still take a connection until they are gone.
+    let before = c.worker_pids();
     c.write("payloads.yaml", &docs.join("\n---\n"));
     let last = format!("p{}.test", list.len() - 1);
     assert!(
@@ -333,6 +336,7 @@ fn hostile_snippets_never_reach_nginx() {
         "the payloads' Ingresses are served, failing closed\n{}",
         c.log()
     );
+    assert!(c.wait_workers_gone(&before), "old workers linger\n{}", c.log());
     for (i, (label, annotation, _)) in list.iter().enumerate() {
         assert_eq!(c.get(&format!("p{i}.test"), "/").0, 503, "{label}: fails closed");
         let reported = format!("Ingress demo/p{i}: nginx.ingress.kubernetes.io/{annotation}");

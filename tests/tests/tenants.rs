@@ -412,6 +412,7 @@ fn values_nginx_would_refuse_hold_back_no_reload() {
         ingress_in("demo", "regex", "regex.test", "/a(?u)b", "ImplementationSpecific", "a", &[("use-regex", "true")]),
         ingress_in("demo", "dup", "limits.test", "/x/", "ImplementationSpecific", "a", &[]),
     );
+    let before = c.worker_pids();
     c.write("bad.yaml", &bad);
     // And a second Ingress on that path, Prefix this time: it renders
     // "location /x/" too, which nginx refuses as a duplicate.
@@ -437,10 +438,12 @@ fn values_nginx_would_refuse_hold_back_no_reload() {
     );
     // An old worker that has not yet taken its quit signal can still
     // accept a connection for a moment after the new ones report (CI saw
-    // one 404 from the old configuration), so the check waits for it.
-    assert!(
-        wait_until(Duration::from_secs(5), || c.get("limits.test", "/")
-            == (200, a.identity.clone())),
+    // one 404 from the old configuration), so the checks wait for the old
+    // generation to be gone.
+    assert!(c.wait_workers_gone(&before), "old workers linger\n{}", c.log());
+    assert_eq!(
+        c.get("limits.test", "/"),
+        (200, a.identity.clone()),
         "the Ingress itself still works\n{}\n{}",
         c.conf(),
         c.log()
