@@ -38,6 +38,10 @@ pub struct StreamSrvConf {
     /// In a `server{}`: `dynamic_balancer_routes listener;` (not
     /// inherited).
     pub routes: Option<ngx_str_t>,
+    /// In a `server{}` with `listen ... ssl`:
+    /// `dynamic_balancer_ssl_routes listener;`, whose certificates the
+    /// handshakes get (see [`crate::stream::tls`]; not inherited).
+    pub ssl_routes: Option<ngx_str_t>,
 }
 
 impl Default for StreamSrvConf {
@@ -49,6 +53,7 @@ impl Default for StreamSrvConf {
             no_proxy_protocol: false,
             backend: None,
             routes: None,
+            ssl_routes: None,
         }
     }
 }

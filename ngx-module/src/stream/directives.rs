@@ -31,6 +31,11 @@
 //! `listener` in the route table, by the TLS server name
 //! (`$ssl_preread_server_name`, with `ssl_preread on`) where the table
 //! names hosts; see [`crate::stream::routes`].
+//!
+//! Syntax: `dynamic_balancer_ssl_routes listener;` — context: `server`
+//! (stream), with `listen ... ssl` and a fallback `ssl_certificate`. TLS
+//! is terminated with `listener`'s certificates from the route table,
+//! chosen per handshake by SNI; see [`crate::stream::tls`].
 
 use std::ffi::{c_char, c_void};
 use std::mem::offset_of;
@@ -63,7 +68,7 @@ pub static MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
     merge_srv_conf: Some(merge_srv_conf),
 };
 
-pub static mut COMMANDS: [ngx_command_t; 4] = [
+pub static mut COMMANDS: [ngx_command_t; 5] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer"),
         type_: (NGX_STREAM_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE12) as ngx_uint_t,
@@ -84,6 +89,14 @@ pub static mut COMMANDS: [ngx_command_t; 4] = [
         name: ngx_string!("dynamic_balancer_routes"),
         type_: (NGX_STREAM_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
         set: Some(set_routes),
+        conf: SRV_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_ssl_routes"),
+        type_: (NGX_STREAM_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(set_ssl_routes),
         conf: SRV_CONF_OFFSET,
         offset: 0,
         post: std::ptr::null_mut(),
@@ -251,6 +264,16 @@ unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, c
     })
 }
 
+/// `dynamic_balancer_ssl_routes listener;` in a stream `server{}`.
+unsafe extern "C" fn set_ssl_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("stream dynamic_balancer_ssl_routes", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `StreamSrvConf` of the enclosing server.
+        let scf = unsafe { &mut *conf.cast::<StreamSrvConf>() };
+        // SAFETY: `cf` is the live configuration being parsed.
+        unsafe { set_literal_once(cf, &mut scf.ssl_routes, "listener name") }
+    })
+}
+
 /// The stream upstreams of `cycle`'s configuration.
 ///
 /// # Safety
@@ -277,9 +300,15 @@ unsafe fn stream_upstreams(cycle: *const ngx_cycle_t) -> &'static [*mut ngx_stre
 
 /// Refuses an upstream whose `dynamic_balancer` a later `hash`,
 /// `least_conn` or `random` replaced (nginx only warns; traffic would go
-/// to the placeholder). Runs after the stream upstreams initialised.
+/// to the placeholder). Runs after the stream upstreams initialised. Then
+/// sets the TLS callbacks of `dynamic_balancer_ssl_routes` servers.
 unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     ffi_guard("stream postconfiguration", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: nginx calls postconfiguration with the parsed
+        // configuration, every server conf merged.
+        if unsafe { crate::stream::tls::install(cf) } != NGX_OK as ngx_int_t {
+            return NGX_ERROR as ngx_int_t;
+        }
         // SAFETY: `cf` is live; its cycle's stream block is parsed.
         for &us in unsafe { stream_upstreams((*cf).cycle) } {
             // SAFETY: each entry is a live upstream of this configuration.

@@ -1,6 +1,7 @@
 //! `ngx_stream_dynamic_balancer_module`, the stream half: its directives
-//! and module context, its configuration, and the peer hook of TCP and UDP
-//! upstreams (the same backends and selectors as HTTP).
+//! and module context, its configuration, the peer hook of TCP and UDP
+//! upstreams (the same backends and selectors as HTTP), Gateway routes per
+//! connection and TLS terminated with a listener's certificates.
 //!
 //! May use every floor below it except [`crate::api`]; its peer hook shares
 //! [`crate::http::peer`]'s selection.
@@ -9,3 +10,4 @@ pub mod conf;
 pub mod directives;
 pub mod peer;
 pub mod routes;
+pub mod tls;

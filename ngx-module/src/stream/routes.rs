@@ -6,7 +6,8 @@
 //! gives a TCP or UDP listener one host group (`*`) whose first match is
 //! the oldest route's rule, and a TLS passthrough listener a host group per
 //! route hostname, looked up by the client's TLS server name
-//! (`$ssl_preread_server_name`). The rule's backend is chosen by weight,
+//! (`$ssl_preread_server_name`, or the handshake's SNI where the server
+//! terminates TLS, see [`super::tls`]). The rule's backend is chosen by weight,
 //! as for HTTP. Nothing here reloads: a new table reaches the next
 //! connection of every worker.
 
@@ -16,6 +17,7 @@ use ngx::ffi::{ngx_log_t, ngx_stream_session_t, NGX_LOG_ERR, NGX_LOG_WARN};
 use ngx::ngx_log_error;
 
 use crate::backends::routes_cache;
+use crate::nginx::request::servername;
 use crate::shm::zone::Zone;
 
 /// A connection as the matcher sees it: a host (the TLS server name,
@@ -42,6 +44,24 @@ impl RequestView for Connection {
     }
 }
 
+/// The TLS server name of session `s`: its handshake's when the server
+/// terminated TLS (`dynamic_balancer_ssl_routes`), else what
+/// `ssl_preread` read (empty without one).
+///
+/// # Safety
+/// `s` is a live session on its worker's event loop.
+unsafe fn server_name<'s>(s: *mut ngx_stream_session_t) -> &'s [u8] {
+    // SAFETY: a live session's connection is live; `ssl` is null or its
+    // TLS state, whose `SSL` lives as long as the connection.
+    let ssl = unsafe { (*s).connection.as_ref().and_then(|c| c.ssl.as_ref()) };
+    if let Some(ssl) = ssl {
+        // SAFETY: as above.
+        return unsafe { servername(ssl.connection) }.unwrap_or_default();
+    }
+    // SAFETY: this function's contract.
+    unsafe { super::conf::variable(s, "ssl_preread_server_name") }.unwrap_or_default()
+}
+
 /// The backend `listener`'s routes choose for session `s`, or `None`
 /// (logged) when no route takes the connection or its rule has no usable
 /// backend: the connection is then closed.
@@ -62,7 +82,7 @@ pub unsafe fn backend(
         );
     })?;
     // SAFETY: this function's contract.
-    let sni = unsafe { super::conf::variable(s, "ssl_preread_server_name") }.unwrap_or_default();
+    let sni = unsafe { server_name(s) };
     let conn = Connection {
         host: sni.to_ascii_lowercase(),
     };

@@ -28,6 +28,7 @@ use crate::conf::{MainConf, UpstreamConf};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
 use crate::nginx::request::servername;
+use crate::shm::zone::Zone;
 
 /// Sets the certificate callback on every TLS server with
 /// `dynamic_balancer_ssl on`.
@@ -119,32 +120,41 @@ unsafe extern "C" fn client_hello_callback(ssl: *mut SSL, _alert: *mut c_int, ar
             return 1;
         };
         let Some(listener) = &scf.ssl_routes else { return 1 };
-        let name = listener.as_bytes();
         // SAFETY: as in `certificate_callback`.
         let zone = scf.main.and_then(|m| unsafe { m.as_ref() }.zone());
-        let table = zone.and_then(|zone| crate::backends::routes_cache::current(&zone, |_| {}));
-        let validation = table.as_ref().and_then(|t| {
-            t.listener(name)
-                .and_then(|l| l.client_validation.as_ref())
-                .map(|v| (t, v))
-        });
-        let ca = match validation {
-            None => None,
-            Some((table, v)) => match crate::tls::client_ca::for_listener(table, name, v) {
-                Ok(ca) => Some(ca),
-                Err(_) => return 0,
-            },
-        };
-        let context = crate::tls::client_ca::session_context(name, ca.as_deref());
-        // SAFETY: `ssl` is live for the handshake; OpenSSL copies the
-        // 32 bytes (its maximum context length).
-        let ok = unsafe { SSL_set_session_id_context(ssl, context.as_ptr(), context.len() as u32) };
-        if ok == 1 {
-            1
-        } else {
-            0
-        }
+        // SAFETY: `ssl` is live for the handshake (OpenSSL's contract).
+        unsafe { scope_sessions(ssl, zone.as_ref(), listener.as_bytes()) }
     })
+}
+
+/// Scopes the sessions of a handshake on Gateway listener `name` to the
+/// listener and its client validation. 1 to go on, 0 to fail.
+///
+/// # Safety
+/// `ssl` is a live handshake's `SSL`, on the event loop.
+pub unsafe fn scope_sessions(ssl: *mut SSL, zone: Option<&Zone>, name: &[u8]) -> c_int {
+    let table = zone.and_then(|zone| crate::backends::routes_cache::current(zone, |_| {}));
+    let validation = table.as_ref().and_then(|t| {
+        t.listener(name)
+            .and_then(|l| l.client_validation.as_ref())
+            .map(|v| (t, v))
+    });
+    let ca = match validation {
+        None => None,
+        Some((table, v)) => match crate::tls::client_ca::for_listener(table, name, v) {
+            Ok(ca) => Some(ca),
+            Err(_) => return 0,
+        },
+    };
+    let context = crate::tls::client_ca::session_context(name, ca.as_deref());
+    // SAFETY: `ssl` is live for the handshake (this function's contract);
+    // OpenSSL copies the 32 bytes (its maximum context length).
+    let ok = unsafe { SSL_set_session_id_context(ssl, context.as_ptr(), context.len() as u32) };
+    if ok == 1 {
+        1
+    } else {
+        0
+    }
 }
 
 /// OpenSSL's certificate callback: called during a handshake, on the event
@@ -162,89 +172,101 @@ unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_
         let Some(zone) = scf.main.and_then(|m| unsafe { m.as_ref() }.zone()) else {
             return 1;
         };
-        // SAFETY: `ssl` is live for the handshake.
-        let sni = unsafe { servername(ssl) }.and_then(sni_key);
-        // SAFETY: nginx stores its connection at this index of every SSL
-        // it creates; it outlives the handshake.
-        let c = unsafe { SSL_get_ex_data(ssl, ngx_ssl_connection_index) }.cast::<ngx_connection_t>();
-        // SAFETY: as above; a null connection has no log.
-        let log = unsafe { c.as_ref() }.map_or(std::ptr::null_mut(), |c| c.log);
-        let on_error = |id: &str, e: &str| {
-            if !log.is_null() {
-                ngx_log_error!(
-                    NGX_LOG_ERR,
-                    log,
-                    "dynamic_balancer: certificate {id:?} cannot be loaded: {e}"
-                );
-            }
-        };
-        let found = match &scf.ssl_routes {
-            // A Gateway's HTTPS server: its listeners' certificates only.
-            // The id is borrowed from the table: nothing is copied per
-            // handshake.
-            Some(listener) => {
-                let Some(table) = crate::backends::routes_cache::current(&zone, |_| {}) else {
-                    return 1;
-                };
-                let Some(l) = table.listener(listener.as_bytes()) else {
-                    return 1;
-                };
-                // Client certificates are asked for whichever certificate
-                // the SNI finds (even the static fallback's).
-                if let Some(v) = &l.client_validation {
-                    let applied = crate::tls::client_ca::for_listener(&table, listener.as_bytes(), v).and_then(|ca| {
-                        // SAFETY: `ssl` is live for the handshake and not
-                        // otherwise borrowed here.
-                        crate::tls::client_ca::apply(unsafe { SslRef::from_ptr_mut(ssl.cast()) }, &ca)
-                    });
-                    if let Err(e) = applied {
-                        // Fail closed: no handshake without the validation
-                        // the Gateway asks for.
-                        if !log.is_null() {
-                            ngx_log_error!(
-                                NGX_LOG_ERR,
-                                log,
-                                "dynamic_balancer: client certificate validation of {:?} cannot be set up: {e}",
-                                String::from_utf8_lossy(listener.as_bytes())
-                            );
-                        }
-                        return 0;
-                    }
-                }
-                let id = l.certificate(sni.as_deref());
-                id.and_then(|id| crate::tls::cache::find_id(&zone, id, on_error))
-            }
-            None => crate::tls::cache::find(&zone, sni.as_deref(), on_error),
-        };
-        let Some(cert) = found else { return 1 };
-        // OpenSSL keeps one certificate per key type: without clearing, an
-        // RSA certificate from the zone would sit beside the server's static
-        // ECDSA one, and the client could be shown either.
-        // SAFETY: `ssl` is live; this drops the connection's references to
-        // the static certificates, which the SSL_CTX still holds.
-        unsafe { SSL_certs_clear(ssl) };
-        // SAFETY: `ssl` is live; the leaf, key and chain are live OpenSSL
-        // objects the cache holds, and OpenSSL takes its own references.
-        let ok = unsafe {
-            SSL_use_cert_and_key(
-                ssl,
-                cert.leaf.as_ptr().cast(),
-                cert.key.as_ptr().cast(),
-                cert.chain.as_ptr().cast(),
-                1,
-            )
-        };
-        if ok != 1 {
-            if !log.is_null() {
-                ngx_log_error!(
-                    NGX_LOG_ERR,
-                    log,
-                    "dynamic_balancer: SSL_use_cert_and_key failed for SNI {:?}",
-                    sni.as_deref().unwrap_or("")
-                );
-            }
-            return 0;
-        }
-        1
+        // SAFETY: `ssl` is live for the handshake (OpenSSL's contract).
+        unsafe { serve_certificate(ssl, &zone, scf.ssl_routes.as_ref().map(|l| l.as_bytes())) }
     })
+}
+
+/// Installs the certificate for a handshake's SNI on `ssl`: one of Gateway
+/// listener `listener`'s (after setting up its client validation), or
+/// without a listener one of the zone's by host. 1 to go on (with the
+/// server's static certificate when none is found), 0 to fail.
+///
+/// # Safety
+/// `ssl` is a live handshake's `SSL`, on the event loop.
+pub unsafe fn serve_certificate(ssl: *mut SSL, zone: &Zone, listener: Option<&[u8]>) -> c_int {
+    // SAFETY: `ssl` is live for the handshake.
+    let sni = unsafe { servername(ssl) }.and_then(sni_key);
+    // SAFETY: nginx stores its connection at this index of every SSL
+    // it creates; it outlives the handshake.
+    let c = unsafe { SSL_get_ex_data(ssl, ngx_ssl_connection_index) }.cast::<ngx_connection_t>();
+    // SAFETY: as above; a null connection has no log.
+    let log = unsafe { c.as_ref() }.map_or(std::ptr::null_mut(), |c| c.log);
+    let on_error = |id: &str, e: &str| {
+        if !log.is_null() {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                log,
+                "dynamic_balancer: certificate {id:?} cannot be loaded: {e}"
+            );
+        }
+    };
+    let found = match listener {
+        // A Gateway's HTTPS server: its listeners' certificates only.
+        // The id is borrowed from the table: nothing is copied per
+        // handshake.
+        Some(listener) => {
+            let Some(table) = crate::backends::routes_cache::current(zone, |_| {}) else {
+                return 1;
+            };
+            let Some(l) = table.listener(listener) else {
+                return 1;
+            };
+            // Client certificates are asked for whichever certificate
+            // the SNI finds (even the static fallback's).
+            if let Some(v) = &l.client_validation {
+                let applied = crate::tls::client_ca::for_listener(&table, listener, v).and_then(|ca| {
+                    // SAFETY: `ssl` is live for the handshake and not
+                    // otherwise borrowed here.
+                    crate::tls::client_ca::apply(unsafe { SslRef::from_ptr_mut(ssl.cast()) }, &ca)
+                });
+                if let Err(e) = applied {
+                    // Fail closed: no handshake without the validation
+                    // the Gateway asks for.
+                    if !log.is_null() {
+                        ngx_log_error!(
+                            NGX_LOG_ERR,
+                            log,
+                            "dynamic_balancer: client certificate validation of {:?} cannot be set up: {e}",
+                            String::from_utf8_lossy(listener)
+                        );
+                    }
+                    return 0;
+                }
+            }
+            let id = l.certificate(sni.as_deref());
+            id.and_then(|id| crate::tls::cache::find_id(zone, id, on_error))
+        }
+        None => crate::tls::cache::find(zone, sni.as_deref(), on_error),
+    };
+    let Some(cert) = found else { return 1 };
+    // OpenSSL keeps one certificate per key type: without clearing, an
+    // RSA certificate from the zone would sit beside the server's static
+    // ECDSA one, and the client could be shown either.
+    // SAFETY: `ssl` is live; this drops the connection's references to
+    // the static certificates, which the SSL_CTX still holds.
+    unsafe { SSL_certs_clear(ssl) };
+    // SAFETY: `ssl` is live; the leaf, key and chain are live OpenSSL
+    // objects the cache holds, and OpenSSL takes its own references.
+    let ok = unsafe {
+        SSL_use_cert_and_key(
+            ssl,
+            cert.leaf.as_ptr().cast(),
+            cert.key.as_ptr().cast(),
+            cert.chain.as_ptr().cast(),
+            1,
+        )
+    };
+    if ok != 1 {
+        if !log.is_null() {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                log,
+                "dynamic_balancer: SSL_use_cert_and_key failed for SNI {:?}",
+                sni.as_deref().unwrap_or("")
+            );
+        }
+        return 0;
+    }
+    1
 }

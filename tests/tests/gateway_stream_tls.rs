@@ -1,0 +1,160 @@
+//! TLS terminated in `stream{}` with a Gateway listener's certificates
+//! (`dynamic_balancer_ssl_routes`, a TLS listener in `Terminate` mode):
+//! each handshake gets the certificate the route table names for its SNI
+//! (nginx's static one when it names none), the backend is chosen by that
+//! SNI, and the decrypted bytes reach it in the clear. Certificates and
+//! routes change through the API with no reload.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use openssl::hash::MessageDigest;
+use openssl::ssl::{Ssl, SslContext, SslMethod, SslVerifyMode};
+use serde_json::{json, Value};
+use tests::echo::{answered_by, TcpEcho};
+use tests::tls::TestCert;
+use tests::{backend, free_port, Nginx};
+
+const LISTENER: &str = "test/gw/8443";
+
+fn start(port: u16, fallback: &TestCert) -> (Nginx, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fallback.crt"), &fallback.cert_pem).unwrap();
+    std::fs::write(dir.path().join("fallback.key"), &fallback.key_pem).unwrap();
+    let stream = format!(
+        r#"stream {{
+    upstream gateway_stream_balancer {{ dynamic_balancer; }}
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {d}/fallback.crt;
+        ssl_certificate_key {d}/fallback.key;
+        dynamic_balancer_ssl_routes {LISTENER};
+        dynamic_balancer_routes {LISTENER};
+        proxy_pass gateway_stream_balancer;
+    }}
+}}"#,
+        d = dir.path().display()
+    );
+    let ng = Nginx::builder().workers(2).main_extra(&stream).start();
+    (ng, dir)
+}
+
+/// A listener whose hostnames route to a backend each, with a certificate
+/// each (`(hostname, backend, certificate id)`).
+fn table(hosts: &[(&str, &str, &str)]) -> Value {
+    json!({"listeners": [{
+        "name": LISTENER, "port": 8443,
+        "hosts": hosts.iter().enumerate().map(|(i, (h, _, _))| json!({"hostname": h, "matches": [
+            {"path": {"type": "PathPrefix", "value": "/"}, "rule": i}]})).collect::<Vec<_>>(),
+        "rules": hosts.iter().map(|(h, b, _)| json!({"route": format!("test/{h}"), "backends": [{"backend": b, "weight": 1}]})).collect::<Vec<_>>(),
+        "certificates": hosts.iter().map(|(h, _, c)| json!({"hostname": h, "certificate": c})).collect::<Vec<_>>(),
+    }]})
+}
+
+/// Over TLS with SNI `sni`: the SHA-256 of the certificate shown, and the
+/// echo's answer to one line (`None` when the connection closes first).
+fn ask(port: u16, sni: &str) -> (String, Option<String>) {
+    let mut b = SslContext::builder(SslMethod::tls_client()).unwrap();
+    b.set_verify(SslVerifyMode::NONE);
+    let mut ssl = Ssl::new(&b.build()).unwrap();
+    ssl.set_hostname(sni).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).expect("nginx listens");
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut tls = ssl.connect(tcp).expect("handshake");
+    let shown = tls.ssl().peer_certificate().unwrap().digest(MessageDigest::sha256()).unwrap();
+    let shown: String = shown.iter().map(|b| format!("{b:02x}")).collect();
+    if tls.write_all(b"hello\n").is_err() {
+        return (shown, None);
+    }
+    let mut line = String::new();
+    let answer = match BufReader::new(&mut tls).read_line(&mut line) {
+        Ok(n) if n > 0 && line.ends_with('\n') => Some(line.trim_end().to_string()),
+        _ => None,
+    };
+    (shown, answer)
+}
+
+fn worker_pids(ng: &Nginx) -> Vec<i64> {
+    let mut pids: Vec<i64> = ng.status()["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["pid"].as_i64())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+fn put(ng: &Nginx, path: &str, body: &str) {
+    let r = ng.api("PUT", path, Some(body));
+    assert!(r.status == 200 || r.status == 201, "PUT {path}: {} {}", r.status, r.body);
+}
+
+#[test]
+fn tls_is_terminated_with_the_listeners_certificates_and_routed_by_sni() {
+    let (echo_a, echo_b) = (TcpEcho::start(), TcpEcho::start());
+    let fallback = TestCert::new("fallback");
+    let (cert_a, cert_b) = (TestCert::new("a.tls.test"), TestCert::new("b.tls.test"));
+    let port = free_port();
+    let (ng, _dir) = start(port, &fallback);
+    let r = ng.post_backends(&json!([
+        backend("echo-a", &[echo_a.endpoint()]),
+        backend("echo-b", &[echo_b.endpoint()]),
+    ]));
+    assert_eq!(r.status, 201, "{}", r.body);
+    put(&ng, "/configuration/certificates/t_a", &cert_a.body());
+    put(&ng, "/configuration/certificates/t_b", &cert_b.body());
+
+    // No table yet: nginx's own certificate, and no backend takes it.
+    assert_eq!(ask(port, "a.tls.test"), (fallback.sha256.clone(), None));
+
+    let t = table(&[("a.tls.test", "echo-a", "t_a"), ("b.tls.test", "echo-b", "t_b")]);
+    put(&ng, "/configuration/routes", &t.to_string());
+    let pids = worker_pids(&ng);
+    for _ in 0..4 {
+        let (shown, answer) = ask(port, "a.tls.test");
+        assert_eq!(shown, cert_a.sha256);
+        // The echo read the line in the clear and names its port.
+        assert_eq!(answer.as_deref().and_then(answered_by), Some(echo_a.port), "{answer:?}");
+        let (shown, answer) = ask(port, "b.tls.test");
+        assert_eq!(shown, cert_b.sha256);
+        assert_eq!(answer.as_deref().and_then(answered_by), Some(echo_b.port), "{answer:?}");
+    }
+    // A name no listener hostname covers: the static certificate, closed.
+    assert_eq!(ask(port, "c.tls.test"), (fallback.sha256.clone(), None));
+
+    // The routes and certificates change live: a.tls.test now goes to b's
+    // echo with b's certificate.
+    let t = table(&[("a.tls.test", "echo-b", "t_b"), ("b.tls.test", "echo-b", "t_b")]);
+    put(&ng, "/configuration/routes", &t.to_string());
+    for _ in 0..4 {
+        let (shown, answer) = ask(port, "a.tls.test");
+        assert_eq!(shown, cert_b.sha256);
+        assert_eq!(answer.as_deref().and_then(answered_by), Some(echo_b.port), "{answer:?}");
+    }
+    assert_eq!(worker_pids(&ng), pids, "no worker was replaced");
+}
+
+#[test]
+fn a_server_without_tls_cannot_take_a_listeners_certificates() {
+    let port = free_port();
+    let stream = format!(
+        r#"stream {{
+    upstream gateway_stream_balancer {{ dynamic_balancer; }}
+    server {{
+        listen 127.0.0.1:{port};
+        dynamic_balancer_ssl_routes {LISTENER};
+        dynamic_balancer_routes {LISTENER};
+        proxy_pass gateway_stream_balancer;
+    }}
+}}"#
+    );
+    let out = Nginx::builder().main_extra(&stream).test_config();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("\"dynamic_balancer_ssl_routes\" needs TLS on the server"),
+        "{err}"
+    );
+}
