@@ -162,6 +162,32 @@ pub fn handshake(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<Presente
     })
 }
 
+/// One line through a line-echo server behind a TLS listener on
+/// `127.0.0.1:port` that ends the TLS (SNI `sni`, no verification): the
+/// SHA-256 of the certificate shown, and the echo's answer (`None` when
+/// the connection closes first). `Err` when the handshake fails.
+pub fn ask_over_tls(port: u16, sni: &str, message: &str) -> Result<(String, Option<String>), String> {
+    let mut b = SslContext::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
+    b.set_verify(SslVerifyMode::NONE);
+    let mut ssl = Ssl::new(&b.build()).map_err(|e| e.to_string())?;
+    ssl.set_hostname(sni).map_err(|e| e.to_string())?;
+    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    tcp.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut tls = ssl.connect(tcp).map_err(|e| e.to_string())?;
+    let cert = tls.ssl().peer_certificate().ok_or("no certificate presented")?;
+    let shown = hex(&cert.digest(MessageDigest::sha256()).unwrap());
+    if tls.write_all(format!("{message}\n").as_bytes()).is_err() {
+        return Ok((shown, None));
+    }
+    let mut line = String::new();
+    let answer = match std::io::BufRead::read_line(&mut std::io::BufReader::new(&mut tls), &mut line) {
+        Ok(n) if n > 0 && line.ends_with('\n') => Some(line.trim_end().to_string()),
+        _ => None,
+    };
+    Ok((shown, answer))
+}
+
 /// A certificate authority for client certificates.
 pub struct TestCa {
     pub cert: X509,

@@ -5,15 +5,9 @@
 //! SNI, and the decrypted bytes reach it in the clear. Certificates and
 //! routes change through the API with no reload.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use openssl::hash::MessageDigest;
-use openssl::ssl::{Ssl, SslContext, SslMethod, SslVerifyMode};
 use serde_json::{json, Value};
 use tests::echo::{answered_by, TcpEcho};
-use tests::tls::TestCert;
+use tests::tls::{ask_over_tls, TestCert};
 use tests::{backend, free_port, Nginx};
 
 const LISTENER: &str = "test/gw/8443";
@@ -55,24 +49,7 @@ fn table(hosts: &[(&str, &str, &str)]) -> Value {
 /// Over TLS with SNI `sni`: the SHA-256 of the certificate shown, and the
 /// echo's answer to one line (`None` when the connection closes first).
 fn ask(port: u16, sni: &str) -> (String, Option<String>) {
-    let mut b = SslContext::builder(SslMethod::tls_client()).unwrap();
-    b.set_verify(SslVerifyMode::NONE);
-    let mut ssl = Ssl::new(&b.build()).unwrap();
-    ssl.set_hostname(sni).unwrap();
-    let tcp = TcpStream::connect(("127.0.0.1", port)).expect("nginx listens");
-    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut tls = ssl.connect(tcp).expect("handshake");
-    let shown = tls.ssl().peer_certificate().unwrap().digest(MessageDigest::sha256()).unwrap();
-    let shown: String = shown.iter().map(|b| format!("{b:02x}")).collect();
-    if tls.write_all(b"hello\n").is_err() {
-        return (shown, None);
-    }
-    let mut line = String::new();
-    let answer = match BufReader::new(&mut tls).read_line(&mut line) {
-        Ok(n) if n > 0 && line.ends_with('\n') => Some(line.trim_end().to_string()),
-        _ => None,
-    };
-    (shown, answer)
+    ask_over_tls(port, sni, "hello").expect("handshake")
 }
 
 fn worker_pids(ng: &Nginx) -> Vec<i64> {
@@ -88,7 +65,12 @@ fn worker_pids(ng: &Nginx) -> Vec<i64> {
 
 fn put(ng: &Nginx, path: &str, body: &str) {
     let r = ng.api("PUT", path, Some(body));
-    assert!(r.status == 200 || r.status == 201, "PUT {path}: {} {}", r.status, r.body);
+    assert!(
+        r.status == 200 || r.status == 201,
+        "PUT {path}: {} {}",
+        r.status,
+        r.body
+    );
 }
 
 #[test]

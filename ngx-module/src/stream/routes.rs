@@ -110,5 +110,17 @@ pub unsafe fn backend(
             rule.route.escape_debug()
         );
     }
+    // A backend a BackendTLSPolicy says is reached over TLS: these servers
+    // connect in the clear, so the connection is refused rather than sent
+    // to it unencrypted.
+    if found.rule.backend_tls.get(chosen).copied().unwrap_or(false) {
+        ngx_log_error!(
+            NGX_LOG_ERR,
+            log,
+            "dynamic_balancer: route {} sends this connection to a backend reached over TLS, which stream servers do not originate; closing it",
+            rule.route.escape_debug()
+        );
+        return None;
+    }
     name
 }

@@ -127,7 +127,9 @@ unsafe fn listener<'a>(arg: *mut c_void) -> Option<&'a [u8]> {
 unsafe extern "C" fn client_hello_callback(ssl: *mut SSL, _alert: *mut c_int, arg: *mut c_void) -> c_int {
     ffi_guard("stream TLS client hello callback", 0, || {
         // SAFETY: `arg` is what `install` passed, of this cycle's SSL_CTX.
-        let Some(name) = (unsafe { listener(arg) }) else { return 1 };
+        let Some(name) = (unsafe { listener(arg) }) else {
+            return 1;
+        };
         // SAFETY: OpenSSL calls it with the handshake's live `SSL`.
         unsafe { scope_sessions(ssl, current_zone().as_ref(), name) }
     })
@@ -138,7 +140,9 @@ unsafe extern "C" fn client_hello_callback(ssl: *mut SSL, _alert: *mut c_int, ar
 unsafe extern "C" fn certificate_callback(ssl: *mut SSL, arg: *mut c_void) -> c_int {
     ffi_guard("stream TLS certificate callback", 0, || {
         // SAFETY: as in `client_hello_callback`.
-        let Some(name) = (unsafe { listener(arg) }) else { return 1 };
+        let Some(name) = (unsafe { listener(arg) }) else {
+            return 1;
+        };
         let Some(zone) = current_zone() else { return 1 };
         // SAFETY: OpenSSL calls it with the handshake's live `SSL`.
         unsafe { serve_certificate(ssl, &zone, Some(name)) }
