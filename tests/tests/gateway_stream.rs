@@ -10,20 +10,15 @@ use std::time::Duration;
 use tests::controller::{service, wait_until, Controller};
 use tests::echo::{answered_by, ask_tcp, ask_udp, free_udp_port, TcpEcho, UdpEcho};
 use tests::free_port;
-use tests::tls::{ask_over_tls, handshake, tls_secret, tls_upstream, TestCert};
+use tests::tls::{handshake, tls_upstream, TestCert};
 
 const CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: dynamic}\nspec: {controllerName: dynamic-balancer.dev/gateway-controller}\n";
 
-/// TCP, UDP and TLS Passthrough listeners, and a TLS Terminate listener
-/// for `*.t.test` with Secret `t-cert` on its own port.
-fn gateway(tcp: u16, udp: u16, tls: u16, terminate: u16) -> String {
+fn gateway(tcp: u16, udp: u16, tls: u16) -> String {
     format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: demo, name: l4}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: tcp, protocol: TCP, port: {tcp}}}\n  - {{name: udp, protocol: UDP, port: {udp}}}\n  - {{name: tls, protocol: TLS, port: {tls}, tls: {{mode: Passthrough}}}}\n  - {{name: terminate, protocol: TLS, port: {terminate}, hostname: \"*.t.test\", tls: {{mode: Terminate, certificateRefs: [{{name: t-cert}}]}}}}\n"
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: demo, name: l4}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: tcp, protocol: TCP, port: {tcp}}}\n  - {{name: udp, protocol: UDP, port: {udp}}}\n  - {{name: tls, protocol: TLS, port: {tls}, tls: {{mode: Passthrough}}}}\n  - {{name: terminate, protocol: TLS, port: {tls}, hostname: t.test, tls: {{mode: Terminate}}}}\n"
     )
 }
-
-/// A Gateway whose port mixes TLS modes: both listeners are refused.
-const MIXED: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {namespace: demo, name: mixed}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {name: pass, protocol: TLS, port: 9443, hostname: p.test, tls: {mode: Passthrough}}\n  - {name: end, protocol: TLS, port: 9443, hostname: e.test, tls: {mode: Terminate, certificateRefs: [{name: t-cert}]}}\n";
 
 /// A TCPRoute or UDPRoute (`kind`) named `name` to Service `to`, on the
 /// listener `section`.
@@ -34,12 +29,8 @@ fn l4_route(kind: &str, name: &str, section: &str, to: &str) -> String {
 }
 
 fn tls_route(name: &str, host: &str, to: &str) -> String {
-    tls_route_on("tls", name, host, to)
-}
-
-fn tls_route_on(section: &str, name: &str, host: &str, to: &str) -> String {
     format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {{namespace: demo, name: {name}}}\nspec:\n  parentRefs: [{{name: l4, sectionName: {section}}}]\n  hostnames: [{host}]\n  rules:\n  - backendRefs: [{{name: {to}, port: 80}}]\n"
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: TLSRoute\nmetadata: {{namespace: demo, name: {name}}}\nspec:\n  parentRefs: [{{name: l4, sectionName: tls}}]\n  hostnames: [{host}]\n  rules:\n  - backendRefs: [{{name: {to}, port: 80}}]\n"
     )
 }
 
@@ -49,18 +40,10 @@ fn tcp_udp_and_tls_routes_route_connections_without_reload() {
     let udp = UdpEcho::start();
     let (cert_a, cert_b) = (TestCert::new("a.tls.test"), TestCert::new("b.tls.test"));
     let (tls_a, tls_b) = (tls_upstream(&cert_a), tls_upstream(&cert_b));
-    let t_cert = TestCert::new("*.t.test");
     let (tcp_port, udp_port, tls_port) = (free_port(), free_udp_port(), free_port());
-    let terminate_port = free_port();
     let files = vec![
         ("class.yaml", CLASS.to_string()),
-        ("gateway.yaml", gateway(tcp_port, udp_port, tls_port, terminate_port)),
-        ("mixed.yaml", MIXED.to_string()),
-        ("t-cert.yaml", tls_secret("t-cert", &t_cert)),
-        (
-            "terminate.yaml",
-            tls_route_on("terminate", "ended", "one.t.test", "tcp-a"),
-        ),
+        ("gateway.yaml", gateway(tcp_port, udp_port, tls_port)),
         (
             "services.yaml",
             [
@@ -100,19 +83,10 @@ fn tcp_udp_and_tls_routes_route_connections_without_reload() {
     assert_eq!(cn("x.b.tls.test").as_deref(), Ok("b.tls.test"));
     assert!(cn("other.test").is_err(), "no route for that server name");
     assert!(
-        c.log()
-            .contains("port 9443 has TLS listeners in both Passthrough and Terminate mode"),
+        c.log().contains("TLS listeners are served in mode Passthrough only"),
         "{}",
         c.log()
     );
-
-    // TLS Terminate: the Secret's certificate, the bytes in the clear to
-    // the backend the SNI's route names; a name no route takes is closed.
-    let ended = ask_over_tls(terminate_port, "one.t.test", "hello")
-        .unwrap_or_else(|e| panic!("handshake: {e}\n{}\n{}", c.conf(), c.log()));
-    assert_eq!(ended.0, t_cert.sha256);
-    assert_eq!(ended.1.as_deref().and_then(answered_by), Some(tcp_a.port), "{ended:?}");
-    assert_eq!(ask_over_tls(terminate_port, "two.t.test", "hello").unwrap().1, None);
 
     // Route edits: the TCPRoute moves to b, a TLSRoute takes another
     // host; no reload.
@@ -126,15 +100,5 @@ fn tcp_udp_and_tls_routes_route_connections_without_reload() {
     assert!(wait_until(Duration::from_secs(10), || cn("c.tls.test").as_deref()
         == Ok("a.tls.test")));
     assert!(cn("a.tls.test").is_err());
-    c.write(
-        "terminate.yaml",
-        &tls_route_on("terminate", "ended", "two.t.test", "tcp-b"),
-    );
-    assert!(wait_until(Duration::from_secs(10), || ask_over_tls(
-        terminate_port,
-        "two.t.test",
-        "hello"
-    )
-    .is_ok_and(|(_, a)| a.as_deref().and_then(answered_by) == Some(tcp_b.port))));
     assert_eq!(c.reloads(), reloads, "layer 4 route edits never reload");
 }

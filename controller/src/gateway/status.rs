@@ -784,10 +784,12 @@ mod tests {
             listener("infra/gw/80").rules[0].backends[0].protocol,
             lua_compat::routes::BackendProtocol::H2c
         );
-        // TLS in Terminate mode (the default) needs its certificate.
         assert_eq!(
-            model.unresolved_listeners[&("infra/gw".into(), "term".into())].0,
-            "InvalidCertificateRef"
+            model.listeners[&("infra/gw".into(), "term".into())]
+                .as_ref()
+                .unwrap_err()
+                .0,
+            "UnsupportedValue"
         );
         assert_eq!(
             model.listeners[&("infra/gw".into(), "sctp".into())]
@@ -823,7 +825,7 @@ mod tests {
                 ("tcp", vec!["TCPRoute"], 1),
                 ("udp", vec!["UDPRoute"], 1),
                 ("tls", vec!["TLSRoute"], 1),
-                ("term", vec!["TLSRoute"], 0),
+                ("term", vec![], 0),
                 ("sctp", vec![], 0)
             ]
         );
