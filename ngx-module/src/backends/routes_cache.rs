@@ -6,7 +6,7 @@
 //! groups, regular expressions built). Requests in flight keep the table
 //! they matched (`Rc`) until they end.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use lua_compat::routes::matcher::{Compiled, CompiledListener};
 use lua_compat::routes::RouteTable;
 
+use crate::conf::ListenerMemo;
 use crate::shm::routes;
 use crate::shm::zone::Zone;
 
@@ -55,13 +56,6 @@ fn current_of_generation(zone: &Zone, on_error: impl FnOnce(&str)) -> Option<(Rc
     })
 }
 
-/// A location's listener, as resolved in the table of one generation: the
-/// listener's name is hashed and looked up once per table a worker
-/// compiles, not once per request. Lives in the location's configuration,
-/// which is the worker's own after fork.
-#[derive(Default)]
-pub struct ListenerMemo(Cell<Option<(u64, NonNull<CompiledListener>)>>);
-
 /// In the current table (`None` when there is none), the listener named
 /// `name` (`Some(None)` when the table has no such listener), which `memo`
 /// (always the same location's, for the same `name`) remembers.
@@ -72,12 +66,12 @@ pub fn current_listener(
     on_error: impl FnOnce(&str),
 ) -> Option<Option<Listener>> {
     let (table, generation) = current_of_generation(zone, on_error)?;
-    let found = match memo.0.get() {
+    let found = match memo.get() {
         Some((g, listener)) if g == generation => Some(listener),
         _ => {
             let found = table.listener(name).map(NonNull::from);
             if let Some(l) = found {
-                memo.0.set(Some((generation, l)));
+                memo.set(generation, l);
             }
             found
         }

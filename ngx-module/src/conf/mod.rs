@@ -7,6 +7,8 @@
 //! May use [`crate::nginx`] and [`crate::shm`] (the zones the main conf
 //! points at).
 
+mod listener_memo;
+
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::ptr::{self, NonNull};
@@ -22,6 +24,8 @@ use crate::nginx::module::Module;
 use crate::nginx::variables::{self, Own, Read};
 use crate::shm::metrics_zone::{MetricsZone, Series, ZoneCtx};
 use crate::shm::zone::Zone;
+
+pub use listener_memo::ListenerMemo;
 
 /// `http{}` level: the zone.
 pub struct MainConf {
@@ -187,7 +191,7 @@ pub struct LocConf {
     /// HTTP/2 backends over TLS (`grpc_pass grpcs://`).
     pub routes_grpcs: Option<ngx_str_t>,
     /// The `routes` listener in this worker's current route table.
-    pub routes_memo: crate::backends::routes_cache::ListenerMemo,
+    pub routes_memo: ListenerMemo,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

@@ -33,8 +33,8 @@ use ngx::ffi::{
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 
-use crate::backends::routes_cache::{self, ListenerMemo};
-use crate::conf::{own_variable, read_variable, request_host, zone_of};
+use crate::backends::routes_cache;
+use crate::conf::{own_variable, read_variable, request_host, zone_of, ListenerMemo};
 use crate::http::gateway_cors;
 use crate::http::gateway_matched::Matched;
 use crate::http::gateway_mirror;
