@@ -118,10 +118,10 @@ pub struct Presented {
     pub alpn: Option<String>,
 }
 
-/// One full TLS handshake (no session reuse) to `127.0.0.1:port` with SNI
-/// `sni` (none if `None`), offering ALPN `alpn`; the server's certificate is
-/// not verified (they are self-signed), only reported.
-pub fn handshake(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<Presented, String> {
+/// A TLS connection to `127.0.0.1:port` with SNI `sni` (none if `None`),
+/// offering ALPN `alpn`, the server's certificate not verified; 5 s per
+/// read and write.
+fn connect(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<openssl::ssl::SslStream<TcpStream>, String> {
     // A bare context: SslConnector would load the system CA store on every
     // call, which costs more than the handshake.
     let mut b = SslContext::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
@@ -144,7 +144,14 @@ pub fn handshake(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<Presente
     stream.set_nodelay(true).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     stream.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-    let tls = ssl.connect(stream).map_err(|e| e.to_string())?;
+    ssl.connect(stream).map_err(|e| e.to_string())
+}
+
+/// One full TLS handshake (no session reuse) to `127.0.0.1:port` with SNI
+/// `sni` (none if `None`), offering ALPN `alpn`; the server's certificate is
+/// not verified (they are self-signed), only reported.
+pub fn handshake(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<Presented, String> {
+    let tls = connect(port, sni, alpn)?;
     let cert = tls.ssl().peer_certificate().ok_or("no certificate presented")?;
     let cn = cert
         .subject_name()
@@ -167,14 +174,7 @@ pub fn handshake(port: u16, sni: Option<&str>, alpn: &[&str]) -> Result<Presente
 /// SHA-256 of the certificate shown, and the echo's answer (`None` when
 /// the connection closes first). `Err` when the handshake fails.
 pub fn ask_over_tls(port: u16, sni: &str, message: &str) -> Result<(String, Option<String>), String> {
-    let mut b = SslContext::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
-    b.set_verify(SslVerifyMode::NONE);
-    let mut ssl = Ssl::new(&b.build()).map_err(|e| e.to_string())?;
-    ssl.set_hostname(sni).map_err(|e| e.to_string())?;
-    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    tcp.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut tls = ssl.connect(tcp).map_err(|e| e.to_string())?;
+    let mut tls = connect(port, Some(sni), &[])?;
     let cert = tls.ssl().peer_certificate().ok_or("no certificate presented")?;
     let shown = hex(&cert.digest(MessageDigest::sha256()).unwrap());
     if tls.write_all(format!("{message}\n").as_bytes()).is_err() {

@@ -206,7 +206,8 @@ fn route(req: &mut Request, listener: &[u8], memo: &ListenerMemo) -> ngx_int_t {
     };
     let found_prefix = found.prefix_len;
     let compiled: *const CompiledRule = found.rule;
-    let matched = Matched::new(held.table().clone(), l, found.rule);
+    // SAFETY: the rule was found among the listener's.
+    let matched = unsafe { Matched::new(held, compiled) };
     // SAFETY: a live request's pool is live; the value is dropped by the
     // pool's cleanup, when the request ends.
     let Some(p) = (unsafe { pool_box(req.as_ref().pool, matched) }) else {

@@ -10,6 +10,7 @@ use lua_compat::routes::matcher::{Compiled, CompiledListener, CompiledRule};
 use ngx::ffi::ngx_int_t;
 use ngx::http::Request;
 
+use crate::backends::routes_cache::Listener;
 use crate::conf::own_variable;
 use crate::nginx::variables::{self, Own};
 
@@ -27,20 +28,20 @@ pub enum MirrorState {
 }
 
 /// The rule a request matched, in the request's pool for its whole life:
-/// it holds the table, so the backend name and the header strings the
-/// request points at stay valid even if the table is replaced meanwhile.
+/// it holds the table (through its listener), so the backend name and the
+/// header strings the request points at stay valid even if the table is
+/// replaced meanwhile.
 pub struct Matched {
-    table: Rc<Compiled>,
-    listener: *const CompiledListener,
+    listener: Listener,
     rule: *const CompiledRule,
     pub mirrors: Cell<MirrorState>,
 }
 
 impl Matched {
-    /// `listener` must be one of `table`'s, and `rule` one of its.
-    pub fn new(table: Rc<Compiled>, listener: &CompiledListener, rule: &CompiledRule) -> Self {
+    /// # Safety
+    /// `rule` is one of `listener`'s rules.
+    pub unsafe fn new(listener: Listener, rule: *const CompiledRule) -> Self {
         Matched {
-            table,
             listener,
             rule,
             mirrors: Cell::new(MirrorState::NotYet),
@@ -50,18 +51,16 @@ impl Matched {
     /// The table the request was routed by (backends' TLS is read from it
     /// when nginx connects, whatever table is current by then).
     pub fn table(&self) -> &Rc<Compiled> {
-        &self.table
+        self.listener.table()
     }
 
     pub fn listener(&self) -> &CompiledListener {
-        // SAFETY: `listener` points into `table` (`new`'s contract), which
-        // this value keeps alive.
-        unsafe { &*self.listener }
+        self.listener.get()
     }
 
     pub fn rule(&self) -> &CompiledRule {
-        // SAFETY: `rule` points into `table` (`new`'s contract), which this
-        // value keeps alive.
+        // SAFETY: `rule` is one of the listener's (`new`'s contract), in the
+        // table this value holds.
         unsafe { &*self.rule }
     }
 }

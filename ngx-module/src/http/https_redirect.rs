@@ -18,7 +18,7 @@ use ngx::ffi::{
 };
 use ngx::http::{HttpModuleLocationConf, Request};
 
-use crate::conf::read_variable;
+use crate::conf::{read_variable, request_host};
 use crate::http::forwarded;
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
@@ -38,7 +38,7 @@ fn target_host(req: &Request) -> &[u8] {
         .then(|| request::header_in(req, b"x-forwarded-host"))
         .flatten()
         .and_then(https_redirect::forwarded_host);
-    forwarded.or_else(|| read_variable(req, Read::Host)).unwrap_or_default()
+    forwarded.unwrap_or_else(|| request_host(req))
 }
 
 /// Answers `code` with no body (a 204 to a CORS preflight); returns what

@@ -88,17 +88,17 @@ pub static mut COMMANDS: [ngx_command_t; 5] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_routes"),
         type_: (NGX_STREAM_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(set_routes),
+        set: Some(set_listener),
         conf: SRV_CONF_OFFSET,
-        offset: 0,
+        offset: offset_of!(StreamSrvConf, routes),
         post: std::ptr::null_mut(),
     },
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_ssl_routes"),
         type_: (NGX_STREAM_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
-        set: Some(set_ssl_routes),
+        set: Some(set_listener),
         conf: SRV_CONF_OFFSET,
-        offset: 0,
+        offset: offset_of!(StreamSrvConf, ssl_routes),
         post: std::ptr::null_mut(),
     },
     ngx_command_t::empty(),
@@ -254,23 +254,19 @@ unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, 
     })
 }
 
-/// `dynamic_balancer_routes listener;` in a stream `server{}`.
-unsafe extern "C" fn set_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("stream dynamic_balancer_routes", NGX_CONF_ERROR, || {
-        // SAFETY: `conf` is our `StreamSrvConf` of the enclosing server.
-        let scf = unsafe { &mut *conf.cast::<StreamSrvConf>() };
+/// `dynamic_balancer_routes listener;` and `dynamic_balancer_ssl_routes
+/// listener;` in a stream `server{}`: the listener name goes into the
+/// `Option<ngx_str_t>` field at the command's `offset`, as nginx's own
+/// `ngx_conf_set_*_slot` setters do.
+unsafe extern "C" fn set_listener(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
+    ffi_guard("stream listener directive", NGX_CONF_ERROR, || {
+        // SAFETY: `conf` is our `StreamSrvConf` of the enclosing server, and
+        // `cmd` one of `COMMANDS`, whose entries with this setter give the
+        // `offset_of!` an `Option<ngx_str_t>` field of it; configuration
+        // runs on one thread, nothing else borrows the conf meanwhile.
+        let slot = unsafe { &mut *conf.cast::<u8>().add((*cmd).offset).cast::<Option<ngx_str_t>>() };
         // SAFETY: `cf` is the live configuration being parsed.
-        unsafe { set_literal_once(cf, &mut scf.routes, "listener name") }
-    })
-}
-
-/// `dynamic_balancer_ssl_routes listener;` in a stream `server{}`.
-unsafe extern "C" fn set_ssl_routes(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
-    ffi_guard("stream dynamic_balancer_ssl_routes", NGX_CONF_ERROR, || {
-        // SAFETY: `conf` is our `StreamSrvConf` of the enclosing server.
-        let scf = unsafe { &mut *conf.cast::<StreamSrvConf>() };
-        // SAFETY: `cf` is the live configuration being parsed.
-        unsafe { set_literal_once(cf, &mut scf.ssl_routes, "listener name") }
+        unsafe { set_literal_once(cf, slot, "listener name") }
     })
 }
 

@@ -81,7 +81,8 @@ pub unsafe fn backend(
             "dynamic_balancer: the stored route table does not compile: {e}"
         );
     })?;
-    // SAFETY: this function's contract.
+    // SAFETY: this function's contract (`s` live, on its event loop) is
+    // `server_name`'s.
     let sni = unsafe { server_name(s) };
     let conn = Connection {
         host: sni.to_ascii_lowercase(),
