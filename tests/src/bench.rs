@@ -336,6 +336,7 @@ pub fn callgrind_total_with_routes(
         static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("callgrind.{run:02}.{port}.{}.{count}.out", headers.len());
+        std::fs::create_dir_all(&keep).unwrap();
         std::fs::copy(&out, std::path::Path::new(&keep).join(name)).unwrap();
     }
     let text = std::fs::read_to_string(&out).unwrap();

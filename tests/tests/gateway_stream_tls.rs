@@ -103,6 +103,11 @@ fn tls_is_terminated_with_the_listeners_certificates_and_routed_by_sni() {
         assert_eq!(shown, cert_b.sha256);
         assert_eq!(answer.as_deref().and_then(answered_by), Some(echo_b.port), "{answer:?}");
     }
+    // A fully qualified name (trailing dot) in any case is the same host,
+    // for its certificate and for its route.
+    let (shown, answer) = ask(port, "A.TLS.test.");
+    assert_eq!(shown, cert_a.sha256);
+    assert_eq!(answer.as_deref().and_then(answered_by), Some(echo_a.port), "{answer:?}");
     // A name no listener hostname covers: the static certificate, closed.
     assert_eq!(ask(port, "c.tls.test"), (fallback.sha256.clone(), None));
 

@@ -483,6 +483,14 @@ fn trim_ows(v: &[u8]) -> &[u8] {
     &v[start..end]
 }
 
+/// The host a TLS connection's server name routes by, as `$host` is for
+/// an HTTP request: lower case, without the one trailing dot a fully
+/// qualified name may carry (`Example.COM.` and `example.com` are one DNS
+/// name, and the certificate lookup already treats them as one).
+pub fn sni_host(sni: &[u8]) -> Vec<u8> {
+    sni.strip_suffix(b".").unwrap_or(sni).to_ascii_lowercase()
+}
+
 /// The first value of query parameter `name` in `args`, percent-decoded
 /// (names compared decoded too). No allocation unless something is encoded.
 pub fn query_value<'a>(args: &'a [u8], name: &[u8]) -> Option<Cow<'a, [u8]>> {
@@ -514,6 +522,20 @@ fn percent_decode(s: &[u8]) -> Cow<'_, [u8]> {
         i += 1;
     }
     Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod sni_tests {
+    use super::sni_host;
+
+    #[test]
+    fn a_server_name_routes_as_its_host() {
+        assert_eq!(sni_host(b"Example.COM."), b"example.com");
+        assert_eq!(sni_host(b"a.example.com"), b"a.example.com");
+        assert_eq!(sni_host(b"a.example.com.."), b"a.example.com.", "one dot only");
+        assert_eq!(sni_host(b""), b"");
+        assert_eq!(sni_host(b"."), b"");
+    }
 }
 
 #[cfg(test)]

@@ -7,11 +7,12 @@
 //! the oldest route's rule, and a TLS passthrough listener a host group per
 //! route hostname, looked up by the client's TLS server name
 //! (`$ssl_preread_server_name`, or the handshake's SNI where the server
-//! terminates TLS, see [`super::tls`]). The rule's backend is chosen by weight,
+//! terminates TLS, see [`super::tls`]), lower-cased and without a trailing
+//! dot, as an HTTP request's host is. The rule's backend is chosen by weight,
 //! as for HTTP. Nothing here reloads: a new table reaches the next
 //! connection of every worker.
 
-use lua_compat::routes::matcher::{Lookup, RequestView};
+use lua_compat::routes::matcher::{sni_host, Lookup, RequestView};
 use lua_compat::routes::weighted;
 use ngx::ffi::{ngx_log_t, ngx_stream_session_t, NGX_LOG_ERR, NGX_LOG_WARN};
 use ngx::ngx_log_error;
@@ -84,9 +85,7 @@ pub unsafe fn backend(
     // SAFETY: this function's contract (`s` live, on its event loop) is
     // `server_name`'s.
     let sni = unsafe { server_name(s) };
-    let conn = Connection {
-        host: sni.to_ascii_lowercase(),
-    };
+    let conn = Connection { host: sni_host(sni) };
     let found = match table.find(listener, &conn) {
         Lookup::Found(f) => f,
         Lookup::NoRoute | Lookup::NoListener => {
