@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::gateway::route::RouteKind;
-use crate::gateway::status::{conditions_json, desired, Addresses, Desired, SUPPORTED_FEATURES};
+use crate::gateway::status::{conditions_json, desired, Addresses, Desired, ParentStatus, SUPPORTED_FEATURES};
 use crate::gateway::translate::translate;
 use crate::snapshot::{key, Snapshot};
 
@@ -170,6 +170,27 @@ fn entries_status(
     json!({ list: parents })
 }
 
+/// Our parent entries to write on a route: what `want` says, or none (so
+/// that ours are removed) for a route none of our Gateways takes any more
+/// (its parent deleted, its `parentRefs` pointed elsewhere) that still
+/// carries entries of ours; `None`: not ours to write.
+fn parents_to_write<'a>(
+    want: Option<&'a Vec<ParentStatus>>,
+    have: &Value,
+    controller_name: &str,
+) -> Option<&'a [ParentStatus]> {
+    match want {
+        Some(w) => Some(w),
+        None => has_entries_of(have, "parents", controller_name).then_some(&[]),
+    }
+}
+
+fn has_entries_of(have: &Value, list: &str, controller_name: &str) -> bool {
+    have.get(list)
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|e| e["controllerName"] == controller_name))
+}
+
 /// Whether `want`'s keys hold the same values in `have`.
 fn differs(want: &Value, have: &Value) -> bool {
     want.as_object()
@@ -206,10 +227,10 @@ where
     let mut out = Vec::new();
     for route in routes {
         let meta = route.meta();
-        let Some(w) = want.routes.get(&kind.key(meta)) else {
+        let have = status_of(route);
+        let Some(w) = parents_to_write(want.routes.get(&kind.key(meta)), &have, &opts.controller_name) else {
             continue;
         };
-        let have = status_of(route);
         let status = route_status(w, &opts.controller_name, meta.generation.unwrap_or(0), &have, now);
         if differs(&status, &have) {
             let ns = meta.namespace.as_deref().unwrap_or("default");
@@ -409,10 +430,7 @@ async fn sync_once(
         let k = key(&p.metadata);
         let Some(w) = want.policies.get(&k) else { continue };
         let have = serde_json::to_value(&p.status).unwrap_or(Value::Null);
-        let ours_before = have
-            .get("ancestors")
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().any(|e| e["controllerName"] == opts.controller_name.as_str()));
+        let ours_before = has_entries_of(&have, "ancestors", &opts.controller_name);
         // A policy none of our Gateways uses, with no entry of ours: not
         // ours to write.
         if w.is_empty() && !ours_before {
@@ -508,7 +526,7 @@ pub async fn task(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::status::{Cond, ParentStatus};
+    use crate::gateway::status::Cond;
 
     #[test]
     fn other_controllers_parent_entries_are_kept() {
@@ -537,5 +555,27 @@ mod tests {
         // Written once, the same status does not differ any more.
         let again = route_status(&want, "me", 4, &status, "2026-11-28T05:00:00Z");
         assert!(!differs(&again, &status));
+    }
+
+    #[test]
+    fn a_route_none_of_our_gateways_takes_loses_only_our_entries() {
+        let have = json!({"parents": [
+            {"parentRef": {"name": "other"}, "controllerName": "example.com/x", "conditions": []},
+            {"parentRef": {"name": "deleted-gw"}, "controllerName": "me", "conditions": [
+                {"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        ]});
+        let w = parents_to_write(None, &have, "me").expect("ours to clean up");
+        assert!(w.is_empty());
+        let status = route_status(w, "me", 2, &have, "2026-11-29T00:00:00Z");
+        assert_eq!(
+            status,
+            json!({"parents": [{"parentRef": {"name": "other"}, "controllerName": "example.com/x", "conditions": []}]})
+        );
+        assert!(differs(&status, &have));
+        // Once written, nothing of ours is left: the route is not ours.
+        assert!(parents_to_write(None, &status, "me").is_none());
+        assert!(parents_to_write(None, &json!({}), "me").is_none());
+        let want = vec![];
+        assert!(parents_to_write(Some(&want), &json!({}), "me").is_some());
     }
 }

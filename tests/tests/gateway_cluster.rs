@@ -209,8 +209,19 @@ fn gateway_api_on_a_real_apiserver() {
         condition(&ls["status"]["conditions"], "Accepted")
             .is_some_and(|c| c["status"] == status && c["reason"] == reason)
     };
+    // A route of that Gateway alone.
+    api.apply_yaml(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {namespace: infra, name: spare}\nspec:\n  parentRefs: [{name: spare}]\n  rules:\n  - backendRefs: [{name: web, port: 80}]\n",
+    );
+    let spare_route_parents = || {
+        let (_, r) = api.get(&format!("{GROUP}/namespaces/infra/httproutes/spare"));
+        r["status"]["parents"].as_array().cloned().unwrap_or_default()
+    };
     assert!(
-        wait_until(Duration::from_secs(20), || spare_accepted("True", "Accepted")),
+        wait_until(Duration::from_secs(20), || spare_accepted("True", "Accepted")
+            && spare_route_parents()
+                .iter()
+                .any(|p| p["controllerName"] == "dynamic-balancer.dev/gateway-controller")),
         "{}",
         c.log()
     );
@@ -219,6 +230,13 @@ fn gateway_api_on_a_real_apiserver() {
         wait_until(Duration::from_secs(20), || spare_accepted("False", "ParentNotAccepted")),
         "{:?}\n{}",
         api.get(&format!("{GROUP}/namespaces/team/listenersets/spare")),
+        c.log()
+    );
+    // The route's entry for the deleted Gateway goes with it.
+    assert!(
+        wait_until(Duration::from_secs(20), || spare_route_parents().is_empty()),
+        "{:?}\n{}",
+        spare_route_parents(),
         c.log()
     );
     assert!(
