@@ -649,7 +649,7 @@ pub fn conditions_json(conditions: &[Cond], generation: i64, existing: Option<&V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::translate::{translate, CONTROLLER_NAME};
+    use crate::gateway::translate::{translate, CONTROLLER_NAME, MAX_PORTS_PER_GATEWAY};
     use lua_compat::routes::ValidationMode;
     use std::sync::Arc;
 
@@ -1121,6 +1121,59 @@ mod tests {
             (programmed.status, programmed.reason.as_str()),
             (false, "ParentNotProgrammed")
         );
+    }
+
+    #[test]
+    fn listener_sets_open_no_more_than_a_gateways_share_of_ports() {
+        let http = |name: String, port: u16| json!({"name": name, "protocol": "HTTP", "port": port});
+        let set = |name: &str, created: &str, listeners: Vec<Value>| {
+            json!({"kind": "ListenerSet", "metadata": {"namespace": "team", "name": name, "creationTimestamp": created},
+                   "spec": {"parentRef": {"name": "gw", "namespace": "infra"}, "listeners": listeners}})
+        };
+        let s = snap(&[
+            json!({"kind": "GatewayClass", "metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER_NAME}}),
+            json!({"kind": "Gateway", "metadata": {"namespace": "infra", "name": "gw", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                   "spec": {"gatewayClassName": "ours", "allowedListeners": {"namespaces": {"from": "All"}},
+                            "listeners": [http("web".into(), 80)]}}),
+            set(
+                "many",
+                "2026-01-01T00:00:01Z",
+                (0..64).map(|i| http(format!("l{i}"), 9000 + i)).collect(),
+            ),
+            set(
+                "late",
+                "2026-01-01T00:00:02Z",
+                vec![
+                    json!({"name": "shared", "protocol": "HTTP", "port": 80, "hostname": "late.example"}),
+                    http("new".into(), 7000),
+                ],
+            ),
+        ]);
+        let model = translate(&s, CONTROLLER_NAME, 0, &[], |r| {
+            format!("{}-{}-{}", r.namespace, r.name, r.port)
+        });
+        let state = |owner: &str, name: &str| model.listeners.get(&(owner.to_string(), name.to_string())).cloned();
+        let reason = |owner: &str, name: &str| state(owner, name).and_then(|r| r.err()).map(|e| e.0);
+        assert_eq!(model.servers.len(), MAX_PORTS_PER_GATEWAY);
+        assert_eq!(state("ListenerSet/team/many", "l62"), Some(Ok(())));
+        assert_eq!(
+            reason("ListenerSet/team/many", "l63").as_deref(),
+            Some("PortUnavailable"),
+            "the Gateway's own port and 63 of the set's make 64"
+        );
+        assert_eq!(
+            state("ListenerSet/team/late", "shared"),
+            Some(Ok(())),
+            "a port the Gateway has costs nothing"
+        );
+        assert_eq!(
+            reason("ListenerSet/team/late", "new").as_deref(),
+            Some("PortUnavailable")
+        );
+        assert!(model
+            .problems
+            .iter()
+            .any(|(object, message)| object == "ListenerSet team/late" && message.contains("64 ports")));
     }
 
     #[test]

@@ -207,6 +207,14 @@ fn listener_certificate(
     )
 }
 
+/// The most nginx servers (distinct ports, UDP apart) one Gateway may have,
+/// its ListenerSets' included: the Gateway API's own bound on a Gateway's
+/// listeners. Each new port is a listening socket and a reload, and the
+/// namespaces a Gateway takes ListenerSets from could otherwise open ports
+/// without end; a ListenerSet listener that would open one more is refused
+/// (`PortUnavailable`), in the sets' precedence order.
+pub const MAX_PORTS_PER_GATEWAY: usize = 64;
+
 /// Translates the snapshot's Gateway objects. `base_port` 0: nginx listens
 /// on each Gateway port itself (two Gateways on one port: the older keeps
 /// it); otherwise the Gateway ports, oldest Gateway first, get `base_port`,
@@ -300,6 +308,8 @@ pub fn translate(
     // port stays its first claimant's while its certificate is missing,
     // never falling to a later listener (another tenant's ListenerSet).
     let mut claims: BTreeMap<String, (ServerProtocol, Vec<String>)> = BTreeMap::new();
+    // How many nginx servers each Gateway has opened (MAX_PORTS_PER_GATEWAY).
+    let mut servers_of: BTreeMap<String, usize> = BTreeMap::new();
     // Every Gateway's own listeners first, then ListenerSets': a port a
     // ListenerSet adds takes the next nginx port after all the Gateways'
     // own (with `base_port`), so a tenant never shifts another Gateway's.
@@ -429,6 +439,16 @@ pub fn translate(
                     out.listeners.insert(lkey, Ok(()));
                     continue;
                 }
+                let opened = servers_of.entry(gw_key.clone()).or_insert(0);
+                if *opened >= MAX_PORTS_PER_GATEWAY {
+                    let message = format!(
+                        "Gateway {gw_key} already listens on {MAX_PORTS_PER_GATEWAY} ports, the most one Gateway and its ListenerSets may open; use a port it has"
+                    );
+                    out.problems
+                        .push((object.clone(), format!("listener {:?}: {message}", l.name)));
+                    out.listeners.insert(lkey, Err(("PortUnavailable".into(), message)));
+                    continue;
+                }
                 let nginx_port = if base_port == 0 {
                     port
                 } else {
@@ -450,6 +470,7 @@ pub fn translate(
                     continue;
                 }
                 taken.insert((nginx_port, udp), format!("Gateway {gw_key}"));
+                *opened += 1;
                 out.listeners.insert(lkey, Ok(()));
                 servers.insert(
                     name,
