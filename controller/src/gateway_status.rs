@@ -528,13 +528,18 @@ mod tests {
     use super::*;
     use crate::gateway::status::Cond;
 
+    /// A route's parents: another controller's entry, then ours for `gw`.
+    fn parents_of_two_controllers(gw: &str) -> Value {
+        json!({"parents": [
+            {"parentRef": {"name": "other"}, "controllerName": "example.com/x", "conditions": []},
+            {"parentRef": {"name": gw}, "controllerName": "me", "conditions": [
+                {"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        ]})
+    }
+
     #[test]
     fn other_controllers_parent_entries_are_kept() {
-        let have = json!({"parents": [
-            {"parentRef": {"name": "other"}, "controllerName": "example.com/x", "conditions": []},
-            {"parentRef": {"name": "gw"}, "controllerName": "me", "conditions": [
-                {"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-        ]});
+        let have = parents_of_two_controllers("gw");
         let want = [ParentStatus {
             parent_ref: json!({"name": "gw"}),
             conditions: vec![Cond {
@@ -559,11 +564,7 @@ mod tests {
 
     #[test]
     fn a_route_none_of_our_gateways_takes_loses_only_our_entries() {
-        let have = json!({"parents": [
-            {"parentRef": {"name": "other"}, "controllerName": "example.com/x", "conditions": []},
-            {"parentRef": {"name": "deleted-gw"}, "controllerName": "me", "conditions": [
-                {"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-        ]});
+        let have = parents_of_two_controllers("deleted-gw");
         let w = parents_to_write(None, &have, "me").expect("ours to clean up");
         assert!(w.is_empty());
         let status = route_status(w, "me", 2, &have, "2026-11-29T00:00:00Z");

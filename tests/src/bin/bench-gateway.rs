@@ -3,9 +3,9 @@
 //! - `instructions [N]`: instructions per request (callgrind, one nginx
 //!   process; (Ir(11·N) − Ir(N)) / 10·N) for a plain `proxy_pass` to a
 //!   stock upstream (with a bare request, and with the route's request,
-//!   which carries the header its match reads), the same with the two request headers the route
-//!   sends set by `proxy_set_header` (nginx's own share of the route's
-//!   work), an Ingress-style location (the backend named per
+//!   which carries the header its match reads), the same with the two
+//!   request headers the route sends set by `proxy_set_header` (nginx's
+//!   own share of the route's work), an Ingress-style location (the backend named per
 //!   request, as the controller's locations do), and an HTTPRoute through
 //!   `dynamic_balancer_routes` with a header match, a weighted split of two
 //!   backends and a request header modifier.
