@@ -71,7 +71,7 @@ fn ensure_mdbook() -> Result<PathBuf, String> {
         return Ok(bin);
     }
     eprintln!("nginx-build: installing mdbook {MDBOOK_VERSION} into {}", dir.display());
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let status = crate::cargo::command()
         .args([
             "install",
             "--locked",

@@ -103,8 +103,7 @@ pub fn build_variant(variant: Variant) -> Result<Artifacts, String> {
     let started = Instant::now();
     install_debian_packages()?;
     let root = workspace_root();
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(&cargo);
+    let mut cmd = crate::cargo::command();
     cmd.args(["build", "--release", "-p", "ngx-module"]).current_dir(&root);
     let (build_dir, module) = match variant {
         Variant::Release => {
@@ -138,7 +137,7 @@ pub fn build_variant(variant: Variant) -> Result<Artifacts, String> {
             )
         }
     };
-    let status = cmd.status().map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err(format!("cargo build failed ({status})"));
     }

@@ -330,12 +330,11 @@ fn configure(tree: &NginxTree, dest: &Path) -> Result<PathBuf, String> {
 /// Builds the module against the configured tree, in a target directory of
 /// its own (the vendored build's artifacts stay as they are).
 fn build_module(root: &Path, target: &Path, objs: &Path) -> Result<PathBuf, String> {
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!(
         "nginx-build: cargo build --release -p ngx-module --no-default-features (NGINX_BUILD_DIR={})",
         objs.display()
     );
-    run(Command::new(&cargo)
+    run(crate::cargo::command()
         .args(["build", "--release", "-p", "ngx-module", "--no-default-features"])
         .env("CARGO_TARGET_DIR", target)
         .env("NGINX_BUILD_DIR", objs)

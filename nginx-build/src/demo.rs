@@ -168,8 +168,7 @@ fn workers_of(status: &str) -> Vec<String> {
 }
 
 fn build_controller(root: &Path) -> Result<PathBuf, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let status = crate::cargo::command()
         .current_dir(root)
         .args(["build", "--release", "-p", "controller", "--bin", "ingress-controller"])
         .status()

@@ -123,7 +123,7 @@ fn ensure_kopium() -> Result<PathBuf, String> {
         return Ok(bin);
     }
     eprintln!("nginx-build: installing kopium {KOPIUM_VERSION} into {}", dir.display());
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let status = crate::cargo::command()
         .args(["install", "--locked", "--root"])
         .arg(&dir)
         .arg(format!("kopium@{KOPIUM_VERSION}"))

@@ -298,13 +298,12 @@ pub fn assemble_and_commit() -> Result<Image, String> {
 pub fn build() -> Result<Image, String> {
     crate::build::build()?;
     let root = workspace_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("nginx-build: cargo build --release -p controller");
-    let status = Command::new(&cargo)
+    let status = crate::cargo::command()
         .args(["build", "--release", "-p", "controller"])
         .current_dir(&root)
         .status()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err(format!("cargo build -p controller failed ({status})"));
     }

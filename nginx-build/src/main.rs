@@ -32,6 +32,7 @@
 mod asan;
 mod book;
 mod build;
+mod cargo;
 mod chroot;
 mod deb;
 mod demo;

@@ -3,7 +3,7 @@
 //! `DYNBAL_NGINX_PREFIX` (`sbin/nginx`, `modules/<module>`).
 
 use std::path::Path;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 
 use crate::build::workspace_root;
 
@@ -16,16 +16,15 @@ use crate::build::workspace_root;
 /// controller's, the client's), as that command does.
 pub fn run(prefix: &Path, tests: &[String], env: &[(&str, String)]) -> Result<ExitStatus, String> {
     let root = workspace_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let built = Command::new(&cargo)
+    let built = crate::cargo::command()
         .args(["test", "--release", "--workspace", "--no-run"])
         .current_dir(&root)
         .status()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !built.success() {
         return Err(format!("building the tests failed ({built})"));
     }
-    let mut cmd = Command::new(&cargo);
+    let mut cmd = crate::cargo::command();
     cmd.args(["test", "--release", "--workspace", "--no-fail-fast"]);
     for t in tests {
         cmd.args(["--test", t]);
@@ -37,5 +36,5 @@ pub fn run(prefix: &Path, tests: &[String], env: &[(&str, String)]) -> Result<Ex
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.status().map_err(|e| format!("cannot run {cargo}: {e}"))
+    cmd.status().map_err(|e| format!("cannot run cargo: {e}"))
 }
