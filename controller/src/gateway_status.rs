@@ -265,16 +265,26 @@ fn addresses_in_status(snap: &Snapshot) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-/// Brings the Gateways' Services and every status up to date once;
-/// returns how many statuses were written, and whether a Gateway still
-/// waits for its Service's address.
+/// What one pass did.
+struct Pass {
+    /// Statuses written.
+    written: usize,
+    /// A Gateway still waits for its Service's address, or keeping the
+    /// Services failed: look again soon.
+    pending: bool,
+    /// Everything was written and nothing waits: until an input of the
+    /// status changes, another pass would write nothing.
+    clean: bool,
+}
+
+/// Brings the Gateways' Services and every status up to date once.
 async fn sync_once(
     client: &kube::Client,
     opts: &GatewayStatusOptions,
     snap: &Snapshot,
     last_addresses: &mut Option<BTreeMap<String, Vec<String>>>,
     listener_sets_ours: &mut std::collections::BTreeSet<String>,
-) -> (usize, bool) {
+) -> Pass {
     let mut failed = false;
     let reserved = crate::model::l4_services::gateway_reserved(&opts.reserved, snap);
     let model = translate(snap, &opts.controller_name, opts.base_port, &reserved, |r| {
@@ -322,9 +332,11 @@ async fn sync_once(
     let want: Desired = desired(snap, &model, &opts.controller_name, addresses);
     let now = now();
     let mut written = 0;
+    let mut write_failed = false;
     let mut report = |what: String, r: kube::Result<()>| match r {
         Ok(()) => written += 1,
         Err(e) => {
+            write_failed = true;
             tracing::warn!(object = %what, error = %e, "writing Gateway API status failed; retried on the next round")
         }
     };
@@ -455,7 +467,11 @@ async fn sync_once(
             report(format!("BackendTLSPolicy {k}"), r);
         }
     }
-    (written, pending)
+    Pass {
+        written,
+        pending,
+        clean: !pending && !write_failed,
+    }
 }
 
 /// Runs until the process ends: whenever this replica leads and the
@@ -496,15 +512,33 @@ pub async fn task(
     }
     let mut last_addresses = None;
     let mut listener_sets_ours = std::collections::BTreeSet::new();
+    // The snapshot of the last clean pass, and whether only a new snapshot
+    // woke the loop: a snapshot that differs from it in EndpointSlices only
+    // (endpoint churn, most of a busy cluster's changes) skips the pass and
+    // the three LISTs of the Gateways' Services it starts with. The
+    // period, the nginx Pods and a new leadership always run one.
+    let mut synced: Option<Arc<Snapshot>> = None;
+    let mut woke_by_snapshot = false;
     loop {
         let mut pending = false;
         if *leading.borrow_and_update() {
             let snap = snapshots.borrow_and_update().clone();
-            let (n, waiting) = sync_once(&client, &opts, &snap, &mut last_addresses, &mut listener_sets_ours).await;
-            pending = waiting;
-            if n > 0 {
-                tracing::info!(objects = n, "updated Gateway API status");
+            let unchanged = woke_by_snapshot
+                && synced
+                    .as_ref()
+                    .is_some_and(|old| crate::snapshot::only_slices_changed(old, &snap));
+            if unchanged {
+                tracing::trace!("only EndpointSlices changed; Gateway API status stays");
+            } else {
+                let pass = sync_once(&client, &opts, &snap, &mut last_addresses, &mut listener_sets_ours).await;
+                pending = pass.pending;
+                synced = pass.clean.then_some(snap);
+                if pass.written > 0 {
+                    tracing::info!(objects = pass.written, "updated Gateway API status");
+                }
             }
+        } else {
+            synced = None;
         }
         // A Service without its address yet (a load balancer assigning
         // one) is looked at again soon, not at the next period.
@@ -513,8 +547,12 @@ pub async fn task(
         } else {
             opts.period
         };
+        woke_by_snapshot = false;
         tokio::select! {
-            r = snapshots.changed() => if r.is_err() { return },
+            r = snapshots.changed() => {
+                if r.is_err() { return }
+                woke_by_snapshot = true;
+            }
             r = leading.changed() => if r.is_err() { return },
             _ = pods_changed.changed() => {}
             _ = tokio::time::sleep(wait) => {}

@@ -137,6 +137,14 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
     Change::Endpoints(services)
 }
 
+/// Whether `new` differs from `old` in EndpointSlices only. Gateway API
+/// status depends on no slice (a route's backend resolves with no ready
+/// endpoint, as the spec says), so the status writer has nothing to do
+/// for such a change, the most frequent one in a busy cluster.
+pub fn only_slices_changed(old: &Snapshot, new: &Snapshot) -> bool {
+    matches!(change(old, new), Change::Endpoints(_)) && same_objects(&old.services, &new.services)
+}
+
 fn service_key(meta: &ObjectMeta, name: Option<&str>) -> ServiceKey {
     (
         meta.namespace.as_deref().unwrap_or("default").to_string(),
@@ -228,6 +236,48 @@ mod tests {
 
     fn keys(v: &[(&str, &str)]) -> Change {
         Change::Endpoints(v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect())
+    }
+
+    #[test]
+    fn only_a_slice_change_leaves_gateway_status_alone() {
+        let (a, sa) = (service("team-a", "web"), slice("team-a", "web-1", "web"));
+        let old = Snapshot {
+            services: vec![a.clone()],
+            slices: vec![sa.clone()],
+            ..Default::default()
+        };
+        let same = Snapshot {
+            services: vec![a.clone()],
+            slices: vec![sa.clone()],
+            ..Default::default()
+        };
+        assert!(only_slices_changed(&old, &same));
+        let new_slice = Snapshot {
+            services: vec![a.clone()],
+            slices: vec![slice("team-a", "web-1", "web")],
+            ..Default::default()
+        };
+        assert!(only_slices_changed(&old, &new_slice));
+        // A Service edited (its ports decide a route's ResolvedRefs).
+        let new_service = Snapshot {
+            services: vec![service("team-a", "web")],
+            slices: vec![sa.clone()],
+            ..Default::default()
+        };
+        assert!(!only_slices_changed(&old, &new_service));
+        let route: Arc<HttpRoute> = Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": "team-a", "name": "r"}, "spec": {}
+            }))
+            .unwrap(),
+        );
+        let new_route = Snapshot {
+            services: vec![a],
+            slices: vec![sa],
+            http_routes: vec![route],
+            ..Default::default()
+        };
+        assert!(!only_slices_changed(&old, &new_route));
     }
 
     #[test]
