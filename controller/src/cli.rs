@@ -143,6 +143,12 @@ pub struct Args {
     #[arg(long, global = true, value_name = "LABELS")]
     pub gateway_service_selector: Option<String>,
 
+    /// Route status writes (Gateway API) in flight at once. A new leader,
+    /// or a controller started on thousands of routes, writes them all;
+    /// one at a time is one apiserver round trip each.
+    #[arg(long, global = true, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub gateway_status_concurrency: u16,
+
     /// The type of the Gateways' Services: `ClusterIP` (the address is the
     /// cluster IP) or `LoadBalancer` (the address is what the load
     /// balancer assigns).

@@ -42,6 +42,9 @@ pub struct GatewayStatusOptions {
     /// is the Gateway's.
     pub services: Option<crate::gateway::services::ServiceOptions>,
     pub period: Duration,
+    /// Route status writes in flight at once
+    /// (`--gateway-status-concurrency`).
+    pub writes_in_flight: usize,
 }
 
 fn now() -> String {
@@ -224,7 +227,8 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let mut out = Vec::new();
+    use futures::StreamExt;
+    let mut writes = Vec::new();
     for route in routes {
         let meta = route.meta();
         let have = status_of(route);
@@ -233,18 +237,17 @@ where
         };
         let status = route_status(w, &opts.controller_name, meta.generation.unwrap_or(0), &have, now);
         if differs(&status, &have) {
-            let ns = meta.namespace.as_deref().unwrap_or("default");
-            let r = patch(
-                Api::<K>::namespaced(client.clone(), ns),
-                meta.name.as_deref().unwrap_or(""),
-                meta.resource_version.as_deref(),
-                status,
-            )
-            .await;
-            out.push((format!("{} {}", kind.name(), key(meta)), r));
+            let api = Api::<K>::namespaced(client.clone(), meta.namespace.as_deref().unwrap_or("default"));
+            let name = meta.name.clone().unwrap_or_default();
+            let resource_version = meta.resource_version.clone();
+            let what = format!("{} {}", kind.name(), key(meta));
+            writes.push(async move { (what, patch(api, &name, resource_version.as_deref(), status).await) });
         }
     }
-    out
+    futures::stream::iter(writes)
+        .buffer_unordered(opts.writes_in_flight.max(1))
+        .collect()
+        .await
 }
 
 /// Each Gateway's `status.addresses` values as the cluster holds them.

@@ -328,6 +328,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     addresses: args.publish_status_address.clone(),
                     services: gateway_services.clone(),
                     period: Duration::from_secs(60),
+                    writes_in_flight: usize::from(args.gateway_status_concurrency),
                 };
                 tasks.push(tokio::spawn(controller::gateway_status::task(
                     client.clone(),

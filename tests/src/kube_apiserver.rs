@@ -343,6 +343,35 @@ impl RealApiServer {
         }
     }
 
+    /// The text at `path` (admin): `/metrics`, say.
+    pub fn text(&self, path: &str) -> (u16, String) {
+        let req = ureq::http::Request::builder()
+            .method("GET")
+            .uri(self.url(path))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .body(String::new())
+            .unwrap();
+        match self.agent.run(req) {
+            Ok(mut resp) => (
+                resp.status().as_u16(),
+                resp.body_mut().read_to_string().unwrap_or_default(),
+            ),
+            Err(_) => (0, String::new()),
+        }
+    }
+
+    /// The sum of `apiserver_request_total` for `verb` on `resource` (all
+    /// codes, scopes and clients), from the apiserver's own metrics.
+    pub fn requests_total(&self, verb: &str, resource: &str) -> u64 {
+        let (code, text) = self.text("/metrics");
+        assert_eq!(code, 200, "GET /metrics");
+        let (verb, resource) = (format!("verb=\"{verb}\""), format!("resource=\"{resource}\""));
+        text.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(&verb) && l.contains(&resource))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(90);
         while self.call("GET", "/readyz", None).0 != 200 {

@@ -14,6 +14,13 @@
 //!   edit (its backend flipped between two Services) to the first request
 //!   the Gateway routes by it, p50/p99 over EDITS edits (default 200), and
 //!   the reloads meanwhile.
+//! - `status [ROUTES]`: on a real kube-apiserver, the time from the
+//!   controller's start to every one of ROUTES HTTPRoutes (default 1000)
+//!   carrying its `Accepted` parent status, with one status write in flight
+//!   and with the default 8 (`--gateway-status-concurrency`), each on a
+//!   fresh apiserver; then 100 EndpointSlice changes of the routes'
+//!   Service, and the LISTs of Services the status writer made meanwhile
+//!   (apiserver_request_total).
 //!
 //! `cargo run --release -p tests --bin bench-gateway -- instructions 200`
 
@@ -29,7 +36,16 @@ fn main() {
     match mode.as_str() {
         "instructions" => instructions(n),
         "latency" => latency(n),
-        other => panic!("unknown mode {other:?}: instructions [N] | latency [EDITS]"),
+        "status" => {
+            let routes = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(1000);
+            let one = status(routes, "1");
+            let eight = status(routes, "8");
+            println!(
+                "status of {routes} routes written in {one:.2} s (1 in flight) and {eight:.2} s (8): {:.2}x",
+                one / eight
+            );
+        }
+        other => panic!("unknown mode {other:?}: instructions [N] | latency [EDITS] | status [ROUTES]"),
     }
 }
 
@@ -167,4 +183,91 @@ fn latency(edits: usize) {
         samples.last().unwrap().as_secs_f64() * 1e3,
         c.reloads() - reloads
     );
+}
+
+/// Returns the seconds from the controller's start to every route
+/// accepted, with `in_flight` status writes at once.
+fn status(routes: usize, in_flight: &str) -> f64 {
+    use tests::controller::{service_at, Cluster, Controller, STRICT};
+    use tests::kube_apiserver::RealApiServer;
+    use tests::pod_network::POD_IP;
+    const CONTROLLER: &str = "dynamic-balancer.dev/gateway-controller";
+    let api = RealApiServer::start();
+    api.install_gateway_crds();
+    let id = api.install_chart(&["gatewayAPI.enabled=true"]);
+    let gw = free_port();
+    api.apply_yaml(&service_at(POD_IP, "one", &[free_port()]).replace("namespace: demo", "namespace: app"));
+    api.apply_yaml(&format!("apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: dynamic}}\nspec: {{controllerName: {CONTROLLER}}}\n"));
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: app, name: gw}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: http, protocol: HTTP, port: {gw}}}\n"
+    ));
+    for i in 0..routes {
+        api.apply_object(
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"namespace": "app", "name": format!("web-{i}")},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [format!("web-{i}.test")],
+                     "rules": [{"backendRefs": [{"name": "one", "port": 80}]}]}}),
+        );
+    }
+    let accepted = || {
+        let (code, list) = api.get("/apis/gateway.networking.k8s.io/v1/namespaces/app/httproutes");
+        assert_eq!(code, 200, "{list}");
+        list["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter(|r| {
+                        r["status"]["parents"].as_array().is_some_and(|ps| {
+                            ps.iter().any(|p| {
+                                p["controllerName"] == CONTROLLER
+                                    && p["conditions"].as_array().is_some_and(|cs| {
+                                        cs.iter().any(|c| c["type"] == "Accepted" && c["status"] == "True")
+                                    })
+                            })
+                        })
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let mut flags = id.args();
+    flags.extend([
+        STRICT,
+        "--enable-gateway-api",
+        "--gateway-status-concurrency",
+        in_flight,
+    ]);
+    let started = Instant::now();
+    let c = Controller::start_on_cluster(&id.kubeconfig, &flags);
+    let deadline = started + Duration::from_secs(600);
+    while accepted() < routes {
+        assert!(
+            Instant::now() < deadline,
+            "the routes' status was never written: {}",
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let written = started.elapsed();
+    // Endpoint churn: the routes' Service's slice, changed 100 times.
+    std::thread::sleep(Duration::from_secs(2));
+    let lists = api.requests_total("LIST", "services");
+    let churn = Instant::now();
+    for i in 0..100u16 {
+        api.apply_object(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"namespace": "app", "name": "one-churn", "labels": {"kubernetes.io/service-name": "one"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 10000 + i, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [POD_IP], "conditions": {"ready": true}}]}));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let lists = api.requests_total("LIST", "services") - lists;
+    println!(
+        "{routes} HTTPRoutes, {in_flight} status writes in flight: controller start -> every route Accepted in {:.2} s; 100 EndpointSlice changes in {:.1} s: {lists} LISTs of Services",
+        written.as_secs_f64(),
+        churn.elapsed().as_secs_f64()
+    );
+    written.as_secs_f64()
 }
