@@ -517,23 +517,37 @@ pub async fn task(
     let mut listener_sets_ours = std::collections::BTreeSet::new();
     // The snapshot of the last clean pass, and whether only a new snapshot
     // woke the loop: a snapshot that differs from it in EndpointSlices only
-    // (endpoint churn, most of a busy cluster's changes) skips the pass and
-    // the three LISTs of the Gateways' Services it starts with. The
-    // period, the nginx Pods and a new leadership always run one.
+    // (endpoint churn, most of a busy cluster's changes), none of them the
+    // Gateways' own, skips the pass and the three LISTs of the Gateways'
+    // Services it starts with. The period (counted from the last pass, so
+    // that churn never postpones it), the nginx Pods and a new leadership
+    // always run one.
     let mut synced: Option<Arc<Snapshot>> = None;
     let mut woke_by_snapshot = false;
+    let mut last_pass = tokio::time::Instant::now();
+    let gateways_own = |slice: &k8s_openapi::api::discovery::v1::EndpointSlice| {
+        slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("endpointslice.kubernetes.io/managed-by"))
+            .is_some_and(|m| m == crate::gateway::services::SLICE_MANAGER)
+    };
     loop {
         let mut pending = false;
-        if *leading.borrow_and_update() {
+        let leads = *leading.borrow_and_update();
+        if leads {
             let snap = snapshots.borrow_and_update().clone();
             let unchanged = woke_by_snapshot
+                && last_pass.elapsed() < opts.period
                 && synced
                     .as_ref()
-                    .is_some_and(|old| crate::snapshot::only_slices_changed(old, &snap));
+                    .is_some_and(|old| crate::snapshot::only_slices_changed(old, &snap, gateways_own));
             if unchanged {
                 tracing::trace!("only EndpointSlices changed; Gateway API status stays");
             } else {
                 let pass = sync_once(&client, &opts, &snap, &mut last_addresses, &mut listener_sets_ours).await;
+                last_pass = tokio::time::Instant::now();
                 pending = pass.pending;
                 synced = pass.clean.then_some(snap);
                 if pass.written > 0 {
@@ -547,6 +561,8 @@ pub async fn task(
         // one) is looked at again soon, not at the next period.
         let wait = if pending {
             Duration::from_secs(2).min(opts.period)
+        } else if leads {
+            opts.period.saturating_sub(last_pass.elapsed())
         } else {
             opts.period
         };

@@ -137,12 +137,18 @@ pub fn change(old: &Snapshot, new: &Snapshot) -> Change {
     Change::Endpoints(services)
 }
 
-/// Whether `new` differs from `old` in EndpointSlices only. Gateway API
-/// status depends on no slice (a route's backend resolves with no ready
-/// endpoint, as the spec says), so the status writer has nothing to do
-/// for such a change, the most frequent one in a busy cluster.
-pub fn only_slices_changed(old: &Snapshot, new: &Snapshot) -> bool {
-    matches!(change(old, new), Change::Endpoints(_)) && same_objects(&old.services, &new.services)
+/// Whether `new` differs from `old` in EndpointSlices only, none of them
+/// `relevant` (in the old snapshot or the new). Gateway API status depends
+/// on no slice of a route's backend (a backend resolves with no ready
+/// endpoint, as the spec says), so the status writer has nothing to do for
+/// such a change, the most frequent one in a busy cluster; the slices it
+/// keeps for the Gateways' own Services are the relevant ones.
+pub fn only_slices_changed(old: &Snapshot, new: &Snapshot, relevant: impl Fn(&EndpointSlice) -> bool) -> bool {
+    matches!(change(old, new), Change::Endpoints(_))
+        && same_objects(&old.services, &new.services)
+        && !changed_objects(&old.slices, &new.slices)
+            .into_iter()
+            .any(|s| relevant(s))
 }
 
 fn service_key(meta: &ObjectMeta, name: Option<&str>) -> ServiceKey {
@@ -251,20 +257,24 @@ mod tests {
             slices: vec![sa.clone()],
             ..Default::default()
         };
-        assert!(only_slices_changed(&old, &same));
+        let none = |_: &EndpointSlice| false;
+        assert!(only_slices_changed(&old, &same, none));
         let new_slice = Snapshot {
             services: vec![a.clone()],
             slices: vec![slice("team-a", "web-1", "web")],
             ..Default::default()
         };
-        assert!(only_slices_changed(&old, &new_slice));
+        assert!(only_slices_changed(&old, &new_slice, none));
+        // ... unless the slice is one the caller cares about.
+        let web_1 = |s: &EndpointSlice| s.metadata.name.as_deref() == Some("web-1");
+        assert!(!only_slices_changed(&old, &new_slice, web_1));
         // A Service edited (its ports decide a route's ResolvedRefs).
         let new_service = Snapshot {
             services: vec![service("team-a", "web")],
             slices: vec![sa.clone()],
             ..Default::default()
         };
-        assert!(!only_slices_changed(&old, &new_service));
+        assert!(!only_slices_changed(&old, &new_service, none));
         let route: Arc<HttpRoute> = Arc::new(
             serde_json::from_value(serde_json::json!({
                 "metadata": {"namespace": "team-a", "name": "r"}, "spec": {}
@@ -277,7 +287,7 @@ mod tests {
             http_routes: vec![route],
             ..Default::default()
         };
-        assert!(!only_slices_changed(&old, &new_route));
+        assert!(!only_slices_changed(&old, &new_route, none));
     }
 
     #[test]
