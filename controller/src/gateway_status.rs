@@ -525,14 +525,6 @@ pub async fn task(
     let mut synced: Option<Arc<Snapshot>> = None;
     let mut woke_by_snapshot = false;
     let mut last_pass = tokio::time::Instant::now();
-    let gateways_own = |slice: &k8s_openapi::api::discovery::v1::EndpointSlice| {
-        slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("endpointslice.kubernetes.io/managed-by"))
-            .is_some_and(|m| m == crate::gateway::services::SLICE_MANAGER)
-    };
     loop {
         let mut pending = false;
         let leads = *leading.borrow_and_update();
@@ -540,9 +532,9 @@ pub async fn task(
             let snap = snapshots.borrow_and_update().clone();
             let unchanged = woke_by_snapshot
                 && last_pass.elapsed() < opts.period
-                && synced
-                    .as_ref()
-                    .is_some_and(|old| crate::snapshot::only_slices_changed(old, &snap, gateways_own));
+                && synced.as_ref().is_some_and(|old| {
+                    crate::snapshot::only_slices_changed(old, &snap, crate::gateway::services::is_gateway_slice)
+                });
             if unchanged {
                 tracing::trace!("only EndpointSlices changed; Gateway API status stays");
             } else {

@@ -326,6 +326,12 @@ impl RealApiServer {
         body: Option<&Value>,
         content_type: &str,
     ) -> (u16, Value) {
+        let (status, text) = self.send(token, method, path, body, content_type);
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// One request; its status (0: no answer) and its body as text.
+    fn send(&self, token: &str, method: &str, path: &str, body: Option<&Value>, content_type: &str) -> (u16, String) {
         let req = ureq::http::Request::builder()
             .method(method)
             .uri(self.url(path))
@@ -334,30 +340,17 @@ impl RealApiServer {
             .body(body.map(Value::to_string).unwrap_or_default())
             .unwrap();
         match self.agent.run(req) {
-            Ok(mut resp) => {
-                let status = resp.status().as_u16();
-                let text = resp.body_mut().read_to_string().unwrap_or_default();
-                (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-            }
-            Err(_) => (0, Value::Null),
-        }
-    }
-
-    /// The text at `path` (admin): `/metrics`, say.
-    pub fn text(&self, path: &str) -> (u16, String) {
-        let req = ureq::http::Request::builder()
-            .method("GET")
-            .uri(self.url(path))
-            .header("Authorization", format!("Bearer {TOKEN}"))
-            .body(String::new())
-            .unwrap();
-        match self.agent.run(req) {
             Ok(mut resp) => (
                 resp.status().as_u16(),
                 resp.body_mut().read_to_string().unwrap_or_default(),
             ),
             Err(_) => (0, String::new()),
         }
+    }
+
+    /// The text at `path` (admin): `/metrics`, say.
+    pub fn text(&self, path: &str) -> (u16, String) {
+        self.send(TOKEN, "GET", path, None, "application/json")
     }
 
     /// The sum of `apiserver_request_total` for `verb` on `resource` (all

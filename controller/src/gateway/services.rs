@@ -44,9 +44,22 @@ pub const GATEWAY_ANNOTATION: &str = "dynamic-balancer.dev/gateway";
 /// controllers in one namespace never delete each other's Services.
 pub const OWNER_LABEL: &str = "dynamic-balancer.dev/gateway-owner";
 
+/// The label that says which controller keeps an EndpointSlice.
+pub const SLICE_MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 /// `endpointslice.kubernetes.io/managed-by` of the EndpointSlices this
 /// controller writes (the EndpointSlice controller leaves them alone).
 pub const SLICE_MANAGER: &str = "gateway-services.dynamic-balancer.dev";
+
+/// Whether `slice` is one of the Gateways' own (any controller instance's:
+/// a change to it matters to whichever keeps it).
+pub fn is_gateway_slice(slice: &EndpointSlice) -> bool {
+    slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SLICE_MANAGED_BY_LABEL))
+        .is_some_and(|m| m == SLICE_MANAGER)
+}
 
 /// How the Services are made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -347,10 +360,7 @@ fn slice_labels(service: &Service) -> BTreeMap<String, String> {
             "kubernetes.io/service-name".to_string(),
             service.metadata.name.clone().unwrap_or_default(),
         ),
-        (
-            "endpointslice.kubernetes.io/managed-by".to_string(),
-            SLICE_MANAGER.to_string(),
-        ),
+        (SLICE_MANAGED_BY_LABEL.to_string(), SLICE_MANAGER.to_string()),
     ]);
     if let Some(owner) = service.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL)) {
         labels.insert(OWNER_LABEL.to_string(), owner.clone());
@@ -361,7 +371,7 @@ fn slice_labels(service: &Service) -> BTreeMap<String, String> {
 /// A label selector string for the EndpointSlices of `controller_name`.
 pub fn slice_list_selector(controller_name: &str) -> String {
     format!(
-        "endpointslice.kubernetes.io/managed-by={SLICE_MANAGER},{OWNER_LABEL}={}",
+        "{SLICE_MANAGED_BY_LABEL}={SLICE_MANAGER},{OWNER_LABEL}={}",
         owner_value(controller_name)
     )
 }
@@ -696,6 +706,8 @@ mod tests {
             *svc.metadata.name.as_ref().unwrap()
         );
         assert_eq!(labels["endpointslice.kubernetes.io/managed-by"], SLICE_MANAGER);
+        assert!(is_gateway_slice(v4));
+        assert!(!is_gateway_slice(&EndpointSlice::default()));
         for value in labels.values().chain(svc.metadata.labels.as_ref().unwrap().values()) {
             // The apiserver's rule for label values (selectors refuse others).
             let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');

@@ -32,12 +32,12 @@ use tests::free_port;
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "instructions".into());
-    let n: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let n: Option<usize> = std::env::args().nth(2).and_then(|a| a.parse().ok());
     match mode.as_str() {
-        "instructions" => instructions(n),
-        "latency" => latency(n),
+        "instructions" => instructions(n.unwrap_or(200)),
+        "latency" => latency(n.unwrap_or(200)),
         "status" => {
-            let routes = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(1000);
+            let routes = n.unwrap_or(1000);
             let one = status(routes, "1");
             let eight = status(routes, "8");
             println!(
@@ -127,23 +127,44 @@ fn instructions(n: usize) {
     );
 }
 
-fn latency(edits: usize) {
-    use tests::controller::{request, service_at, Cluster, Controller, STRICT};
-    use tests::kube_apiserver::RealApiServer;
+/// The controller name of the GatewayClass the benchmarks use.
+const CONTROLLER: &str = "dynamic-balancer.dev/gateway-controller";
+
+/// A real kube-apiserver with the v1.7.0 CRDs and the chart (Gateway API
+/// on), Services in namespace `app` (name, port of its one pod-network
+/// endpoint), a GatewayClass of ours, and Gateway `app/gw` with an HTTP
+/// listener on the port returned.
+fn gateway_cluster(
+    services: &[(&str, u16)],
+) -> (
+    tests::kube_apiserver::RealApiServer,
+    tests::kube_apiserver::ChartIdentity,
+    u16,
+) {
+    use tests::controller::{service_at, Cluster};
     use tests::pod_network::POD_IP;
-    use tests::upstream::Upstream;
-    let api = RealApiServer::start();
+    let api = tests::kube_apiserver::RealApiServer::start();
     api.install_gateway_crds();
     let id = api.install_chart(&["gatewayAPI.enabled=true"]);
-    let ups: Vec<Upstream> = (0..2).map(|_| Upstream::start_in_pod_network()).collect();
-    let gw = free_port();
-    for (name, up) in ["one", "two"].iter().zip(&ups) {
-        api.apply_yaml(&service_at(POD_IP, name, &[up.port]).replace("namespace: demo", "namespace: app"));
+    for (name, port) in services {
+        api.apply_yaml(&service_at(POD_IP, name, &[*port]).replace("namespace: demo", "namespace: app"));
     }
-    api.apply_yaml("apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: dynamic}\nspec: {controllerName: dynamic-balancer.dev/gateway-controller}\n");
+    api.apply_yaml(&format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: dynamic}}\nspec: {{controllerName: {CONTROLLER}}}\n"
+    ));
+    let gw = free_port();
     api.apply_yaml(&format!(
         "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: app, name: gw}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: http, protocol: HTTP, port: {gw}}}\n"
     ));
+    (api, id, gw)
+}
+
+fn latency(edits: usize) {
+    use tests::controller::{request, Cluster, Controller, STRICT};
+    use tests::upstream::Upstream;
+    let ups: Vec<Upstream> = (0..2).map(|_| Upstream::start_in_pod_network()).collect();
+    let services: Vec<(&str, u16)> = ["one", "two"].into_iter().zip(ups.iter().map(|u| u.port)).collect();
+    let (api, id, gw) = gateway_cluster(&services);
     let route = |backend: &str| {
         json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
                "metadata": {"namespace": "app", "name": "web"},
@@ -188,19 +209,9 @@ fn latency(edits: usize) {
 /// Returns the seconds from the controller's start to every route
 /// accepted, with `in_flight` status writes at once.
 fn status(routes: usize, in_flight: &str) -> f64 {
-    use tests::controller::{service_at, Cluster, Controller, STRICT};
-    use tests::kube_apiserver::RealApiServer;
+    use tests::controller::{Cluster, Controller, STRICT};
     use tests::pod_network::POD_IP;
-    const CONTROLLER: &str = "dynamic-balancer.dev/gateway-controller";
-    let api = RealApiServer::start();
-    api.install_gateway_crds();
-    let id = api.install_chart(&["gatewayAPI.enabled=true"]);
-    let gw = free_port();
-    api.apply_yaml(&service_at(POD_IP, "one", &[free_port()]).replace("namespace: demo", "namespace: app"));
-    api.apply_yaml(&format!("apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: dynamic}}\nspec: {{controllerName: {CONTROLLER}}}\n"));
-    api.apply_yaml(&format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{namespace: app, name: gw}}\nspec:\n  gatewayClassName: dynamic\n  listeners:\n  - {{name: http, protocol: HTTP, port: {gw}}}\n"
-    ));
+    let (api, id, _gw) = gateway_cluster(&[("one", free_port())]);
     for i in 0..routes {
         api.apply_object(
             json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
