@@ -267,6 +267,40 @@ impl TestCa {
 /// `clients` (optional) and answers every request with `200` and
 /// `sni=<the SNI it got> client=<the client certificate's CN, or none>`.
 pub fn tls_upstream_reporting(cert: &TestCert, clients: &TestCa) -> u16 {
+    serve_reporting(cert, clients, |tls, report| {
+        if !read_head(tls) {
+            return;
+        }
+        let _ = tls.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{report}",
+                report.len()
+            )
+            .as_bytes(),
+        );
+    })
+}
+
+/// A TLS server as [`tls_upstream_reporting`]'s that speaks lines: it
+/// answers the first line it reads with `sni=<SNI> client=<CN or none>
+/// line=<the line>`, for layer 4 (stream) backends.
+pub fn tls_echo_reporting(cert: &TestCert, clients: &TestCa) -> u16 {
+    serve_reporting(cert, clients, |tls, report| {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut std::io::BufReader::new(&mut *tls), &mut line).is_ok_and(|n| n > 0) {
+            let _ = tls.write_all(format!("{report} line={}\n", line.trim_end()).as_bytes());
+        }
+    })
+}
+
+/// Serves TLS with `cert` on a free loopback port, asking for (not
+/// requiring) a client certificate of `clients`; `answer` gets each
+/// handshaken connection and its `sni=... client=...` report.
+fn serve_reporting(
+    cert: &TestCert,
+    clients: &TestCa,
+    answer: impl Fn(&mut openssl::ssl::SslStream<std::net::TcpStream>, &str) + Send + Sync + 'static,
+) -> u16 {
     let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
     b.set_certificate(&X509::from_pem(cert.cert_pem.as_bytes()).unwrap())
         .unwrap();
@@ -277,17 +311,15 @@ pub fn tls_upstream_reporting(cert: &TestCert, clients: &TestCa) -> u16 {
     b.set_verify_cert_store(store.build()).unwrap();
     b.set_verify(SslVerifyMode::PEER);
     let acceptor = Arc::new(b.build());
+    let answer = Arc::new(answer);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            let acceptor = acceptor.clone();
+            let (acceptor, answer) = (acceptor.clone(), answer.clone());
             thread::spawn(move || {
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
                 let Ok(mut tls) = acceptor.accept(conn) else { return };
-                if !read_head(&mut tls) {
-                    return;
-                }
                 let sni = tls
                     .ssl()
                     .servername(openssl::ssl::NameType::HOST_NAME)
@@ -303,14 +335,7 @@ pub fn tls_upstream_reporting(cert: &TestCert, clients: &TestCa) -> u16 {
                             .and_then(|e| e.data().to_string().ok())
                     })
                     .unwrap_or_else(|| "none".into());
-                let body = format!("sni={sni} client={client}");
-                let _ = tls.write_all(
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                    .as_bytes(),
-                );
+                answer(&mut tls, &format!("sni={sni} client={client}"));
                 let _ = tls.shutdown();
             });
         }

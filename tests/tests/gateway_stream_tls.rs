@@ -2,18 +2,28 @@
 //! (`dynamic_balancer_ssl_routes`, a TLS listener in `Terminate` mode):
 //! each handshake gets the certificate the route table names for its SNI
 //! (nginx's static one when it names none), the backend is chosen by that
-//! SNI, and the decrypted bytes reach it in the clear. Certificates and
-//! routes change through the API with no reload.
+//! SNI, and the decrypted bytes reach it in the clear, or over TLS when a
+//! BackendTLSPolicy covers it (`dynamic_balancer_backend_tls`: the
+//! policy's SNI, CA and names, the Gateway's client certificate).
+//! Certificates, routes and policies change through the API with no
+//! reload.
 
 use serde_json::{json, Value};
 use tests::echo::{answered_by, TcpEcho};
-use tests::tls::{ask_over_tls, TestCert};
+use tests::tls::{ask_over_tls, tls_echo_reporting, TestCa, TestCert};
 use tests::{backend, free_port, Nginx};
 
 const LISTENER: &str = "test/gw/8443";
 
 fn start(port: u16, fallback: &TestCert) -> (Nginx, tempfile::TempDir) {
+    start_with(port, fallback, "")
+}
+
+/// [`start`] with `twin` (a server block) beside the listener's server;
+/// `{d}` in it is the directory of the fallback certificate.
+fn start_with(port: u16, fallback: &TestCert, twin: &str) -> (Nginx, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
+    let twin = twin.replace("{d}", &dir.path().display().to_string());
     std::fs::write(dir.path().join("fallback.crt"), &fallback.cert_pem).unwrap();
     std::fs::write(dir.path().join("fallback.key"), &fallback.key_pem).unwrap();
     let stream = format!(
@@ -27,6 +37,7 @@ fn start(port: u16, fallback: &TestCert) -> (Nginx, tempfile::TempDir) {
         dynamic_balancer_routes {LISTENER};
         proxy_pass gateway_stream_balancer;
     }}
+    {twin}
 }}"#,
         d = dir.path().display()
     );
@@ -144,4 +155,156 @@ fn a_server_without_tls_cannot_take_a_listeners_certificates() {
         err.contains("\"dynamic_balancer_ssl_routes\" needs TLS on the server"),
         "{err}"
     );
+}
+
+/// The twin the controller renders beside a TLS listener's server.
+const TWIN: &str = "server {
+        listen unix:{d}/backend-tls.sock;
+        dynamic_balancer_backend_tls test/gw/8443;
+        proxy_ssl on;
+        proxy_pass gateway_stream_balancer;
+    }";
+
+#[test]
+fn connections_to_tls_backends_are_encrypted_and_verified_per_policy() {
+    let backend_ca = TestCa::new("Backend CA");
+    let other_ca = TestCa::new("Other CA");
+    let client_ca = TestCa::new("Client CA");
+    let server = backend_ca.issue_server("backend", &["backend.test"], &[]);
+    let secure = tls_echo_reporting(&server, &client_ca);
+    let plain = TcpEcho::start();
+    let (fallback, cert) = (TestCert::new("fallback"), TestCert::new("*.tls.test"));
+    let port = free_port();
+    let (ng, _dir) = start_with(port, &fallback, TWIN);
+    let r = ng.post_backends(&json!([
+        backend("plain", &[plain.endpoint()]),
+        backend("secure", &[json!({"address": "127.0.0.1", "port": secure.to_string()})]),
+    ]));
+    assert_eq!(r.status, 201, "{}", r.body);
+    put(&ng, "/configuration/certificates/t", &cert.body());
+    put(
+        &ng,
+        "/configuration/certificates/gw_client",
+        &client_ca.issue("gateway-client").body(),
+    );
+    let with_policy = |ca: &TestCa, hostname: &str, client: bool| {
+        let mut t = table(&[("a.tls.test", "plain", "t"), ("b.tls.test", "secure", "t")]);
+        t["backendTls"] = json!([{"backend": "secure", "hostname": hostname, "caCertificates": ca.cert_pem}]);
+        if client {
+            t["listeners"][0]["backendClientCertificate"] = json!("gw_client");
+        }
+        t.to_string()
+    };
+    put(
+        &ng,
+        "/configuration/routes",
+        &with_policy(&backend_ca, "backend.test", true),
+    );
+    let pids = worker_pids(&ng);
+    for _ in 0..4 {
+        // One listener, one connection in the clear, the next over TLS.
+        let (_, answer) = ask(port, "a.tls.test");
+        assert_eq!(answer.as_deref().and_then(answered_by), Some(plain.port), "{answer:?}");
+        let (shown, answer) = ask(port, "b.tls.test");
+        assert_eq!(shown, cert.sha256);
+        assert_eq!(
+            answer.as_deref(),
+            Some("sni=backend.test client=gateway-client line=hello"),
+            "{}",
+            ng.error_log()
+        );
+    }
+    // A CA the backend's chain does not end at, or a name its
+    // certificate does not carry: the handshake fails, the client's
+    // connection closes, nothing goes out in the clear.
+    put(
+        &ng,
+        "/configuration/routes",
+        &with_policy(&other_ca, "backend.test", true),
+    );
+    assert_eq!(ask(port, "b.tls.test").1, None);
+    put(
+        &ng,
+        "/configuration/routes",
+        &with_policy(&backend_ca, "other.test", true),
+    );
+    assert_eq!(ask(port, "b.tls.test").1, None);
+    assert!(
+        ng.error_log().contains("certificate verify failed"),
+        "{}",
+        ng.error_log()
+    );
+    // Back to a good policy, without the client certificate.
+    put(
+        &ng,
+        "/configuration/routes",
+        &with_policy(&backend_ca, "backend.test", false),
+    );
+    assert_eq!(
+        ask(port, "b.tls.test").1.as_deref(),
+        Some("sni=backend.test client=none line=hello")
+    );
+    assert_eq!(worker_pids(&ng), pids, "no worker was replaced");
+}
+
+#[test]
+fn a_tls_backend_without_a_twin_is_refused_and_twins_are_checked() {
+    let backend_ca = TestCa::new("Backend CA");
+    let server = backend_ca.issue_server("backend", &["backend.test"], &[]);
+    let secure = tls_echo_reporting(&server, &TestCa::new("Client CA"));
+    let (fallback, cert) = (TestCert::new("fallback"), TestCert::new("*.tls.test"));
+    let port = free_port();
+    let (ng, _dir) = start(port, &fallback);
+    let r = ng.post_backends(&json!([backend(
+        "secure",
+        &[json!({"address": "127.0.0.1", "port": secure.to_string()})]
+    )]));
+    assert_eq!(r.status, 201, "{}", r.body);
+    put(&ng, "/configuration/certificates/t", &cert.body());
+    let mut t = table(&[("b.tls.test", "secure", "t")]);
+    t["backendTls"] = json!([{"backend": "secure", "hostname": "backend.test", "caCertificates": backend_ca.cert_pem}]);
+    put(&ng, "/configuration/routes", &t.to_string());
+    // Never in the clear to a backend a policy covers.
+    assert_eq!(ask(port, "b.tls.test").1, None);
+    assert!(
+        ng.error_log().contains("no \"dynamic_balancer_backend_tls\" twin"),
+        "{}",
+        ng.error_log()
+    );
+
+    // A twin nginx would not let the module verify is refused by nginx -t.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), &backend_ca.cert_pem).unwrap();
+    for (settings, needs) in [
+        ("", "\"proxy_ssl on\""),
+        (
+            "proxy_ssl on; proxy_ssl_session_reuse off;",
+            "\"proxy_ssl_session_reuse on\"",
+        ),
+        (
+            "proxy_ssl on; proxy_ssl_verify on; proxy_ssl_trusted_certificate {d}/ca.pem;",
+            "\"proxy_ssl_verify off\"",
+        ),
+    ] {
+        let stream = format!(
+            r#"stream {{
+    upstream gateway_stream_balancer {{ dynamic_balancer; }}
+    server {{
+        listen unix:{d}/t.sock;
+        dynamic_balancer_backend_tls {LISTENER};
+        {settings}
+        proxy_pass gateway_stream_balancer;
+    }}
+}}"#,
+            d = dir.path().display(),
+            settings = settings.replace("{d}", &dir.path().display().to_string()),
+        );
+        let out = Nginx::builder().main_extra(&stream).test_config();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{settings}");
+        assert!(
+            err.contains(&format!("\"dynamic_balancer_backend_tls\" needs {needs}")),
+            "{err}"
+        );
+    }
 }

@@ -8,8 +8,9 @@
 //! serves HTTP and TCP/UDP alike.
 
 use ngx::ffi::{
-    ngx_cycle_t, ngx_str_t, ngx_stream_get_indexed_variable, ngx_stream_get_variable, ngx_stream_session_t,
-    ngx_stream_upstream_srv_conf_t,
+    ngx_cycle_t, ngx_str_t, ngx_stream_conf_ctx_t, ngx_stream_core_main_conf_t, ngx_stream_core_module,
+    ngx_stream_core_srv_conf_t, ngx_stream_get_indexed_variable, ngx_stream_get_variable, ngx_stream_module,
+    ngx_stream_session_t, ngx_stream_upstream_srv_conf_t,
 };
 use ngx::http::HttpModuleConfExt;
 
@@ -42,6 +43,16 @@ pub struct StreamSrvConf {
     /// `dynamic_balancer_ssl_routes listener;`, whose certificates the
     /// handshakes get (see [`crate::stream::tls`]; not inherited).
     pub ssl_routes: Option<ngx_str_t>,
+    /// In a `server{}` with `proxy_ssl on`:
+    /// `dynamic_balancer_backend_tls listener;`, the server whose proxy
+    /// settings `listener`'s connections to TLS backends take (see
+    /// [`crate::stream::backend_tls`]; not inherited).
+    pub backend_tls: Option<ngx_str_t>,
+    /// In a `server{}` with `dynamic_balancer_routes`: the `srv_conf`
+    /// array of the server naming the same listener in
+    /// `dynamic_balancer_backend_tls` (null without one), linked at
+    /// postconfiguration.
+    pub backend_tls_server: *mut *mut std::ffi::c_void,
 }
 
 impl Default for StreamSrvConf {
@@ -54,6 +65,8 @@ impl Default for StreamSrvConf {
             backend: None,
             routes: None,
             ssl_routes: None,
+            backend_tls: None,
+            backend_tls_server: std::ptr::null_mut(),
         }
     }
 }
@@ -71,6 +84,45 @@ pub unsafe fn srv_conf_in(srv_conf: *mut *mut std::ffi::c_void) -> Option<&'stat
     }
     // SAFETY: this function's contract.
     unsafe { (*srv_conf.add(stream_ctx_index())).cast::<StreamSrvConf>().as_mut() }
+}
+
+/// The `server{}` blocks of `cycle`'s `stream{}` (none without one).
+///
+/// # Safety
+/// `cycle` is live and its `stream{}` block (if any) parsed.
+pub unsafe fn stream_servers(cycle: *const ngx_cycle_t) -> &'static [*mut ngx_stream_core_srv_conf_t] {
+    // SAFETY: the cycle's stream slot is null or the `stream{}` block's
+    // conf ctx, whose core main conf lists the servers.
+    unsafe {
+        let slot = *(*cycle).conf_ctx.add((*std::ptr::addr_of!(ngx_stream_module)).index);
+        let Some(ctx) = slot.cast::<ngx_stream_conf_ctx_t>().as_ref() else {
+            return &[];
+        };
+        let index = (*std::ptr::addr_of!(ngx_stream_core_module)).ctx_index;
+        let Some(cmcf) = (*ctx.main_conf.add(index))
+            .cast::<ngx_stream_core_main_conf_t>()
+            .as_ref()
+        else {
+            return &[];
+        };
+        cmcf.servers.as_slice::<*mut ngx_stream_core_srv_conf_t>()
+    }
+}
+
+/// " (server at file:line)" for messages about server `cscf`, empty when
+/// nginx kept no file name.
+///
+/// # Safety
+/// `cscf` is a live server conf of a configuration being set up.
+pub unsafe fn server_location(cscf: *const ngx_stream_core_srv_conf_t) -> String {
+    // SAFETY: this function's contract.
+    let (file, line) = unsafe { ((*cscf).file_name, (*cscf).line) };
+    if file.is_null() {
+        return String::new();
+    }
+    // SAFETY: nginx keeps the file name NUL-terminated in the pool.
+    let name = unsafe { std::ffi::CStr::from_ptr(file.cast()) };
+    format!(" (server at {}:{line})", name.to_string_lossy())
 }
 
 /// Our settings for stream upstream `us`, when `dynamic_balancer` is on.

@@ -36,6 +36,11 @@
 //! (stream), with `listen ... ssl` and a fallback `ssl_certificate`. TLS
 //! is terminated with `listener`'s certificates from the route table,
 //! chosen per handshake by SNI; see [`crate::stream::tls`].
+//!
+//! Syntax: `dynamic_balancer_backend_tls listener;` — context: `server`
+//! (stream), with `proxy_ssl on`. `listener`'s connections whose backend
+//! a BackendTLSPolicy covers take this server's proxy settings and are
+//! encrypted per the policy; see [`crate::stream::backend_tls`].
 
 use std::ffi::{c_char, c_void};
 use std::mem::offset_of;
@@ -68,7 +73,7 @@ pub static MODULE_CTX: ngx_stream_module_t = ngx_stream_module_t {
     merge_srv_conf: Some(merge_srv_conf),
 };
 
-pub static mut COMMANDS: [ngx_command_t; 5] = [
+pub static mut COMMANDS: [ngx_command_t; 6] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer"),
         type_: (NGX_STREAM_UPS_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE12) as ngx_uint_t,
@@ -99,6 +104,14 @@ pub static mut COMMANDS: [ngx_command_t; 5] = [
         set: Some(set_listener),
         conf: SRV_CONF_OFFSET,
         offset: offset_of!(StreamSrvConf, ssl_routes),
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_backend_tls"),
+        type_: (NGX_STREAM_SRV_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(set_listener),
+        conf: SRV_CONF_OFFSET,
+        offset: offset_of!(StreamSrvConf, backend_tls),
         post: std::ptr::null_mut(),
     },
     ngx_command_t::empty(),
@@ -254,8 +267,9 @@ unsafe extern "C" fn set_backend(cf: *mut ngx_conf_t, _cmd: *mut ngx_command_t, 
     })
 }
 
-/// `dynamic_balancer_routes listener;` and `dynamic_balancer_ssl_routes
-/// listener;` in a stream `server{}`: the listener name goes into the
+/// `dynamic_balancer_routes listener;`, `dynamic_balancer_ssl_routes
+/// listener;` and `dynamic_balancer_backend_tls listener;` in a stream
+/// `server{}`: the listener name goes into the
 /// `Option<ngx_str_t>` field at the command's `offset`, as nginx's own
 /// `ngx_conf_set_*_slot` setters do.
 unsafe extern "C" fn set_listener(cf: *mut ngx_conf_t, cmd: *mut ngx_command_t, conf: *mut c_void) -> *mut c_char {
@@ -297,12 +311,17 @@ unsafe fn stream_upstreams(cycle: *const ngx_cycle_t) -> &'static [*mut ngx_stre
 /// Refuses an upstream whose `dynamic_balancer` a later `hash`,
 /// `least_conn` or `random` replaced (nginx only warns; traffic would go
 /// to the placeholder). Runs after the stream upstreams initialised. Then
-/// sets the TLS callbacks of `dynamic_balancer_ssl_routes` servers.
+/// sets the TLS callbacks of `dynamic_balancer_ssl_routes` servers and
+/// links the `dynamic_balancer_backend_tls` twins.
 unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     ffi_guard("stream postconfiguration", NGX_ERROR as ngx_int_t, || {
         // SAFETY: nginx calls postconfiguration with the parsed
         // configuration, every server conf merged.
         if unsafe { crate::stream::tls::install(cf) } != NGX_OK as ngx_int_t {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: as above.
+        if unsafe { crate::stream::backend_tls::link(cf) } != NGX_OK as ngx_int_t {
             return NGX_ERROR as ngx_int_t;
         }
         // SAFETY: `cf` is live; its cycle's stream block is parsed.

@@ -28,6 +28,7 @@ use ngx::ngx_log_error;
 use crate::backends::worker_cache::{lookup, WorkerBackend};
 use crate::http::peer::{begin_attempt, end_attempt, now_ms, Live};
 use crate::nginx::guard::ffi_guard;
+use crate::stream::backend_tls::TlsRoute;
 use crate::stream::conf::{backend_name, current_zone, srv_conf_in, stream_upstream_conf, variable};
 
 /// A session's balancing state, owned by its pool (freed by a cleanup).
@@ -35,6 +36,8 @@ struct StreamPeer {
     backend: Rc<WorkerBackend>,
     tried: TriedSet,
     session: *mut ngx_stream_session_t,
+    /// Set when the routes chose a backend reached over TLS.
+    tls: Option<TlsRoute>,
     /// The rendered hash key, computed at the first attempt.
     key: Option<Vec<u8>>,
     /// The endpoint of the attempt in progress.
@@ -61,16 +64,27 @@ pub unsafe extern "C" fn init_peer(s: *mut ngx_stream_session_t, us: *mut ngx_st
         // SAFETY: a live session's `srv_conf` is its server's array.
         let listener = unsafe { srv_conf_in((*s).srv_conf) }.and_then(|c| c.routes);
         let routed;
+        let mut tls = None;
         let name = if let Some(listener) = listener {
             // SAFETY: the directive's argument lives in the configuration
             // pool, which outlives every session.
             let listener = unsafe { std::slice::from_raw_parts(listener.data, listener.len) };
             // SAFETY: `s` is live, on its worker's event loop.
             routed = unsafe { super::routes::backend(s, &zone, listener, log) };
-            let Some(name) = routed.as_deref() else {
+            let Some(r) = routed.as_ref() else {
                 return NGX_ERROR as ngx_int_t;
             };
-            name.as_bytes()
+            if r.tls {
+                // SAFETY: `s` is live, in peer.init, not yet connecting.
+                if !unsafe { super::backend_tls::enter(s, &r.route, log) } {
+                    return NGX_ERROR as ngx_int_t;
+                }
+                tls = Some(TlsRoute {
+                    table: r.table.clone(),
+                    listener: listener.to_vec(),
+                });
+            }
+            r.name.as_bytes()
         } else {
             // SAFETY: `s` is live, on its worker's event loop.
             let Some(name) = (unsafe { backend_name(s, conf) }).filter(|n| !n.is_empty()) else {
@@ -93,10 +107,12 @@ pub unsafe extern "C" fn init_peer(s: *mut ngx_stream_session_t, us: *mut ngx_st
             return NGX_ERROR as ngx_int_t;
         };
         let tries = backend.endpoints.len();
+        let set_session = if tls.is_some() { set_tls_session } else { set_no_session };
         let state = Box::into_raw(Box::new(StreamPeer {
             backend,
             tried: TriedSet::new(),
             session: s,
+            tls,
             key: None,
             current: None,
             no_proxy_protocol: conf.no_proxy_protocol,
@@ -122,7 +138,7 @@ pub unsafe extern "C" fn init_peer(s: *mut ngx_stream_session_t, us: *mut ngx_st
         u.peer.get = Some(get_peer);
         u.peer.free = Some(free_peer);
         u.peer.tries = tries as ngx_uint_t;
-        u.peer.set_session = Some(set_no_session);
+        u.peer.set_session = Some(set_session);
         u.peer.save_session = Some(save_no_session);
         NGX_OK as ngx_int_t
     })
@@ -215,8 +231,44 @@ unsafe extern "C" fn free_peer(pc: *mut ngx_peer_connection_t, data: *mut c_void
 
 /// `peer.set_session`: stream `proxy_ssl` calls it on every TLS connection
 /// to an upstream; endpoints change at run time, so no session is cached.
+/// A connection to a Gateway's TLS backend gets [`set_tls_session`]
+/// instead.
 unsafe extern "C" fn set_no_session(_pc: *mut ngx_peer_connection_t, _data: *mut c_void) -> ngx_int_t {
     NGX_OK as ngx_int_t
+}
+
+/// `peer.set_session` of a connection to a TLS backend (the routes chose
+/// one and [`super::backend_tls::enter`] moved the session onto its
+/// server's twin): nginx calls it with the live peer connection, its `SSL`
+/// created and not handshaken, and the session's [`StreamPeer`]. NGX_ERROR
+/// closes the client's connection.
+unsafe extern "C" fn set_tls_session(pc: *mut ngx_peer_connection_t, data: *mut c_void) -> ngx_int_t {
+    ffi_guard("stream backend TLS", NGX_ERROR as ngx_int_t, || {
+        // SAFETY: `data` is the session's live StreamPeer (init_peer
+        // installs this hook only with it); `pc` is nginx's live
+        // `u->peer`, whose connection has its `SSL` (nginx calls the hook
+        // right after ngx_ssl_create_connection).
+        let (state, ssl) = unsafe { (&*data.cast::<StreamPeer>(), (*(*(*pc).connection).ssl).connection) };
+        // SAFETY: the session is live while nginx connects for it.
+        let log = unsafe { (*(*state.session).connection).log };
+        let Some(route) = &state.tls else {
+            ngx_log_error!(
+                NGX_LOG_ERR,
+                log,
+                "dynamic_balancer: backend TLS: no route chose a TLS backend"
+            );
+            return NGX_ERROR as ngx_int_t;
+        };
+        // SAFETY: `ssl` is the new connection's live `SSL`, used by nothing
+        // else during the call; `log` is live.
+        match unsafe { super::backend_tls::secure(ssl, route, &state.backend.name, log) } {
+            Ok(()) => NGX_OK as ngx_int_t,
+            Err(e) => {
+                ngx_log_error!(NGX_LOG_ERR, log, "dynamic_balancer: backend TLS: {}", e);
+                NGX_ERROR as ngx_int_t
+            }
+        }
+    })
 }
 
 /// `peer.save_session`: see [`set_no_session`].

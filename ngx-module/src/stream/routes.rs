@@ -9,10 +9,13 @@
 //! (`$ssl_preread_server_name`, or the handshake's SNI where the server
 //! terminates TLS, see [`super::tls`]), lower-cased and without a trailing
 //! dot, as an HTTP request's host is. The rule's backend is chosen by weight,
-//! as for HTTP. Nothing here reloads: a new table reaches the next
-//! connection of every worker.
+//! as for HTTP; a backend a BackendTLSPolicy covers is reached over TLS
+//! ([`super::backend_tls`]). Nothing here reloads: a new table reaches
+//! the next connection of every worker.
 
-use lua_compat::routes::matcher::{sni_host, Lookup, RequestView};
+use std::rc::Rc;
+
+use lua_compat::routes::matcher::{sni_host, Compiled, Lookup, RequestView};
 use lua_compat::routes::weighted;
 use ngx::ffi::{ngx_log_t, ngx_stream_session_t, NGX_LOG_ERR, NGX_LOG_WARN};
 use ngx::ngx_log_error;
@@ -63,6 +66,19 @@ unsafe fn server_name<'s>(s: *mut ngx_stream_session_t) -> &'s [u8] {
     unsafe { super::conf::variable(s, "ssl_preread_server_name") }.unwrap_or_default()
 }
 
+/// The backend `listener`'s routes chose for a session.
+pub struct Routed {
+    /// The backend's name in the zone.
+    pub name: String,
+    /// The route that chose it, for logs.
+    pub route: String,
+    /// A BackendTLSPolicy says the backend is reached over TLS (see
+    /// [`super::backend_tls`]).
+    pub tls: bool,
+    /// The table the session was routed by.
+    pub table: Rc<Compiled>,
+}
+
 /// The backend `listener`'s routes choose for session `s`, or `None`
 /// (logged) when no route takes the connection or its rule has no usable
 /// backend: the connection is then closed.
@@ -74,7 +90,7 @@ pub unsafe fn backend(
     zone: &Zone,
     listener: &[u8],
     log: *mut ngx_log_t,
-) -> Option<String> {
+) -> Option<Routed> {
     let table = routes_cache::current(zone, |e| {
         ngx_log_error!(
             NGX_LOG_ERR,
@@ -101,26 +117,21 @@ pub unsafe fn backend(
     };
     let rule = &found.rule.rule;
     let chosen = weighted::pick(&rule.backends, found.rule.total_weight, fastrand::u64(..))?;
-    let name = rule.backends[chosen].backend.clone();
-    if name.is_none() {
+    let Some(name) = rule.backends[chosen].backend.clone() else {
         ngx_log_error!(
             NGX_LOG_WARN,
             log,
             "dynamic_balancer: route {} has no usable backend for this connection; closing it",
             rule.route.escape_debug()
         );
-    }
-    // A backend a BackendTLSPolicy says is reached over TLS: these servers
-    // connect in the clear, so the connection is refused rather than sent
-    // to it unencrypted.
-    if found.rule.backend_tls.get(chosen).copied().unwrap_or(false) {
-        ngx_log_error!(
-            NGX_LOG_ERR,
-            log,
-            "dynamic_balancer: route {} sends this connection to a backend reached over TLS, which stream servers do not originate; closing it",
-            rule.route.escape_debug()
-        );
         return None;
-    }
-    name
+    };
+    let tls = found.rule.backend_tls.get(chosen).copied().unwrap_or(false);
+    let route = rule.route.to_string();
+    Some(Routed {
+        name,
+        route,
+        tls,
+        table,
+    })
 }

@@ -24,14 +24,13 @@ use std::ffi::{c_int, c_void};
 use std::ptr;
 
 use ngx::ffi::{
-    ngx_conf_t, ngx_int_t, ngx_stream_conf_ctx_t, ngx_stream_core_main_conf_t, ngx_stream_core_module,
-    ngx_stream_core_srv_conf_t, ngx_stream_module, ngx_stream_ssl_module, ngx_stream_ssl_srv_conf_t,
-    SSL_CTX_set_cert_cb, SSL_CTX_set_client_hello_cb, NGX_ERROR, NGX_LOG_EMERG, NGX_OK, SSL,
+    ngx_conf_t, ngx_int_t, ngx_stream_ssl_module, ngx_stream_ssl_srv_conf_t, SSL_CTX_set_cert_cb,
+    SSL_CTX_set_client_hello_cb, NGX_ERROR, NGX_LOG_EMERG, NGX_OK, SSL,
 };
 use ngx::ngx_conf_log_error;
 
 use crate::nginx::guard::ffi_guard;
-use crate::stream::conf::{current_zone, srv_conf_in, StreamSrvConf};
+use crate::stream::conf::{current_zone, server_location, srv_conf_in, stream_servers, StreamSrvConf};
 use crate::tls::handshake::{scope_sessions, serve_certificate};
 
 /// Sets the callbacks on every stream server with
@@ -43,22 +42,8 @@ use crate::tls::handshake::{scope_sessions, serve_certificate};
 /// `cf` is the parsed configuration at the stream postconfiguration, after
 /// every stream module merged its server confs.
 pub unsafe fn install(cf: *mut ngx_conf_t) -> ngx_int_t {
-    // SAFETY: `cf` is live; the cycle's stream slot is null or the
-    // `stream{}` block's conf ctx, whose core main conf lists the servers.
-    let servers = unsafe {
-        let slot = *(*(*cf).cycle).conf_ctx.add((*ptr::addr_of!(ngx_stream_module)).index);
-        let Some(ctx) = slot.cast::<ngx_stream_conf_ctx_t>().as_ref() else {
-            return NGX_OK as ngx_int_t;
-        };
-        let index = (*ptr::addr_of!(ngx_stream_core_module)).ctx_index;
-        let Some(cmcf) = (*ctx.main_conf.add(index))
-            .cast::<ngx_stream_core_main_conf_t>()
-            .as_ref()
-        else {
-            return NGX_OK as ngx_int_t;
-        };
-        cmcf.servers.as_slice::<*mut ngx_stream_core_srv_conf_t>()
-    };
+    // SAFETY: `cf` is live, its stream block parsed.
+    let servers = unsafe { stream_servers((*cf).cycle) };
     // SAFETY: module indexes are set before configuration.
     let ssl_index = unsafe { (*ptr::addr_of!(ngx_stream_ssl_module)).ctx_index };
     for &cscf in servers {
@@ -76,14 +61,7 @@ pub unsafe fn install(cf: *mut ngx_conf_t) -> ngx_int_t {
             continue;
         };
         // SAFETY: `cscf` is live (above).
-        let (file, line) = unsafe { ((*cscf).file_name, (*cscf).line) };
-        let at = if file.is_null() {
-            String::new()
-        } else {
-            // SAFETY: nginx keeps the file name NUL-terminated in the pool.
-            let name = unsafe { std::ffi::CStr::from_ptr(file.cast()) };
-            format!(" (server at {}:{line})", name.to_string_lossy())
-        };
+        let at = unsafe { server_location(cscf) };
         let Some(sscf) = sscf.filter(|s| !s.ssl.ctx.is_null()) else {
             ngx_conf_log_error!(
                 NGX_LOG_EMERG,

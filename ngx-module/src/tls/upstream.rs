@@ -37,8 +37,8 @@ use std::sync::OnceLock;
 
 use foreign_types::ForeignTypeRef;
 use ngx::ffi::{
-    ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_peer_connection_t, SSL_use_cert_and_key,
-    NGX_ERROR, NGX_LOG_ERR, NGX_OK,
+    ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_log_t, ngx_peer_connection_t,
+    SSL_use_cert_and_key, NGX_ERROR, NGX_LOG_ERR, NGX_OK,
 };
 use ngx::http::Request;
 use ngx::ngx_log_error;
@@ -53,6 +53,7 @@ use crate::conf::zone_of;
 use crate::http::gateway_matched::matched;
 use crate::http::request_ctx::PeerData;
 use crate::nginx::guard::ffi_guard;
+use crate::shm::zone::Zone;
 
 /// The longest backend chain accepted: the leaf, up to eight
 /// intermediates, and the trusted CA.
@@ -132,49 +133,67 @@ unsafe extern "C" fn set_session(pc: *mut ngx_peer_connection_t, data: *mut c_vo
             return fail("the request was routed by no rule");
         };
         let name = String::from_utf8_lossy(&state.backend.name);
-        let Some(policy) = m.table().backend_tls(&name) else {
-            return fail(&format!("backend {name:?} has no TLS settings in the route table"));
+        let client_certificate = m.listener().backend_client_certificate.as_deref();
+        let Some(zone) = zone_of(req) else {
+            return fail("no zone");
         };
-        let store = match store_for(m.table(), policy) {
-            Ok(s) => s,
-            Err(e) => return fail(&format!("backend {name:?}: CA certificates: {e}")),
-        };
-        // SAFETY: `ssl` is the connection's live `SSL` (nginx's bindings
-        // name the same OpenSSL type); nothing else uses it during the call.
-        let ssl = unsafe { SslRef::from_ptr_mut(ssl.cast()) };
-        if let Err(e) = apply(ssl, policy, &store) {
-            return fail(&format!("backend {name:?}: {e}"));
-        }
-        if let Some(id) = m.listener().backend_client_certificate.as_deref() {
-            let Some(zone) = zone_of(req) else {
-                return fail("no zone");
-            };
-            let cert = crate::tls::cache::find_id(&zone, id, |id, e| {
-                ngx_log_error!(NGX_LOG_ERR, log, "dynamic_balancer: certificate {}: {}", id, e);
-            });
-            let Some(cert) = cert else {
-                return fail(&format!("the client certificate {id:?} is not in the zone"));
-            };
-            // SAFETY: `ssl` is live; the leaf, key and chain are live
-            // OpenSSL objects the cache holds, and OpenSSL takes its own
-            // references.
-            let ok = unsafe {
-                SSL_use_cert_and_key(
-                    ssl.as_ptr().cast(),
-                    cert.leaf.as_ptr().cast(),
-                    cert.key.as_ptr().cast(),
-                    cert.chain.as_ptr().cast(),
-                    1,
-                )
-            };
-            if ok != 1 {
-                return fail(&format!(
-                    "SSL_use_cert_and_key failed for the client certificate {id:?}"
-                ));
-            }
+        // SAFETY: `ssl` is the connection's live `SSL`, used by nothing
+        // else during the call.
+        if let Err(e) = unsafe { secure(ssl.cast(), m.table(), &name, client_certificate, &zone, log) } {
+            return fail(&e);
         }
         NGX_OK as ngx_int_t
     })
+}
+
+/// Applies the route table's TLS settings for `backend` to a new upstream
+/// connection before its handshake: the policy's SNI, trust store and
+/// name checks, and `client_certificate` (a certificate id of the zone)
+/// for a backend that asks for one. HTTP's [`set_session`] and the stream
+/// servers' ([`crate::stream::backend_tls`]) both end here.
+///
+/// # Safety
+/// `ssl` is the live `SSL` of a connection not yet handshaken, used by
+/// nothing else during the call; `log` is a live log.
+pub(crate) unsafe fn secure(
+    ssl: *mut openssl_sys::SSL,
+    table: &Rc<Compiled>,
+    backend: &str,
+    client_certificate: Option<&str>,
+    zone: &Zone,
+    log: *mut ngx_log_t,
+) -> Result<(), String> {
+    let Some(policy) = table.backend_tls(backend) else {
+        return Err(format!("backend {backend:?} has no TLS settings in the route table"));
+    };
+    let store = store_for(table, policy).map_err(|e| format!("backend {backend:?}: CA certificates: {e}"))?;
+    // SAFETY: this function's contract.
+    let ssl = unsafe { SslRef::from_ptr_mut(ssl) };
+    apply(ssl, policy, &store).map_err(|e| format!("backend {backend:?}: {e}"))?;
+    let Some(id) = client_certificate else {
+        return Ok(());
+    };
+    let cert = crate::tls::cache::find_id(zone, id, |id, e| {
+        ngx_log_error!(NGX_LOG_ERR, log, "dynamic_balancer: certificate {}: {}", id, e);
+    });
+    let Some(cert) = cert else {
+        return Err(format!("the client certificate {id:?} is not in the zone"));
+    };
+    // SAFETY: `ssl` is live; the leaf, key and chain are live OpenSSL
+    // objects the cache holds, and OpenSSL takes its own references.
+    let ok = unsafe {
+        SSL_use_cert_and_key(
+            ssl.as_ptr().cast(),
+            cert.leaf.as_ptr().cast(),
+            cert.key.as_ptr().cast(),
+            cert.chain.as_ptr().cast(),
+            1,
+        )
+    };
+    if ok != 1 {
+        return Err(format!("SSL_use_cert_and_key failed for the client certificate {id:?}"));
+    }
+    Ok(())
 }
 
 /// The names a backend's leaf certificate must carry, kept on the `SSL`
