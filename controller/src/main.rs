@@ -216,6 +216,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             metrics_per_host: args.metrics_per_host,
             cpus: online_cpus(),
             https_socket: display(&conf_dir.join(controller::nginx::HTTPS_SOCKET)),
+            socket_dir: display(&conf_dir),
             auth_dir: display(&conf_dir.join("auth")),
             default_certificate: display(&default_certificate),
             supervised,

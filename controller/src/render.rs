@@ -52,6 +52,10 @@ pub struct RenderContext {
     /// With `--enable-ssl-passthrough`: the Unix socket the HTTP servers'
     /// TLS listener moves to, behind `stream {}` on the HTTPS port.
     pub https_socket: String,
+    /// The directory of nginx's other Unix sockets (the configuration
+    /// directory): a Gateway TLS listener's twin for backend TLS listens
+    /// there ([`crate::nginx::BACKEND_TLS_SOCKET_PREFIX`]).
+    pub socket_dir: String,
     /// `<conf-dir>/auth`, absolute: the basic-auth user files and client
     /// CA bundles. Absolute because nginx resolves such names against the
     /// directory of the file it reads, and a candidate is tested from the

@@ -26,6 +26,7 @@ fn context() -> RenderContext {
         metrics_per_host: true,
         cpus: 2,
         https_socket: "/etc/nginx/https.sock".into(),
+        socket_dir: "/etc/nginx".into(),
         auth_dir: "/etc/nginx/auth".into(),
     }
 }

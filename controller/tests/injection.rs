@@ -91,6 +91,7 @@ fn render_with(ing: Ingress, config: Option<BTreeMap<String, String>>) -> String
         metrics_per_host: true,
         cpus: 2,
         https_socket: "/h.sock".into(),
+        socket_dir: "/".into(),
         auth_dir: "/etc/nginx/auth".into(),
     };
     Renderer::new(None)

@@ -8,7 +8,7 @@
 //! (and reported) without holding back anyone else's. A backend in
 //! another namespace needs a ReferenceGrant there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gateway_api_types::gateways::{Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom as From};
 use gateway_api_types::httproutes::{
@@ -67,6 +67,11 @@ pub enum ServerProtocol {
     /// `TLS` listeners in `Passthrough` mode: routed by the TLS server
     /// name, the TLS left to the backend.
     Tls,
+    /// `TLS` listeners in `Terminate` mode (the spec's default): TLS ends
+    /// in nginx with the listeners' certificates, chosen by SNI, and the
+    /// bytes go on to the backend chosen by that SNI.
+    #[serde(rename = "tls-terminate")]
+    TlsTerminate,
     Tcp,
     Udp,
 }
@@ -82,14 +87,11 @@ impl ServerProtocol {
             "UDP" => Ok(ServerProtocol::Udp),
             "TLS" => match l.tls.as_ref().and_then(|t| t.mode.as_ref()) {
                 Some(Mode::Passthrough) => Ok(ServerProtocol::Tls),
-                _ => Err((
-                    "UnsupportedValue".into(),
-                    "TLS listeners are served in mode Passthrough only; Terminate is not supported yet".into(),
-                )),
+                Some(Mode::Terminate) | None => Ok(ServerProtocol::TlsTerminate),
             },
             other => Err((
                 "UnsupportedProtocol".into(),
-                format!("protocol {other} is not supported; HTTP, HTTPS, TLS (Passthrough), TCP and UDP are"),
+                format!("protocol {other} is not supported; HTTP, HTTPS, TLS, TCP and UDP are"),
             )),
         }
     }
@@ -99,7 +101,7 @@ impl ServerProtocol {
         match self {
             ServerProtocol::Http => "HTTP",
             ServerProtocol::Https => "HTTPS",
-            ServerProtocol::Tls => "TLS",
+            ServerProtocol::Tls | ServerProtocol::TlsTerminate => "TLS",
             ServerProtocol::Tcp => "TCP",
             ServerProtocol::Udp => "UDP",
         }
@@ -109,7 +111,7 @@ impl ServerProtocol {
     pub fn kinds(self) -> &'static [RouteKind] {
         match self {
             ServerProtocol::Http | ServerProtocol::Https => &[RouteKind::Http, RouteKind::Grpc],
-            ServerProtocol::Tls => &[RouteKind::Tls],
+            ServerProtocol::Tls | ServerProtocol::TlsTerminate => &[RouteKind::Tls],
             ServerProtocol::Tcp => &[RouteKind::Tcp],
             ServerProtocol::Udp => &[RouteKind::Udp],
         }
@@ -117,7 +119,25 @@ impl ServerProtocol {
 
     /// Whether nginx serves it in `stream{}`.
     pub fn is_stream(self) -> bool {
-        matches!(self, ServerProtocol::Tls | ServerProtocol::Tcp | ServerProtocol::Udp)
+        matches!(
+            self,
+            ServerProtocol::Tls | ServerProtocol::TlsTerminate | ServerProtocol::Tcp | ServerProtocol::Udp
+        )
+    }
+
+    /// Whether nginx terminates TLS with the listeners' certificates.
+    pub fn terminates_tls(self) -> bool {
+        matches!(self, ServerProtocol::Https | ServerProtocol::TlsTerminate)
+    }
+
+    /// TLS listeners of both modes on one port: nginx would have to read
+    /// the SNI before deciding whether to end the TLS, which these servers
+    /// do not do (the spec's `TLSRouteModeMixed`).
+    fn mixes_tls_modes(self, other: ServerProtocol) -> bool {
+        matches!(
+            (self, other),
+            (ServerProtocol::Tls, ServerProtocol::TlsTerminate) | (ServerProtocol::TlsTerminate, ServerProtocol::Tls)
+        )
     }
 }
 
@@ -189,7 +209,14 @@ fn listener_certificate(
         .and_then(|t| t.certificate_refs.as_deref())
         .unwrap_or_default();
     let Some(r) = refs.first() else {
-        return Err(invalid("an HTTPS listener needs tls.certificateRefs".into()));
+        return Err(invalid(format!(
+            "{} needs tls.certificateRefs",
+            if l.protocol == "TLS" {
+                "a TLS listener in Terminate mode (the default)"
+            } else {
+                "an HTTPS listener"
+            }
+        )));
     };
     let reference = SecretRef {
         group: r.group.as_deref(),
@@ -317,6 +344,22 @@ pub fn translate(
         for (g, gateway_listeners) in gateways.iter().zip(&listeners_of) {
             let gw_key = key(&g.metadata);
             let mut validation_by_port: BTreeMap<i32, PortValidation> = BTreeMap::new();
+            // Ports where the Gateway's own listeners mix TLS modes: all of
+            // them are refused (none is "first": they are one object's).
+            let mut modes_by_port: BTreeMap<i32, Vec<ServerProtocol>> = BTreeMap::new();
+            for l in gateway_listeners
+                .iter()
+                .filter(|l| l.owner.kind != super::listener_sets::KIND)
+            {
+                if let Ok(p) = ServerProtocol::of(l.spec) {
+                    modes_by_port.entry(l.spec.port).or_default().push(p);
+                }
+            }
+            let mixed_ports: BTreeSet<i32> = modes_by_port
+                .into_iter()
+                .filter(|(_, ps)| ps.iter().any(|a| ps.iter().any(|b| a.mixes_tls_modes(*b))))
+                .map(|(port, _)| port)
+                .collect();
             let phase = gateway_listeners
                 .iter()
                 .filter(|l| (l.owner.kind == super::listener_sets::KIND) == from_sets);
@@ -352,7 +395,18 @@ pub fn translate(
                 // listener is refused. The message names no other
                 // listener: it may be another tenant's.
                 let host = l.hostname.as_deref().unwrap_or("*").to_ascii_lowercase();
+                let mixed = !from_sets
+                    && matches!(protocol, ServerProtocol::Tls | ServerProtocol::TlsTerminate)
+                    && mixed_ports.contains(&l.port);
                 let conflict = match claims.get_mut(&name) {
+                    _ if mixed => Some((
+                        "ProtocolConflict",
+                        format!("port {port} has TLS listeners in both Passthrough and Terminate mode, which are not supported together"),
+                    )),
+                    Some((claimed, _)) if claimed.mixes_tls_modes(protocol) => Some((
+                        "ProtocolConflict",
+                        format!("port {port} already has TLS listeners in the other mode; Passthrough and Terminate are not supported together"),
+                    )),
                     Some((claimed, _)) if *claimed != protocol => Some((
                         "ProtocolConflict",
                         format!(
@@ -380,7 +434,7 @@ pub fn translate(
                     out.listeners.insert(lkey, Err((reason.into(), message)));
                     continue;
                 }
-                let certificate = if protocol == ServerProtocol::Https {
+                let certificate = if protocol.terminates_tls() {
                     match listener_certificate(snap, listener.owner, l) {
                         Ok(cert) => {
                             let entry = ListenerCertificate {
@@ -568,7 +622,7 @@ pub fn translate(
             nginx_port: *nginx_port,
             gateway: key(&gateway.metadata),
             port,
-            ssl: *protocol == ServerProtocol::Https,
+            ssl: protocol.terminates_tls(),
             protocol: *protocol,
         });
     }

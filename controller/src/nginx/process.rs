@@ -26,6 +26,9 @@ pub enum Mode {
 /// The Unix socket (in the prefix) the HTTP servers' TLS listener moves to
 /// with `--enable-ssl-passthrough`.
 pub const HTTPS_SOCKET: &str = "https.sock";
+/// The Unix sockets of Gateway TLS listeners' twins for backend TLS
+/// (`backend-tls-<port>.sock`, see the template's stream servers).
+pub const BACKEND_TLS_SOCKET_PREFIX: &str = "backend-tls-";
 
 pub struct Nginx {
     binary: PathBuf,
@@ -102,6 +105,23 @@ impl Nginx {
         Ok(())
     }
 
+    /// The Unix sockets nginx listens on in its prefix: the ssl-passthrough
+    /// listener's and the backend TLS twins'.
+    fn stale_sockets(&self) -> Vec<std::path::PathBuf> {
+        let ours = |name: &str| {
+            name == HTTPS_SOCKET || (name.starts_with(BACKEND_TLS_SOCKET_PREFIX) && name.ends_with(".sock"))
+        };
+        let Ok(entries) = std::fs::read_dir(&self.prefix) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(ours))
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+            .map(|e| e.path())
+            .collect()
+    }
+
     /// Starts the master in the foreground (the template says `daemon off`).
     pub fn start(&self) -> anyhow::Result<u32> {
         if self.stopping.load(Ordering::Acquire) {
@@ -109,11 +129,10 @@ impl Nginx {
         }
         // nginx unlinks a Unix listener's file only on a clean exit, and
         // never before binding it: after a master killed by a signal (or a
-        // container restart on the same emptyDir) the ssl-passthrough
-        // socket would fail every start with EADDRINUSE. No master of ours
-        // runs now, so the file is stale.
-        let socket = self.prefix.join(HTTPS_SOCKET);
-        if std::fs::symlink_metadata(&socket).is_ok_and(|m| m.file_type().is_socket()) {
+        // container restart on the same emptyDir) the ssl-passthrough and
+        // backend TLS sockets would fail every start with EADDRINUSE. No
+        // master of ours runs now, so the files are stale.
+        for socket in self.stale_sockets() {
             if let Err(e) = std::fs::remove_file(&socket) {
                 tracing::warn!(path = %socket.display(), error = %e, "cannot remove a stale socket");
             }
