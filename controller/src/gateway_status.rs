@@ -23,6 +23,7 @@ use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::gateway::route::RouteKind;
 use crate::gateway::status::{conditions_json, desired, Addresses, Desired, ParentStatus, SUPPORTED_FEATURES};
@@ -475,6 +476,17 @@ async fn sync_once(
         pending,
         clean: !pending && !write_failed,
     }
+}
+
+/// [`task`] as a task of the current runtime (see
+/// [`crate::source::cluster::spawn`] for why the library spawns it).
+pub fn spawn(
+    client: kube::Client,
+    opts: GatewayStatusOptions,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    leading: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(task(client, opts, snapshots, leading))
 }
 
 /// Runs until the process ends: whenever this replica leads and the

@@ -19,6 +19,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::model::class::ClassFilter;
 use crate::snapshot::Snapshot;
@@ -165,6 +166,17 @@ async fn sync_once(client: &kube::Client, opts: &StatusOptions, publish: &Publis
         }
     }
     written
+}
+
+/// [`task`] as a task of the current runtime (see
+/// [`crate::source::cluster::spawn`] for why the library spawns it).
+pub fn spawn(
+    client: kube::Client,
+    opts: StatusOptions,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    leading: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(task(client, opts, snapshots, leading))
 }
 
 /// Runs until the process ends: whenever this replica leads and the

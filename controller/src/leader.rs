@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// `--election-id`, `--election-ttl` and what client-go derives from it.
 #[derive(Debug, Clone)]
@@ -191,6 +192,12 @@ pub async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
         Ok(_) => tracing::info!(lease = %cfg.name, "released the leader Lease"),
         Err(e) => tracing::warn!(lease = %cfg.name, error = %e, "could not release the leader Lease"),
     }
+}
+
+/// [`run`] as a task of the current runtime (see
+/// [`crate::source::cluster::spawn`] for why the library spawns it).
+pub fn spawn(client: kube::Client, cfg: LeaseConfig, leading: watch::Sender<bool>) -> JoinHandle<()> {
+    tokio::spawn(run(client, cfg, leading))
 }
 
 /// Runs the election until the process ends, publishing whether this

@@ -256,7 +256,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let dir = manifests::ManifestDir::new(dir.clone(), config_map);
             // A short settle: a changed file is parsed alone, and structural
             // changes are coalesced again by --reload-settle-ms.
-            tokio::spawn(manifests::run(dir, tx, Duration::from_millis(2)))
+            manifests::spawn(dir, tx, Duration::from_millis(2))
         }
         (None, client) => {
             let opts = cluster::ClusterOptions {
@@ -266,7 +266,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 udp_services: config_map.udp_services,
                 gateway_api: args.enable_gateway_api,
             };
-            tokio::spawn(cluster::run(client.expect("a client in cluster mode"), opts, tx))
+            cluster::spawn(client.expect("a client in cluster mode"), opts, tx)
         }
     };
     // The first snapshot is the default one; the model task waits for a
@@ -308,18 +308,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 format!("{}-{}", host.trim(), std::process::id())
             });
             let cfg = leader::LeaseConfig::from_ttl(namespace, args.election_id.clone(), identity, args.election_ttl);
-            let elector = tokio::spawn(leader::run(client.clone(), cfg.clone(), leading_tx));
+            let elector = leader::spawn(client.clone(), cfg.clone(), leading_tx);
             let status_opts = ingress_status::StatusOptions {
                 publish: publish.clone(),
                 class: settings.build.class.clone(),
                 period: Duration::from_secs(60),
             };
-            let status_task = tokio::spawn(ingress_status::task(
-                client.clone(),
-                status_opts.clone(),
-                rx.clone(),
-                leading_rx.clone(),
-            ));
+            let status_task =
+                ingress_status::spawn(client.clone(), status_opts.clone(), rx.clone(), leading_rx.clone());
             let mut tasks = vec![elector, status_task];
             if args.enable_gateway_api {
                 let opts = controller::gateway_status::GatewayStatusOptions {
@@ -331,12 +327,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     period: Duration::from_secs(60),
                     writes_in_flight: usize::from(args.gateway_status_concurrency),
                 };
-                tasks.push(tokio::spawn(controller::gateway_status::task(
+                tasks.push(controller::gateway_status::spawn(
                     client.clone(),
                     opts,
                     rx.clone(),
                     leading_rx.clone(),
-                )));
+                ));
             }
             Some(Election {
                 client: client.clone(),
@@ -349,7 +345,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
 
     let snapshots = rx.clone();
-    let sync_task = tokio::spawn(sync::run(settings, renderer, shared.clone(), rx));
+    let sync_task = sync::spawn(settings, renderer, shared.clone(), rx);
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let reason = tokio::select! {

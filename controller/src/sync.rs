@@ -19,12 +19,24 @@
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::model::{Model, Quarantine};
 use crate::render::Renderer;
 use crate::snapshot::Snapshot;
 use crate::state::{Running, Settings, Shared};
 use crate::{push, rebuild, reload, supervise};
+
+/// [`run`] as a task of the current runtime (see
+/// [`crate::source::cluster::spawn`] for why the library spawns it).
+pub fn spawn(
+    settings: Settings,
+    renderer: Renderer,
+    shared: Arc<Shared>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+) -> JoinHandle<()> {
+    tokio::spawn(run(settings, renderer, shared, snapshots))
+}
 
 /// Runs until `snapshots` closes.
 pub async fn run(

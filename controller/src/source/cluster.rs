@@ -16,6 +16,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
 
 use crate::snapshot::{Snapshot, CA_BUNDLE_KEY};
 use gateway_api_types::backendtlspolicies::BackendTlsPolicy;
@@ -264,6 +265,16 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
+}
+
+/// [`run`] as a task of the current runtime.
+///
+/// Spawned here rather than by the binary: `tokio::spawn` compiles the
+/// task's whole body where it is called, and from `main.rs` every watcher
+/// and status writer was compiled a second time (the binary took longer
+/// to build than the library).
+pub fn spawn(client: Client, opts: ClusterOptions, tx: watch::Sender<Arc<Snapshot>>) -> JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(run(client, opts, tx))
 }
 
 /// Watches until the process ends, publishing a snapshot once every store

@@ -14,6 +14,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use crate::model::values::{is_namespace, is_object_name};
 use crate::snapshot::{ConfigMapRefs, Snapshot, CA_BUNDLE_KEY};
@@ -560,6 +561,12 @@ pub fn add_document(snap: &mut Snapshot, mut doc: Value, order: i64, refs: &Conf
         }
     }
     Ok(false)
+}
+
+/// [`run`] as a task of the current runtime (see
+/// [`crate::source::cluster::spawn`] for why the library spawns it).
+pub fn spawn(dir: ManifestDir, tx: watch::Sender<Arc<Snapshot>>, settle: Duration) -> JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(run(dir, tx, settle))
 }
 
 /// Publishes a snapshot now and after every change in the directory. File
