@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::hash_key::HashKey;
-use crate::sticky::{CookieSpec, StickyMode};
+use crate::sticky::{Carrier, CookieSpec, StickyMode};
 use crate::wire::Backend;
 
 /// `upstream-hash-by-subset-size` when unset, as the annotation defaults.
@@ -28,7 +28,12 @@ impl Algorithm {
     /// unknown (it then falls back to round_robin, as Lua does).
     pub fn select(backend: &Backend) -> (Algorithm, Option<String>) {
         let affinity = &backend.session_affinity;
-        if affinity.name == "cookie" {
+        let carrier = match affinity.name.as_str() {
+            "cookie" => Some(Carrier::Cookie),
+            "header" => Some(Carrier::Header),
+            _ => None,
+        };
+        if let Some(carrier) = carrier {
             let mode = if affinity.mode == "persistent" {
                 StickyMode::Persistent
             } else {
@@ -37,7 +42,7 @@ impl Algorithm {
             return (
                 Algorithm::Sticky {
                     mode,
-                    cookie: CookieSpec::from_wire(&affinity.cookie),
+                    cookie: CookieSpec::from_wire(&affinity.cookie, carrier),
                 },
                 None,
             );

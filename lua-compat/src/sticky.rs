@@ -5,6 +5,12 @@
 //! `backend_key = md5(md5(backend_name) .. backend_name)` (hex). In balanced
 //! mode `key` is hashed on the resty.chash ring; in persistent mode `key` is
 //! `md5(backend_name .. "address:port")`, the endpoint's fixed identity.
+//!
+//! Beyond ingress-nginx: the same value can travel in a header instead of
+//! a cookie (`sessionAffinityConfig.name: "header"`), as Gateway API's
+//! header-based session persistence asks: the gateway sends it in a
+//! response header of that name when a session starts, and the client
+//! sends it back in a request header of the same name.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -24,9 +30,58 @@ pub enum StickyMode {
     Persistent,
 }
 
-/// The cookie and its rules, from `cookieSessionAffinity`.
+/// What carries a session's value between the client and the gateway.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Carrier {
+    /// A cookie (`Set-Cookie` with the attributes below): ingress-nginx's.
+    #[default]
+    Cookie,
+    /// A header of the spec's name, both ways; the cookie attributes do
+    /// not apply.
+    Header,
+}
+
+/// Response headers a session header may not be: those that frame the
+/// response or the connection, or that other parts of nginx own. A second
+/// `Content-Length` or `Transfer-Encoding` would let a route's author
+/// desynchronise a shared proxy's connection; the rest would change what
+/// the response means.
+pub const RESERVED_SESSION_HEADERS: [&str; 12] = [
+    "connection",
+    "content-length",
+    "content-type",
+    "date",
+    "keep-alive",
+    "location",
+    "proxy-connection",
+    "server",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// Whether `name` may carry sessions in a header (see
+/// [`RESERVED_SESSION_HEADERS`]; `Upgrade` is refused too).
+pub fn is_session_header_allowed(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower != "upgrade" && !RESERVED_SESSION_HEADERS.contains(&lower.as_str())
+}
+
+/// The nginx variable that holds a session's value in a request: the
+/// cookie's (`cookie_<name>`) or the header's (`http_<name>`, lower case
+/// with `-` as `_`, as nginx names header variables).
+pub fn session_variable(carrier: Carrier, name: &str) -> String {
+    match carrier {
+        Carrier::Cookie => format!("cookie_{name}"),
+        Carrier::Header => format!("http_{}", name.to_ascii_lowercase().replace('-', "_")),
+    }
+}
+
+/// The cookie (or session header) and its rules, from `cookieSessionAffinity`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CookieSpec {
+    pub carrier: Carrier,
     pub name: String,
     /// `None`: the location's path (`$location_path`).
     pub path: Option<String>,
@@ -42,9 +97,10 @@ pub struct CookieSpec {
 }
 
 impl CookieSpec {
-    pub fn from_wire(c: &CookieSessionAffinity) -> CookieSpec {
+    pub fn from_wire(c: &CookieSessionAffinity, carrier: Carrier) -> CookieSpec {
         let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
         CookieSpec {
+            carrier,
             name: non_empty(&c.name).unwrap_or_else(|| DEFAULT_COOKIE_NAME.into()),
             path: non_empty(&c.path),
             expires: c.expires.trim().parse().ok(),
@@ -123,6 +179,11 @@ pub struct CookieContext<'a> {
     pub expires_at: Option<String>,
 }
 
+/// A session header's value: what the cookie's value would be.
+pub fn session_header_value(upstream_key: &str, backend_key: &str) -> String {
+    format!("{upstream_key}|{backend_key}")
+}
+
 /// `Set-Cookie` value in lua-resty-cookie's attribute order.
 pub fn set_cookie_value(spec: &CookieSpec, upstream_key: &str, backend_key: &str, ctx: &CookieContext) -> String {
     let mut samesite = spec.samesite.as_deref();
@@ -157,6 +218,7 @@ mod tests {
 
     fn spec() -> CookieSpec {
         CookieSpec {
+            carrier: Carrier::Cookie,
             name: "INGRESSCOOKIE".into(),
             path: None,
             expires: Some(172800),
@@ -223,6 +285,23 @@ mod tests {
         assert!(!should_set_cookie(&s, "shop.example.com", "shop.example.com", "/other"));
         assert!(should_set_cookie(&s, "a.example.org", "*.example.org", "/app"));
         assert!(!should_set_cookie(&s, "other.com", "_", "/"));
+    }
+
+    #[test]
+    fn session_headers_are_read_from_nginx_header_variables_and_framing_headers_are_refused() {
+        assert_eq!(session_variable(Carrier::Header, "X-Session-Id"), "http_x_session_id");
+        assert_eq!(session_variable(Carrier::Cookie, "Sess-ID"), "cookie_Sess-ID");
+        assert_eq!(session_header_value("k", "b"), "k|b");
+        assert!(is_session_header_allowed("X-Gateway-Session"));
+        for bad in [
+            "Content-Length",
+            "transfer-encoding",
+            "Set-Cookie",
+            "UPGRADE",
+            "Location",
+        ] {
+            assert!(!is_session_header_allowed(bad), "{bad}");
+        }
     }
 
     #[test]

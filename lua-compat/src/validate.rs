@@ -195,6 +195,15 @@ fn check_backend(backend: &Backend, prefix: &str) -> Result<(), ValidationError>
     check_hash_by(&backend.upstream_hash_by).map_err(|(f, m)| at(&format!("upstreamHashByConfig.{f}"), m))?;
     check_cookie(&backend.session_affinity.cookie)
         .map_err(|(f, m)| at(&format!("sessionAffinityConfig.cookieSessionAffinity.{f}"), m))?;
+    if backend.session_affinity.name == "header" {
+        let name = &backend.session_affinity.cookie.name;
+        if name.is_empty() || !crate::sticky::is_session_header_allowed(name) {
+            return Err(at(
+                "sessionAffinityConfig.cookieSessionAffinity.name",
+                format!("{name:?} cannot carry sessions: a session header needs a name, and not one that frames the response"),
+            ));
+        }
+    }
     check_traffic(&backend.traffic_shaping).map_err(|(f, m)| at(&format!("trafficShapingPolicy.{f}"), m))?;
     if crate::algorithm::Algorithm::select(backend).0.uses_ring() {
         let total: u64 = backend.endpoints.iter().map(|e| u64::from(e.weight.unwrap_or(1))).sum();
@@ -526,6 +535,32 @@ mod tests {
             {"locations": {"a.com": ["/\r\n"]}}}}),
         );
         assert_eq!(e, format!("{base}locations"));
+    }
+
+    #[test]
+    fn a_session_header_needs_a_name_that_does_not_frame_the_response() {
+        let header = |name: &str| {
+            serde_json::json!({"name": "a", "sessionAffinityConfig": {"name": "header", "mode": "persistent",
+                "cookieSessionAffinity": {"name": name}}})
+        };
+        let at = "[0].sessionAffinityConfig.cookieSessionAffinity.name";
+        for bad in [
+            "",
+            "Content-Length",
+            "Transfer-Encoding",
+            "set-cookie",
+            "Upgrade",
+            "X\r\nY",
+        ] {
+            assert_eq!(path_of(header(bad)), at, "{bad:?}");
+        }
+        let ok = serde_json::Value::Array(vec![header("X-Gateway-Session")]).to_string();
+        let parsed = parse_backends(ok.as_bytes()).unwrap();
+        let (algorithm, _) = crate::algorithm::Algorithm::select(&parsed[0]);
+        let crate::algorithm::Algorithm::Sticky { cookie, .. } = algorithm else {
+            panic!("a session header is sticky: {algorithm:?}")
+        };
+        assert_eq!(cookie.carrier, crate::sticky::Carrier::Header);
     }
 
     #[test]

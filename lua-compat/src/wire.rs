@@ -145,7 +145,8 @@ impl<'de> Deserialize<'de> for Port {
 /// `sessionAffinityConfig`: cookie affinity (sticky sessions).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionAffinityConfig {
-    /// `""` or `"cookie"`.
+    /// `""`, `"cookie"`, or (beyond ingress-nginx) `"header"`: the
+    /// session travels in a header named `cookieSessionAffinity.name`.
     #[serde(default)]
     pub name: String,
     /// `""`, `"balanced"` or `"persistent"`.

@@ -31,7 +31,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Some("--check") => true,
         Some(other) => return Err(format!("gateway-crds: unknown argument {other:?} (only --check)")),
     };
-    let wanted = generate(&crd_dir()?)?;
+    let wanted = generate(&crd_dir()?.join("standard"))?;
     let out = out_dir();
     let mut stale = Vec::new();
     let committed: Vec<String> = std::fs::read_dir(&out)

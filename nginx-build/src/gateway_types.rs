@@ -7,6 +7,7 @@
 //! standard-channel CRDs of the `sigs.k8s.io/gateway-api@v1.7.0` Go module
 //! (the Go module proxy serves it; `go mod download` keeps it in the module
 //! cache), formatted with the workspace's rustfmt settings and committed.
+//! HTTPRoute alone comes from the experimental channel (see [`channel`]).
 //! `--check` regenerates into memory and fails if a committed file differs;
 //! the unit test below runs it, so a hand edit or a kopium drift fails CI.
 
@@ -36,6 +37,20 @@ const KINDS: [&str; 10] = [
     "udproutes",
 ];
 const API_VERSION: &str = "v1";
+
+/// The channel a kind's CRD is read from. HTTPRoute's experimental schema
+/// is the standard one plus `sessionPersistence` (which the controller
+/// serves), `useDefaultGateways` and the `ExternalAuth` filter (which it
+/// reports as unsupported): reading the superset lets a cluster with the
+/// experimental CRDs installed send routes that use them without the whole
+/// list failing to parse, and on a standard-channel cluster the extra
+/// fields are simply absent.
+fn channel(plural: &str) -> &'static str {
+    match plural {
+        "httproutes" => "experimental",
+        _ => "standard",
+    }
+}
 
 /// Writes (or with `check`, compares) `gateway-api-types/src/<plural>.rs`.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -73,10 +88,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// kopium's output for one CRD, formatted as `cargo fmt` would.
 fn generate(kopium: &Path, crds: &Path, plural: &str) -> Result<String, String> {
     let file = format!("gateway.networking.k8s.io_{plural}.yaml");
+    let channel = channel(plural);
     // Run in the CRD directory with a relative file name: kopium writes its
     // command line into the header, which must not name this machine's paths.
     let generated = Command::new(kopium)
-        .current_dir(crds)
+        .current_dir(crds.join(channel))
         .args(["-f", &file, "--api-version", API_VERSION])
         .output()
         .map_err(|e| format!("running {}: {e}", kopium.display()))?;
@@ -86,7 +102,7 @@ fn generate(kopium: &Path, crds: &Path, plural: &str) -> Result<String, String> 
             String::from_utf8_lossy(&generated.stderr).trim()
         ));
     }
-    let header = format!("// Gateway API {GATEWAY_API_VERSION}, standard channel (sigs.k8s.io/gateway-api@{GATEWAY_API_VERSION}/config/crd/standard).\n");
+    let header = format!("// Gateway API {GATEWAY_API_VERSION}, {channel} channel (sigs.k8s.io/gateway-api@{GATEWAY_API_VERSION}/config/crd/{channel}).\n");
     let mut text = header.into_bytes();
     text.extend_from_slice(&generated.stdout);
     rustfmt(&text)
@@ -135,8 +151,9 @@ fn ensure_kopium() -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-/// The release's standard-channel CRDs, from the Go module cache (`go mod
-/// download` fetches the module from the Go module proxy the first time).
+/// The release's CRD directory (`standard/` and `experimental/` below it),
+/// from the Go module cache (`go mod download` fetches the module from the
+/// Go module proxy the first time).
 pub fn crd_dir() -> Result<PathBuf, String> {
     let out = Command::new("go")
         .args(["mod", "download", "-json"])
@@ -158,8 +175,8 @@ pub fn crd_dir() -> Result<PathBuf, String> {
     let info: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| format!("go mod download -json: {e}"))?;
     let dir = info["Dir"].as_str().ok_or("go mod download -json printed no Dir")?;
-    let crds = Path::new(dir).join("config/crd/standard");
-    if !crds.is_dir() {
+    let crds = Path::new(dir).join("config/crd");
+    if !crds.join("standard").is_dir() || !crds.join("experimental").is_dir() {
         return Err(format!("{} is missing", crds.display()));
     }
     Ok(crds)

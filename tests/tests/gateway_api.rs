@@ -509,3 +509,105 @@ fn cors_preflights_are_answered_and_mirrors_get_copies_without_reload() {
     assert_eq!(seen.lock().unwrap().len(), copies, "no copy once the mirror is gone");
     assert_eq!(c.reloads(), reloads, "filter edits never reload");
 }
+
+/// An HTTPRoute with session persistence (experimental channel): `/cookie`
+/// splits between Services `pair` and `solo` with a permanent cookie,
+/// `/header` keeps sessions in `X-Session`, `/plain` has none.
+fn session_route() -> String {
+    "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {namespace: demo, name: sessions}\nspec:\n  parentRefs: [{name: gw}]\n  hostnames: [shop.test]\n  rules:\n  - matches: [{path: {type: PathPrefix, value: /cookie}}]\n    backendRefs: [{name: pair, port: 80, weight: 1}, {name: solo, port: 80, weight: 1}]\n    sessionPersistence: {type: Cookie, absoluteTimeout: 1h, cookie: {name: shop-session, lifetimeType: Permanent}}\n  - matches: [{path: {type: PathPrefix, value: /header}}]\n    backendRefs: [{name: pair, port: 80}]\n    sessionPersistence: {type: Header, header: {name: X-Session}}\n  - matches: [{path: {type: PathPrefix, value: /plain}}]\n    backendRefs: [{name: pair, port: 80}]\n".into()
+}
+
+/// One request to `shop.test`: `(status, upstream, Set-Cookie, X-Session)`.
+fn shop(gw: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String, String, String) {
+    let mut req = tests::agent()
+        .get(&format!("http://127.0.0.1:{gw}{path}"))
+        .header("Host", "shop.test");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    match req.call() {
+        Ok(r) => {
+            let h = |n: &str| {
+                r.headers()
+                    .get(n)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            (r.status().as_u16(), h("x-upstream"), h("set-cookie"), h("x-session"))
+        }
+        Err(ureq::Error::StatusCode(code)) => (code, String::new(), String::new(), String::new()),
+        Err(_) => Default::default(),
+    }
+}
+
+#[test]
+fn session_persistence_keeps_a_client_on_its_endpoint_across_a_weighted_split() {
+    let (a, b, s) = (Upstream::start(), Upstream::start(), Upstream::start());
+    let gw = free_port();
+    let files = vec![
+        ("class.yaml", gateway_class()),
+        ("gateway.yaml", gateway("gw", gw, "Same")),
+        ("pair.yaml", service("pair", &[a.port, b.port])),
+        ("solo.yaml", service("solo", &[s.port])),
+        ("route.yaml", session_route()),
+    ];
+    let c = Controller::start(&files, &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || shop(gw, "/plain", &[]).0 == 200),
+        "{}",
+        c.log()
+    );
+    let reloads = c.reloads();
+    // No persistence: round robin over the pair, and no cookie.
+    let plain: Vec<_> = (0..4).map(|_| shop(gw, "/plain", &[])).collect();
+    assert!(plain.iter().all(|p| p.2.is_empty() && p.3.is_empty()), "{plain:?}");
+    assert!(plain.iter().any(|p| p.1 == a.identity) && plain.iter().any(|p| p.1 == b.identity));
+
+    // A cookie session: issued once with the rule's attributes, then every
+    // request goes to the same endpoint, whichever side of the split.
+    let mut pinned = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let (status, first, set_cookie, _) = shop(gw, "/cookie", &[]);
+        assert_eq!(status, 200);
+        assert!(
+            set_cookie.starts_with("shop-session=") && set_cookie.contains("; Max-Age=3600; Path=/; HttpOnly"),
+            "{set_cookie}"
+        );
+        let value = set_cookie.split(';').next().unwrap().to_string();
+        for _ in 0..8 {
+            let (status, again, set_again, _) = shop(gw, "/cookie", &[("Cookie", &value)]);
+            assert_eq!((status, again.as_str(), set_again.as_str()), (200, first.as_str(), ""));
+        }
+        pinned.insert(first);
+    }
+    assert!(pinned.len() >= 2, "new sessions spread over the endpoints: {pinned:?}");
+    // A forged value naming no endpoint starts a new session.
+    let (status, _, reissued, _) = shop(gw, "/cookie", &[("Cookie", "shop-session=forged|nothing")]);
+    assert!(status == 200 && reissued.starts_with("shop-session="), "{reissued}");
+
+    // A header session: the value goes out in X-Session and comes back.
+    let (_, first, set_cookie, session) = shop(gw, "/header", &[]);
+    assert!(
+        set_cookie.is_empty() && !session.is_empty(),
+        "{set_cookie:?} {session:?}"
+    );
+    for _ in 0..8 {
+        let (status, again, _, reissued) = shop(gw, "/header", &[("X-Session", &session)]);
+        assert_eq!((status, again.as_str(), reissued.as_str()), (200, first.as_str(), ""));
+    }
+    // Its endpoint leaves the Service: the session moves, with a new value.
+    let (left, stays) = if first == a.identity { (&a, &b) } else { (&b, &a) };
+    assert_eq!(first, left.identity);
+    c.write("pair.yaml", &service("pair", &[stays.port]));
+    assert!(
+        wait_until(Duration::from_secs(10), || shop(gw, "/plain", &[]).1 == stays.identity
+            && shop(gw, "/plain", &[]).1 == stays.identity),
+        "{}",
+        c.log()
+    );
+    let (status, moved, _, new_session) = shop(gw, "/header", &[("X-Session", &session)]);
+    assert_eq!((status, moved.as_str()), (200, stays.identity.as_str()));
+    assert!(!new_session.is_empty() && new_session != session);
+    assert_eq!(c.reloads(), reloads, "sessions and endpoint changes need no reload");
+}

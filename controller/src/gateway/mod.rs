@@ -12,6 +12,7 @@
 //! - [`frontend_tls`]: client certificate validation per Gateway port;
 //! - [`backend_tls`]: BackendTLSPolicies, and a Gateway's client
 //!   certificate for backends;
+//! - [`session`]: a rule's session persistence onto sticky backends;
 //! - [`listener_sets`]: the ListenerSets a Gateway takes, and whose
 //!   listeners a route names;
 //! - [`namespaces`]: namespace label selectors;
@@ -34,5 +35,6 @@ pub mod namespaces;
 pub mod precedence;
 pub mod route;
 pub mod services;
+pub mod session;
 pub mod status;
 pub mod translate;

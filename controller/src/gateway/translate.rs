@@ -28,6 +28,7 @@ use super::hostnames::intersect_from;
 use super::listener_sets::Owner;
 use super::precedence::{host_groups, Candidate};
 use super::route::{Route, RouteKind};
+use super::session::RuleSession;
 use crate::snapshot::{key, Snapshot};
 
 /// The `controllerName` of GatewayClasses this controller serves.
@@ -40,6 +41,9 @@ pub struct ServiceRef {
     pub namespace: String,
     pub name: String,
     pub port: u16,
+    /// The rule's session persistence: the port then gets a backend of
+    /// its own that carries it (see [`super::session`]).
+    pub session: Option<RuleSession>,
 }
 
 /// One nginx `server` for Gateway traffic: a Gateway's port.
@@ -774,7 +778,11 @@ fn route_entries(
     let mut rules = Vec::new();
     let mut candidates = Vec::new();
     for (rule_index, r) in route.spec.rules.iter().flatten().enumerate() {
-        let rule = translate_rule(snap, any.kind, &ns, &route_key, r, backend, &mut report);
+        let at = RuleAt {
+            route: &route_key,
+            index: rule_index,
+        };
+        let rule = translate_rule(snap, any.kind, &ns, &at, r, backend, &mut report);
         let rule_id = rules.len() as u32;
         rules.push(rule);
         let default_match = [HttpRouteRulesMatches {
@@ -850,16 +858,26 @@ fn translate_match(m: &HttpRouteRulesMatches, rule: u32) -> RouteMatch {
     }
 }
 
+/// Which rule of which route: `namespace/name` and the rule's index.
+struct RuleAt<'a> {
+    route: &'a str,
+    index: usize,
+}
+
 fn translate_rule(
     snap: &Snapshot,
     kind: RouteKind,
     ns: &str,
-    route_key: &str,
+    at: &RuleAt,
     r: &HttpRouteRules,
     backend: &mut impl FnMut(&ServiceRef) -> String,
     report: &mut impl FnMut(&str, String),
 ) -> Rule {
     let mut filters = Filters::default();
+    let session = r.session_persistence.as_ref().and_then(|sp| {
+        let rule = r.name.clone().unwrap_or_else(|| at.index.to_string());
+        super::session::translate(at.route, &rule, sp, report)
+    });
     let mut unsupported = false;
     for f in r.filters.iter().flatten() {
         if let (FilterType::RequestMirror, Some(m)) = (&f.r#type, &f.request_mirror) {
@@ -937,6 +955,7 @@ fn translate_rule(
                 namespace: &target_ns,
                 port: b.port,
             },
+            session.as_ref(),
             backend,
         );
         let mut protocol = BackendProtocol::Http1;
@@ -1007,12 +1026,13 @@ fn translate_rule(
         filters = Filters::default();
     }
     Rule {
-        route: route_key.to_string(),
+        route: at.route.to_string(),
         name: r.name.clone(),
         filters,
         backends,
         timeouts,
         retry,
+        session_persistence: session.is_some(),
     }
 }
 
@@ -1034,6 +1054,7 @@ fn resolve_service(
     kind: RouteKind,
     ns: &str,
     b: &BackendTarget,
+    session: Option<&RuleSession>,
     backend: &mut impl FnMut(&ServiceRef) -> String,
 ) -> Result<(String, BackendProtocol), (&'static str, String)> {
     let target_ns = b.namespace;
@@ -1088,6 +1109,7 @@ fn resolve_service(
         namespace: target_ns.to_string(),
         name: b.name.to_string(),
         port,
+        session: session.cloned(),
     });
     Ok((name, protocol))
 }
@@ -1112,7 +1134,7 @@ fn translate_mirror(
         namespace: &target_ns,
         port: r.port,
     };
-    let (name, protocol) = match resolve_service(snap, kind, ns, &target, backend) {
+    let (name, protocol) = match resolve_service(snap, kind, ns, &target, None, backend) {
         Ok(found) => found,
         Err((reason, why)) => {
             report(reason, format!("mirror {why}; requests are not mirrored to it"));
@@ -1225,7 +1247,10 @@ fn apply_filter(filters: &mut Filters, f: &HttpRouteRulesFilters) -> Result<(), 
                 max_age: c.max_age.map_or(5, |a| a.clamp(1, 86_400) as u32),
             });
         }
-        FilterType::RequestMirror | FilterType::ExtensionRef => {
+        // ExternalAuth (experimental) would need a subrequest per request
+        // to the named service; the rule fails closed rather than serving
+        // without its authentication.
+        FilterType::RequestMirror | FilterType::ExtensionRef | FilterType::ExternalAuth => {
             return Err(format!(
                 "filter {:?} is not supported yet; the rule answers 500",
                 serde_json::to_value(&f.r#type)

@@ -32,6 +32,9 @@ pub struct BackendRef {
     /// with that Ingress's other backends.
     pub annotations: Arc<Annotations>,
     pub canary: bool,
+    /// A Gateway API rule's session persistence, for the rule's own copy
+    /// of a Service port (no Ingress shares that backend).
+    pub session: Option<wire::SessionAffinityConfig>,
 }
 
 impl BackendRef {
@@ -374,7 +377,9 @@ fn wire_backend(
     if let Some(c) = a.canary.as_ref().filter(|_| r.canary) {
         b.traffic_shaping = wire::TrafficShapingPolicy::from(c);
     }
-    if let Some(aff) = &a.affinity {
+    if let Some(session) = &r.session {
+        b.session_affinity = session.clone();
+    } else if let Some(aff) = &a.affinity {
         b.session_affinity = wire::SessionAffinityConfig::from(aff);
         // The module issues the cookie only where `$location_path` (the
         // Ingress path, which the template sets) is listed for the host.

@@ -40,6 +40,16 @@ pub enum BackendId {
         service: String,
         port: String,
     },
+    /// A Service port as a Gateway API rule with session persistence
+    /// sends to: a copy of the port's backend that carries the session's
+    /// settings (`session` is their digest, see
+    /// [`crate::gateway::session`]).
+    GatewaySession {
+        namespace: String,
+        service: String,
+        port: String,
+        session: String,
+    },
 }
 
 impl BackendId {
@@ -61,6 +71,12 @@ impl BackendId {
                 service,
                 port,
             } => format!("{protocol}-{namespace}-{service}-{port}"),
+            BackendId::GatewaySession {
+                namespace,
+                service,
+                port,
+                session,
+            } => format!("{namespace}-{service}-{port}-session-{session}"),
         }
     }
 

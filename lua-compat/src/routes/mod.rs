@@ -207,6 +207,13 @@ pub struct Rule {
     pub timeouts: Timeouts,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<Retry>,
+    /// The rule's `sessionPersistence`: its backends are the controller's
+    /// per-rule copies whose `sessionAffinityConfig` carries the session
+    /// (cookie or header). A request that carries a session of one of them
+    /// goes to that backend whatever the weights say, so a weighted split
+    /// does not move an established session.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session_persistence: bool,
 }
 
 /// An HTTPRoute rule's `retry`: the request is tried again, up to

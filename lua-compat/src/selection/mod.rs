@@ -308,6 +308,7 @@ pub(crate) mod testing {
 
     pub fn cookie(name: &str, change_on_failure: bool) -> CookieSpec {
         CookieSpec {
+            carrier: Default::default(),
             name: name.into(),
             path: None,
             expires: None,

@@ -15,7 +15,7 @@ use super::{node_ids, random_where, Accept, Attempt, Endpoints, Pick, Selection,
 use crate::algorithm::Algorithm;
 use crate::chash::ChashRing;
 use crate::runtime::RuntimeBackend;
-use crate::sticky::{backend_key, parse_cookie_value, persistent_key, CookieSpec, StickyMode};
+use crate::sticky::{backend_key, parse_cookie_value, persistent_key, session_variable, CookieSpec, StickyMode};
 
 /// Balanced mode's attempts at a new key that lands on an acceptable
 /// endpoint, as Lua's `MAX_UPSTREAM_CHECKS_COUNT`.
@@ -24,7 +24,8 @@ const NEW_KEY_TRIES: u32 = 20;
 pub struct StickySelector {
     mode: StickyMode,
     pub cookie: CookieSpec,
-    /// `cookie_<name>`, the nginx variable holding the cookie.
+    /// The nginx variable holding the session: `cookie_<name>`, or
+    /// `http_<name>` for a session header ([`session_variable`]).
     pub cookie_variable: String,
     /// `md5(md5(name) .. name)`: the cookie's backend half.
     pub backend_key: String,
@@ -93,7 +94,7 @@ impl Selection for StickySelector {
         };
         StickySelector {
             mode: *mode,
-            cookie_variable: format!("cookie_{}", cookie.name),
+            cookie_variable: session_variable(cookie.carrier, &cookie.name),
             backend_key: backend_key(&backend.name),
             cookie: cookie.clone(),
             ring,

@@ -52,7 +52,7 @@ fn takes(req: &Request, canary: &WorkerBackend) -> bool {
 
 /// Whether the request carries `backend`'s sticky cookie: a session stays
 /// with the backend (primary or canary) that issued it.
-fn is_affinitized(req: &Request, backend: &WorkerBackend) -> bool {
+pub(crate) fn is_affinitized(req: &Request, backend: &WorkerBackend) -> bool {
     let Some(sticky) = backend.selector.sticky() else {
         return false;
     };

@@ -25,7 +25,7 @@
 use lua_compat::routes::matcher::{CompiledModifier, CompiledRule, RequestView};
 use lua_compat::routes::rewrite::{location, rewritten_path, RedirectFrom};
 use lua_compat::routes::weighted;
-use lua_compat::routes::{BackendProtocol, ValidationMode};
+use lua_compat::routes::{BackendProtocol, Rule, ValidationMode};
 use ngx::ffi::{
     ngx_http_request_t, ngx_int_t, NGX_DECLINED, NGX_DONE, NGX_HTTP_BAD_REQUEST, NGX_HTTP_INTERNAL_SERVER_ERROR,
     NGX_HTTP_MISDIRECTED_REQUEST, NGX_HTTP_NOT_FOUND, NGX_LOG_ERR, NGX_LOG_INFO,
@@ -33,7 +33,8 @@ use ngx::ffi::{
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 use ngx::ngx_log_error;
 
-use crate::backends::routes_cache;
+use crate::backends::worker_cache::lookup;
+use crate::backends::{canary, routes_cache};
 use crate::conf::{own_variable, read_variable, request_host, zone_of, ListenerMemo};
 use crate::http::gateway_cors;
 use crate::http::gateway_matched::Matched;
@@ -46,6 +47,7 @@ use crate::nginx::module::Module;
 use crate::nginx::request::{client_certificate_verified, header_in, pool_box, ssl_server_name, str_bytes};
 
 use crate::nginx::variables::{self, Own, Read};
+use crate::shm::zone::Zone;
 
 struct View<'r> {
     req: &'r Request,
@@ -253,8 +255,12 @@ fn route(req: &mut Request, listener: &[u8], memo: &ListenerMemo) -> ngx_int_t {
         );
         return send_redirect(req, redirect.status_code, &target);
     }
-    let Some(chosen) = weighted::pick(&rule.backends, compiled.total_weight, fastrand::u64(..)) else {
-        return refuse(req, GrpcAnswer::NoBackend);
+    let chosen = match session_backend(req, &zone, rule) {
+        Some(i) => i,
+        None => match weighted::pick(&rule.backends, compiled.total_weight, fastrand::u64(..)) {
+            Some(i) => i,
+            None => return refuse(req, GrpcAnswer::NoBackend),
+        },
     };
     let Some(backend) = rule.backends[chosen].backend.as_deref() else {
         return refuse(req, GrpcAnswer::NoBackend);
@@ -300,6 +306,24 @@ fn route(req: &mut Request, listener: &[u8], memo: &ListenerMemo) -> ngx_int_t {
         rule.backends[chosen].protocol,
         compiled.backend_tls.get(chosen).copied().unwrap_or(false),
     )
+}
+
+/// A rule with session persistence: the backend whose session the request
+/// carries (its cookie or header names that backend), so a weighted split
+/// does not move an established session. A backend whose weight went to 0
+/// takes no sessions any more; within the backend, its sticky selector
+/// follows the session to its endpoint.
+fn session_backend(req: &Request, zone: &Zone, rule: &Rule) -> Option<usize> {
+    if !rule.session_persistence || rule.backends.len() < 2 {
+        return None;
+    }
+    rule.backends.iter().position(|b| {
+        b.weight > 0
+            && b.backend
+                .as_deref()
+                .and_then(|name| lookup(zone, name.as_bytes()))
+                .is_some_and(|backend| canary::is_affinitized(req, &backend))
+    })
 }
 
 /// The answer to a request no route takes (404) or whose rule has no

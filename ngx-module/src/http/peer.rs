@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use lua_compat::selection::{select, Attempt, Endpoints, StickySelector};
-use lua_compat::sticky::{set_cookie_value, should_set_cookie, CookieContext};
+use lua_compat::sticky::{session_header_value, set_cookie_value, should_set_cookie, Carrier, CookieContext};
 use lua_compat::tried::TriedSet;
 use ngx::ffi::{
     ngx_http_request_t, ngx_http_upstream_srv_conf_t, ngx_int_t, ngx_peer_connection_t, ngx_uint_t, NGX_BUSY,
@@ -319,9 +319,17 @@ unsafe fn pick(state: *mut PeerData) -> Option<usize> {
     Some(pick.endpoint)
 }
 
-/// Adds the sticky `Set-Cookie` if the request's location is listed. Called
-/// before the response header is sent.
+/// Adds the sticky `Set-Cookie` if the request's location is listed, or,
+/// for a Gateway API rule's session persistence, always (its cookie has
+/// its own path); a session header goes out as a response header of its
+/// name. Called before the response header is sent.
 fn issue_cookie(req: &mut Request, sticky: &StickySelector, key: &str) {
+    if sticky.cookie.carrier == Carrier::Header {
+        let value = session_header_value(key, &sticky.backend_key);
+        let _ = req.add_header_out(&sticky.cookie.name, &value);
+        return;
+    }
+    let gateway_rule = super::gateway_matched::matched(req).is_some();
     let text = |name: &str| {
         variables::get(req, name)
             .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -336,7 +344,7 @@ fn issue_cookie(req: &mut Request, sticky: &StickySelector, key: &str) {
             location_path = String::from_utf8_lossy(clcf.name.as_bytes()).into_owned();
         }
     }
-    if !should_set_cookie(&sticky.cookie, &host, &server_name, &location_path) {
+    if !gateway_rule && !should_set_cookie(&sticky.cookie, &host, &server_name, &location_path) {
         return;
     }
     let user_agent = variables::get(req, "http_user_agent").map(|v| String::from_utf8_lossy(v).into_owned());

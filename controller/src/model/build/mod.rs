@@ -288,10 +288,18 @@ impl<'s> Builder<'s> {
             opts.gateway_base_port,
             &reserved,
             |r| {
-                let name = names.claim(BackendId::Service {
-                    namespace: r.namespace.clone(),
-                    service: r.name.clone(),
-                    port: r.port.to_string(),
+                let name = names.claim(match &r.session {
+                    None => BackendId::Service {
+                        namespace: r.namespace.clone(),
+                        service: r.name.clone(),
+                        port: r.port.to_string(),
+                    },
+                    Some(session) => BackendId::GatewaySession {
+                        namespace: r.namespace.clone(),
+                        service: r.name.clone(),
+                        port: r.port.to_string(),
+                        session: session.digest(),
+                    },
                 });
                 claimed.push((name.clone(), r.clone()));
                 name
@@ -307,6 +315,7 @@ impl<'s> Builder<'s> {
                 port: PortRef::Number(i32::from(r.port)),
                 annotations: Default::default(),
                 canary: false,
+                session: r.session.map(|s| s.affinity),
             });
         }
         for (object, reason) in &model.problems {
@@ -500,6 +509,7 @@ impl<'s> Builder<'s> {
             port,
             annotations: a.clone(),
             canary,
+            session: None,
         });
         Some(name)
     }
@@ -799,6 +809,7 @@ impl<'s> Builder<'s> {
                     port: PortRef::Number(-1),
                     annotations: Default::default(),
                     canary: false,
+                    session: None,
                 });
                 Some(name)
             }
@@ -1162,6 +1173,7 @@ impl<'s> Builder<'s> {
                     port: PortRef::Number(-1),
                     annotations: Default::default(),
                     canary: false,
+                    session: None,
                 },
             );
         }

@@ -128,6 +128,7 @@ impl Builder<'_> {
                 port,
                 annotations: Default::default(),
                 canary: false,
+                session: None,
             },
         );
         StreamServer {
