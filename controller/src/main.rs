@@ -76,6 +76,7 @@ fn reference_page(page: &str) -> String {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let conf_dir = std::path::absolute(&args.conf_dir)?;
+    controller::nginx::check_socket_dir(&conf_dir).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(conf_dir.join("logs")).with_context(|| format!("creating {}", conf_dir.display()))?;
     let ssl_dir = conf_dir.join("ssl");
     let default_certificate = controller::default_certificate::ensure(&ssl_dir)?;

@@ -41,31 +41,14 @@ pub enum Carrier {
     Header,
 }
 
-/// Response headers a session header may not be: those that frame the
-/// response or the connection, or that other parts of nginx own. A second
-/// `Content-Length` or `Transfer-Encoding` would let a route's author
-/// desynchronise a shared proxy's connection; the rest would change what
-/// the response means.
-pub const RESERVED_SESSION_HEADERS: [&str; 12] = [
-    "connection",
-    "content-length",
-    "content-type",
-    "date",
-    "keep-alive",
-    "location",
-    "proxy-connection",
-    "server",
-    "set-cookie",
-    "te",
-    "trailer",
-    "transfer-encoding",
-];
+/// Response headers a session header may not be besides those that frame
+/// the response ([`crate::routes::header::FRAMING_HEADERS`]): those nginx
+/// or the backend own, whose meaning a second value would change.
+const OWNED_HEADERS: [&str; 5] = ["content-type", "date", "location", "server", "set-cookie"];
 
-/// Whether `name` may carry sessions in a header (see
-/// [`RESERVED_SESSION_HEADERS`]; `Upgrade` is refused too).
+/// Whether `name` may carry sessions in a header.
 pub fn is_session_header_allowed(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    lower != "upgrade" && !RESERVED_SESSION_HEADERS.contains(&lower.as_str())
+    !crate::routes::header::is_framing_header(name) && !OWNED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
 /// The nginx variable that holds a session's value in a request: the

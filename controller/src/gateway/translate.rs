@@ -596,6 +596,7 @@ pub fn translate(
                     certificates: Vec::new(),
                     client_validation: None,
                     backend_client_certificate: None,
+                    tls_passthrough: false,
                 }],
                 backend_tls: Vec::new(),
             };
@@ -620,6 +621,7 @@ pub fn translate(
             certificates: certificates.clone(),
             client_validation: client_validation.clone(),
             backend_client_certificate: client_certificates.get(&key(&gateway.metadata)).cloned(),
+            tls_passthrough: *protocol == ServerProtocol::Tls,
         });
         out.servers.push(GatewayServer {
             name: name.clone(),

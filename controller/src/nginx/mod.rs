@@ -5,4 +5,4 @@ mod process;
 pub mod reaper;
 
 pub use api_client::{ApiClient, PushError, Status, WorkerStatus};
-pub use process::{Mode, Nginx, BACKEND_TLS_SOCKET_PREFIX, HTTPS_SOCKET};
+pub use process::{check_socket_dir, Mode, Nginx, BACKEND_TLS_SOCKET_PREFIX, HTTPS_SOCKET};

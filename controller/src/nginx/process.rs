@@ -30,6 +30,27 @@ pub const HTTPS_SOCKET: &str = "https.sock";
 /// (`backend-tls-<port>.sock`, see the template's stream servers).
 pub const BACKEND_TLS_SOCKET_PREFIX: &str = "backend-tls-";
 
+/// The longest path nginx can listen on as a Unix socket: `sun_path` holds
+/// 108 bytes with the terminating NUL on Linux.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Refuses a configuration directory too long for the sockets nginx
+/// listens on inside it (`https.sock`, `backend-tls-<port>.sock`): nginx
+/// would fail `nginx -t` only once a Gateway TLS listener or SSL
+/// passthrough first needs one, with an error that names no flag.
+pub fn check_socket_dir(conf_dir: &Path) -> Result<(), String> {
+    let longest = format!("{BACKEND_TLS_SOCKET_PREFIX}65535.sock");
+    let len = conf_dir.join(&longest).as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(format!(
+            "--conf-dir {} is too long: nginx listens on Unix sockets in it (up to {longest}, {len} bytes in all), and a socket path holds at most {MAX_SOCKET_PATH} bytes; choose a directory of at most {} bytes",
+            conf_dir.display(),
+            MAX_SOCKET_PATH - longest.len() - 1
+        ));
+    }
+    Ok(())
+}
+
 pub struct Nginx {
     binary: PathBuf,
     prefix: PathBuf,
@@ -301,5 +322,20 @@ impl Nginx {
         }
         let _ = self.signal(libc::SIGKILL);
         tracing::warn!("nginx did not stop within {grace:?}; killed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conf_dir_must_leave_room_for_its_sockets() {
+        assert!(check_socket_dir(Path::new("/etc/nginx")).is_ok());
+        let longest_ok = format!("/{}", "d".repeat(83));
+        assert!(check_socket_dir(Path::new(&longest_ok)).is_ok());
+        let too_long = format!("/{}", "d".repeat(84));
+        let e = check_socket_dir(Path::new(&too_long)).unwrap_err();
+        assert!(e.contains("--conf-dir") && e.contains("at most 84 bytes"), "{e}");
     }
 }

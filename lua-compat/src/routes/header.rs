@@ -23,6 +23,31 @@ impl CompiledHeader {
     }
 }
 
+/// Response headers that frame the response or the connection. nginx
+/// writes them from its own fields (`content_length_n`, `chunked`,
+/// keepalive) and keeps pointers into the header list for some: a route
+/// that adds, replaces or removes one would send a second, contradicting
+/// `Content-Length`, or a response whose end the client cannot find, and
+/// a shared proxy in front of the gateway would then read one tenant's
+/// body as the next response on its connection. So a route may not touch
+/// them (`lua_compat::routes::validate`), and a session header
+/// ([`crate::sticky`]) may not be one.
+pub const FRAMING_HEADERS: [&str; 8] = [
+    "connection",
+    "content-length",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether `name` (any case) is one of [`FRAMING_HEADERS`].
+pub fn is_framing_header(name: &str) -> bool {
+    FRAMING_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
 /// nginx's `ngx_hash_key`: `key * 31 + byte`, wrapping.
 pub fn ngx_hash_key(bytes: &[u8]) -> u64 {
     bytes

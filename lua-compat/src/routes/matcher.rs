@@ -286,7 +286,7 @@ fn compile_listener(
     l: &ListenerRoutes,
     backend_tls: &HashMap<Box<str>, super::BackendTls>,
 ) -> Result<CompiledListener, (String, String)> {
-    let over_tls = |name: Option<&str>| name.is_some_and(|n| backend_tls.contains_key(n));
+    let over_tls = |name: Option<&str>| !l.tls_passthrough && name.is_some_and(|n| backend_tls.contains_key(n));
     let mut groups = Vec::with_capacity(l.hosts.len());
     for (g, group) in l.hosts.iter().enumerate() {
         let mut matches = Vec::with_capacity(group.matches.len());
@@ -701,6 +701,21 @@ mod tests {
         let c = Compiled::new(&parse_routes(plain.to_string().as_bytes()).unwrap()).unwrap();
         let l = c.listener(b"p").unwrap();
         assert!(!l.has_certificates() && !l.misdirected(b"a", b"b"));
+    }
+
+    #[test]
+    fn a_passthrough_listener_never_originates_tls() {
+        let rules = serde_json::json!([{"route": "a/r", "backends": [{"backend": "svc", "weight": 1}]}]);
+        let table = serde_json::json!({
+            "listeners": [
+                {"name": "terminate", "port": 443, "hosts": [], "rules": rules},
+                {"name": "passthrough", "port": 8443, "hosts": [], "rules": rules, "tlsPassthrough": true},
+            ],
+            "backendTls": [{"backend": "svc", "hostname": "svc.test"}],
+        });
+        let c = Compiled::new(&parse_routes(table.to_string().as_bytes()).unwrap()).unwrap();
+        assert_eq!(c.listener(b"terminate").unwrap().rules[0].backend_tls, [true]);
+        assert_eq!(c.listener(b"passthrough").unwrap().rules[0].backend_tls, [false]);
     }
 
     #[test]

@@ -103,6 +103,12 @@ pub struct ListenerRoutes {
     /// `/configuration/certificates`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_client_certificate: Option<String>,
+    /// A TLS listener in `Passthrough` mode: the client's own TLS goes to
+    /// the backend unopened, so nothing is originated over TLS from here
+    /// and BackendTLSPolicies on its backends do not apply (wrapping the
+    /// client's TLS in a second one would only break it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls_passthrough: bool,
 }
 
 /// Mutual TLS on one HTTPS server.

@@ -410,6 +410,7 @@ fn check_rule(rule: &Rule, at: &str) -> Result<(), ValidationError> {
     }
     if let Some(m) = &f.response_headers {
         check_modifier(m).map_err(|(field, e)| bad(&format!("filters.responseHeaders.{field}"), e))?;
+        check_no_framing(m).map_err(|(field, e)| bad(&format!("filters.responseHeaders.{field}"), e))?;
     }
     if let Some(r) = &f.redirect {
         if f.rewrite.is_some() {
@@ -598,6 +599,33 @@ fn check_value_matches(list: &[ValueMatch], header: bool) -> Result<(), (usize, 
             check_regex(&m.value).map_err(|e| (i, e))?;
         } else if !is_header_value(&m.value) {
             return Err((i, "the value contains a control character or is too long".into()));
+        }
+    }
+    Ok(())
+}
+
+/// A response modifier leaves the headers that frame the response alone
+/// (see [`super::header::FRAMING_HEADERS`]). Request modifiers may name
+/// them: the proxy writes its own and skips the client's.
+fn check_no_framing(m: &HeaderModifier) -> Result<(), (String, String)> {
+    let named = m
+        .set
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (format!("set[{i}].name"), &h.name))
+        .chain(
+            m.add
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (format!("add[{i}].name"), &h.name)),
+        )
+        .chain(m.remove.iter().enumerate().map(|(i, n)| (format!("remove[{i}]"), n)));
+    for (field, name) in named {
+        if super::header::is_framing_header(name) {
+            return Err((
+                field,
+                format!("{name:?} frames the response or the connection; nginx writes it, a route may not change it"),
+            ));
         }
     }
     Ok(())
@@ -843,6 +871,27 @@ mod tests {
                     serde_json::json!([{"route": "a/b", "filters": {"requestHeaders": {"set": [{"name": "X", "value": "a\r\nInjected: 1"}]}}}]),
                 ),
                 "listeners[0].rules[0].filters.requestHeaders.set[0].value",
+            ),
+            (
+                listener(
+                    serde_json::json!([]),
+                    serde_json::json!([{"route": "a/b", "filters": {"responseHeaders": {"set": [{"name": "Content-Length", "value": "0"}]}}}]),
+                ),
+                "listeners[0].rules[0].filters.responseHeaders.set[0].name",
+            ),
+            (
+                listener(
+                    serde_json::json!([]),
+                    serde_json::json!([{"route": "a/b", "filters": {"responseHeaders": {"add": [{"name": "X-Ok", "value": "1"}, {"name": "transfer-encoding", "value": "chunked"}]}}}]),
+                ),
+                "listeners[0].rules[0].filters.responseHeaders.add[1].name",
+            ),
+            (
+                listener(
+                    serde_json::json!([]),
+                    serde_json::json!([{"route": "a/b", "filters": {"responseHeaders": {"remove": ["Connection"]}}}]),
+                ),
+                "listeners[0].rules[0].filters.responseHeaders.remove[0]",
             ),
             (
                 listener(

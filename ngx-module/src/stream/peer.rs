@@ -76,7 +76,7 @@ pub unsafe extern "C" fn init_peer(s: *mut ngx_stream_session_t, us: *mut ngx_st
             };
             if r.tls {
                 // SAFETY: `s` is live, in peer.init, not yet connecting.
-                if !unsafe { super::backend_tls::enter(s, &r.route, log) } {
+                if !unsafe { super::backend_tls::enter(s, r.route.as_deref().unwrap_or_default(), log) } {
                     return NGX_ERROR as ngx_int_t;
                 }
                 tls = Some(TlsRoute {

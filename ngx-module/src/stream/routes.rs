@@ -70,8 +70,9 @@ unsafe fn server_name<'s>(s: *mut ngx_stream_session_t) -> &'s [u8] {
 pub struct Routed {
     /// The backend's name in the zone.
     pub name: String,
-    /// The route that chose it, for logs.
-    pub route: String,
+    /// The route that chose it, for the logs of a backend reached over
+    /// TLS; `None` otherwise (not copied for every plain connection).
+    pub route: Option<String>,
     /// A BackendTLSPolicy says the backend is reached over TLS (see
     /// [`super::backend_tls`]).
     pub tls: bool,
@@ -127,7 +128,7 @@ pub unsafe fn backend(
         return None;
     };
     let tls = found.rule.backend_tls.get(chosen).copied().unwrap_or(false);
-    let route = rule.route.to_string();
+    let route = tls.then(|| rule.route.to_string());
     Some(Routed {
         name,
         route,
