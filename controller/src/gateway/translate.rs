@@ -679,6 +679,62 @@ pub(crate) fn all_routes<'a>(snap: &'a Snapshot, problems: &mut Vec<(String, Str
     routes
 }
 
+/// What of a Service the route table depends on: whether it exists, and
+/// its ports with their `appProtocol` (a backend ref resolves to a port,
+/// and the port's protocol chooses `proxy_pass` or `grpc_pass`).
+pub type ServiceShape = Option<Vec<(i32, Option<String>)>>;
+
+/// Every Service any route of the snapshot names (backend refs and mirror
+/// refs, ours or not), with its shape now. A change to one of these
+/// Services that changes its shape changes the route table, so it cannot
+/// be applied as an endpoint change; a change of its EndpointSlices can.
+pub fn referenced_services(snap: &Snapshot) -> BTreeMap<(String, String), ServiceShape> {
+    let mut out = BTreeMap::new();
+    let is_service = |group: Option<&str>, kind: Option<&str>| {
+        group.is_none_or(|g| g.is_empty() || g == "core") && kind.is_none_or(|k| k == "Service")
+    };
+    for route in all_routes(snap, &mut Vec::new()) {
+        let route = &*route.http;
+        let ns = route.metadata.namespace.as_deref().unwrap_or("default");
+        for rule in route.spec.rules.iter().flatten() {
+            let backends =
+                rule.backend_refs.iter().flatten().filter_map(|b| {
+                    is_service(b.group.as_deref(), b.kind.as_deref()).then_some((&b.namespace, &b.name))
+                });
+            let mirrors = rule
+                .filters
+                .iter()
+                .flatten()
+                .filter_map(|f| f.request_mirror.as_ref())
+                .map(|m| &m.backend_ref)
+                .filter_map(|b| is_service(b.group.as_deref(), b.kind.as_deref()).then_some((&b.namespace, &b.name)));
+            for (namespace, name) in backends.chain(mirrors) {
+                let key = (namespace.clone().unwrap_or_else(|| ns.to_string()), name.clone());
+                if let std::collections::btree_map::Entry::Vacant(e) = out.entry(key) {
+                    let shape = service_shape(snap, e.key());
+                    e.insert(shape);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The [`ServiceShape`] of Service `(namespace, name)` in `snap`.
+pub fn service_shape(snap: &Snapshot, key: &(String, String)) -> ServiceShape {
+    let service = snap.services.iter().find(|s| {
+        s.metadata.namespace.as_deref().unwrap_or("default") == key.0 && s.metadata.name.as_deref() == Some(&key.1)
+    })?;
+    Some(
+        service
+            .spec
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten())
+            .map(|p| (p.port, p.app_protocol.clone()))
+            .collect(),
+    )
+}
+
 /// One hostname a route serves through one listener.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Attached {

@@ -72,6 +72,10 @@ pub struct BackendInputs {
     /// Services the structure itself depends on (layer-4 ports exist only
     /// while their Service has the port): a change to one is structural.
     pub structural_services: BTreeSet<ServiceKey>,
+    /// Services Gateway API routes name, with the shape the route table
+    /// was built from ([`crate::gateway::translate::referenced_services`]):
+    /// a change of shape is structural, a change of endpoints is not.
+    pub gateway_services: BTreeMap<ServiceKey, crate::gateway::translate::ServiceShape>,
     /// The ConfigMap's `load-balance`, for backends that do not set one.
     load_balance: String,
 }
@@ -125,6 +129,7 @@ impl BackendInputs {
             cookie_paths,
             by_service,
             structural_services,
+            gateway_services: BTreeMap::new(),
             load_balance: global.load_balance.clone(),
         }
     }

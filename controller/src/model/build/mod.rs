@@ -1252,13 +1252,14 @@ impl<'s> Builder<'s> {
         let auth_cache = auths().any(|a| a.cache_key.is_some());
         let add_headers = self.header_set(self.global.add_headers.clone(), "add-headers");
         let proxy_set_headers = self.header_set(self.global.proxy_set_headers.clone(), "proxy-set-headers");
-        let inputs = backends::BackendInputs::new(
+        let mut inputs = backends::BackendInputs::new(
             std::mem::take(&mut self.backends),
             std::mem::take(&mut self.alternatives),
             &servers,
             &self.global,
             std::mem::take(&mut self.structural_services),
         );
+        inputs.gateway_services = crate::gateway::translate::referenced_services(self.snap);
         let (mut resolved, mut backend_problems) = (BTreeMap::new(), BTreeMap::new());
         backends::resolve(
             self.snap,
@@ -1327,6 +1328,17 @@ pub fn update_endpoints(
 ) -> Option<Model> {
     prev.structure.as_ref()?;
     if services.iter().any(|s| prev.inputs.structural_services.contains(s)) {
+        return None;
+    }
+    // A Service a route names came or went, or changed its ports: the
+    // route table resolves backend refs against them.
+    let reshaped = |s: &super::ServiceKey| {
+        prev.inputs
+            .gateway_services
+            .get(s)
+            .is_some_and(|shape| *shape != crate::gateway::translate::service_shape(snap, s))
+    };
+    if services.iter().any(reshaped) {
         return None;
     }
     let names = prev.inputs.dependents(services);
