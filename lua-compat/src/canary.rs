@@ -59,7 +59,7 @@ pub enum Verdict {
 impl TrafficPolicy {
     /// The nginx variable holding the policy's header: `http_x_canary`.
     pub fn header_variable(&self) -> Option<String> {
-        (!self.header.is_empty()).then(|| format!("http_{}", self.header.to_ascii_lowercase().replace('-', "_")))
+        (!self.header.is_empty()).then(|| crate::routes::header::request_header_variable(&self.header))
     }
 
     /// The nginx variable holding the policy's cookie: `cookie_canary`.

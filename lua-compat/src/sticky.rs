@@ -57,7 +57,7 @@ pub fn is_session_header_allowed(name: &str) -> bool {
 pub fn session_variable(carrier: Carrier, name: &str) -> String {
     match carrier {
         Carrier::Cookie => format!("cookie_{name}"),
-        Carrier::Header => format!("http_{}", name.to_ascii_lowercase().replace('-', "_")),
+        Carrier::Header => crate::routes::header::request_header_variable(name),
     }
 }
 

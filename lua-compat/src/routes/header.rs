@@ -48,6 +48,12 @@ pub fn is_framing_header(name: &str) -> bool {
     FRAMING_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
+/// The nginx variable holding request header `name`: `http_<name>` in
+/// lower case with `-` as `_`, as nginx names header variables.
+pub fn request_header_variable(name: &str) -> String {
+    format!("http_{}", name.to_ascii_lowercase().replace('-', "_"))
+}
+
 /// nginx's `ngx_hash_key`: `key * 31 + byte`, wrapping.
 pub fn ngx_hash_key(bytes: &[u8]) -> u64 {
     bytes

@@ -335,7 +335,6 @@ fn issue_cookie(req: &mut Request, sticky: &StickySelector, key: &str) {
             .map(|v| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default()
     };
-    let (host, server_name) = (text("host"), text("server_name"));
     // ingress-nginx's template sets $location_path to the Ingress path; a
     // configuration that does not gets the location's own name.
     let mut location_path = text("location_path");
@@ -344,8 +343,11 @@ fn issue_cookie(req: &mut Request, sticky: &StickySelector, key: &str) {
             location_path = String::from_utf8_lossy(clcf.name.as_bytes()).into_owned();
         }
     }
-    if !gateway_rule && !should_set_cookie(&sticky.cookie, &host, &server_name, &location_path) {
-        return;
+    if !gateway_rule {
+        let (host, server_name) = (text("host"), text("server_name"));
+        if !should_set_cookie(&sticky.cookie, &host, &server_name, &location_path) {
+            return;
+        }
     }
     let user_agent = variables::get(req, "http_user_agent").map(|v| String::from_utf8_lossy(v).into_owned());
     let expires_at = sticky.cookie.expires.map(|secs| {
