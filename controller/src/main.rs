@@ -349,14 +349,58 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let sync_task = sync::spawn(settings, renderer, shared.clone(), rx);
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let reason = tokio::select! {
-        _ = term.recv() => "SIGTERM".to_string(),
-        _ = int.recv() => "SIGINT".to_string(),
-        r = source => format!("the source stopped: {r:?}"),
-        r = sync_task => format!("the sync loop stopped: {r:?}"),
+    let mut source = source;
+    let stop = tokio::select! {
+        biased;
+        _ = term.recv() => Stop::Signal("SIGTERM"),
+        _ = int.recv() => Stop::Signal("SIGINT"),
+        r = &mut source => Stop::source(r),
+        r = sync_task => {
+            // A source that fails (RBAC refusing a ConfigMap, say) drops
+            // its sender, which ends the sync loop too; the two tasks end
+            // on different threads, so the sync loop's end can be seen
+            // first. The source's error is the reason the operator needs.
+            match tokio::time::timeout(Duration::from_secs(2), &mut source).await {
+                Ok(s) => Stop::source(s),
+                Err(_) => Stop::Failed(format!("the sync loop stopped: {r:?}")),
+            }
+        }
     };
+    let reason = stop.to_string();
     shutdown(&args, &reason, &shared, election, leading_rx, snapshots).await;
-    Ok(())
+    match stop {
+        // The exit status tells the kubelet (and CrashLoopBackOff's
+        // message) that this was a failure, not a rolling update.
+        Stop::Failed(reason) => Err(anyhow::anyhow!(reason)),
+        Stop::Signal(_) => Ok(()),
+    }
+}
+
+/// Why the controller stops.
+enum Stop {
+    /// A signal: a graceful stop, exit status 0.
+    Signal(&'static str),
+    /// A task ended on its own: graceful too, but exit status 1.
+    Failed(String),
+}
+
+impl Stop {
+    fn source(r: Result<anyhow::Result<()>, tokio::task::JoinError>) -> Self {
+        Self::Failed(match r {
+            Ok(Ok(())) => "the source stopped".to_string(),
+            Ok(Err(e)) => format!("the source stopped: {e:#}"),
+            Err(e) => format!("the source task failed: {e}"),
+        })
+    }
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Signal(s) => f.write_str(s),
+            Self::Failed(reason) => f.write_str(reason),
+        }
+    }
 }
 
 /// Leader election and the status task, in cluster mode.

@@ -895,9 +895,16 @@ fn a_tcp_services_configmap_it_may_not_read_stops_the_controller_with_the_reason
     api.kubectl(&["create", "namespace", "elsewhere"], None);
     let flag = "--tcp-services-configmap=elsewhere/tcp-services";
     let mut c = Controller::spawn_on_cluster(&id.kubeconfig, &flags(&id, &[flag]), "ingress-controller-e2e");
-    let stopped = wait_until(Duration::from_secs(20), || c.exited().is_some());
-    assert!(stopped, "the controller kept running:\n{}", c.log());
+    let mut status = None;
+    wait_until(Duration::from_secs(20), || {
+        status = c.exited();
+        status.is_some()
+    });
+    let Some(status) = status else {
+        panic!("the controller kept running:\n{}", c.log())
+    };
     let log = c.log();
+    assert!(!status.success(), "a failed source must exit non-zero: {status}\n{log}");
     assert!(
         log.contains("may not list ConfigMaps in namespace elsewhere") && log.contains("--tcp-services-configmap"),
         "{log}"
