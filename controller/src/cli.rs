@@ -225,6 +225,13 @@ pub struct Args {
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub metrics_per_host: bool,
 
+    /// Write the request metrics' `status` label as its class (`2xx`,
+    /// `5xx`) rather than the code (`200`, `503`), as ingress-nginx's flag
+    /// of that name does: fewer series, but alerts on one code stop
+    /// matching.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub report_status_classes: bool,
+
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(
         long,

@@ -165,18 +165,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .transpose()?
             .map(|(namespace, name)| ingress_status::Publish::Service { namespace, name })
     };
+    let identity = controller::metrics::Identity::from_env(&args.controller_class);
     let shared = Arc::new(Shared {
         events: client.clone().map(Events::new),
-        metrics: Metrics::new(),
+        metrics: Arc::new(Metrics::new(identity.clone())),
         ready: AtomicBool::new(false),
         nginx: nginx.clone(),
         api: ApiClient::new(&status_url, Some(api_token)),
         stopping: AtomicBool::new(false),
         worker_shutdown_timeout: AtomicU64::new(240),
-        module_metrics: args.enable_metrics.then(|| {
-            let env = |k: &str| std::env::var(k).unwrap_or_default();
-            ConstLabels::new(&args.controller_class, &env("POD_NAMESPACE"), &env("POD_NAME"))
-        }),
+        module_metrics: args.enable_metrics.then(|| ConstLabels::of(&identity)),
+        report_status_classes: args.report_status_classes,
     });
     tokio::spawn(reaper::run_if_init());
 
@@ -280,10 +279,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             settings.build.clone(),
             rx.clone(),
             args.validating_webhook_timeout,
-            admission::AdmissionMetrics {
-                reviews: shared.metrics.admission_reviews.clone(),
-                duration: Some(shared.metrics.admission_duration.clone()),
-            },
+            shared.metrics.clone(),
         );
         let tls = admission::server::tls_config(&args.validating_webhook_certificate, &args.validating_webhook_key)?;
         let addr = if addr.starts_with(':') {
@@ -310,6 +306,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             });
             let cfg = leader::LeaseConfig::from_ttl(namespace, args.election_id.clone(), identity, args.election_ttl);
             let elector = leader::spawn(client.clone(), cfg.clone(), leading_tx);
+            // `leader_election_status`, and the certificate expiry series
+            // only the leader exports.
+            shared.metrics.set_leading(&args.election_id, false);
+            let (metrics, name, mut leading) = (shared.metrics.clone(), args.election_id.clone(), leading_rx.clone());
+            tokio::spawn(async move {
+                while leading.changed().await.is_ok() {
+                    let now = *leading.borrow_and_update();
+                    metrics.set_leading(&name, now);
+                }
+            });
             let status_opts = ingress_status::StatusOptions {
                 publish: publish.clone(),
                 class: settings.build.class.clone(),

@@ -1,15 +1,7 @@
 //! Re-exports the module's request metrics (`GET /configuration/metrics`,
-//! Prometheus text 0.0.4) in the controller's `/metrics` (OpenMetrics, as
-//! prometheus-client writes it), with ingress-nginx's constant labels.
-//!
-//! Two adjustments make the module's text valid OpenMetrics next to ours:
-//! - counters are declared as gauges. OpenMetrics wants a counter's samples
-//!   to end in `_total`, and ingress-nginx's names
-//!   (`nginx_ingress_controller_requests`) do not; keeping the names keeps
-//!   every dashboard and alert, and `rate()`/`increase()` work on them as on
-//!   this controller's other ingress-nginx counters (see [`crate::metrics`]);
-//! - `controller_class`, `controller_namespace` and `controller_pod` are
-//!   added to every sample, as ingress-nginx's constant labels.
+//! Prometheus text 0.0.4) in the controller's `/metrics` (the same format),
+//! with ingress-nginx's constant labels `controller_class`,
+//! `controller_namespace` and `controller_pod` added to every sample.
 //!
 //! The module already leaves out the series of locations the running
 //! configuration no longer has (a deleted Ingress), so nothing is filtered
@@ -22,6 +14,10 @@ use std::fmt::Write;
 pub struct ConstLabels(String);
 
 impl ConstLabels {
+    pub fn of(identity: &crate::metrics::Identity) -> Self {
+        Self::new(&identity.class, &identity.namespace, &identity.pod)
+    }
+
     pub fn new(class: &str, namespace: &str, pod: &str) -> Self {
         let mut s = String::new();
         for (i, (k, v)) in [
@@ -50,27 +46,21 @@ impl ConstLabels {
     }
 }
 
-/// `own` (ending in `# EOF`) with the module's families inserted before
-/// the end marker.
+/// `own` followed by the module's families.
 pub fn merge(own: &str, module: &str, labels: &ConstLabels) -> String {
-    let body = own.strip_suffix("# EOF\n").unwrap_or(own);
-    let mut out = String::with_capacity(body.len() + module.len() + module.len() / 4 + 8);
-    out.push_str(body);
+    let mut out = String::with_capacity(own.len() + module.len() + module.len() / 4 + 8);
+    out.push_str(own);
+    if !own.is_empty() && !own.ends_with('\n') {
+        out.push('\n');
+    }
     for line in module.lines() {
         relay_line(&mut out, line, labels);
     }
-    out.push_str("# EOF\n");
     out
 }
 
 fn relay_line(out: &mut String, line: &str, labels: &ConstLabels) {
     if line.is_empty() {
-        return;
-    }
-    if let Some(rest) = line.strip_prefix("# TYPE ") {
-        let (name, kind) = rest.split_once(' ').unwrap_or((rest, "unknown"));
-        let kind = if kind == "counter" { "gauge" } else { kind };
-        let _ = writeln!(out, "# TYPE {name} {kind}");
         return;
     }
     if line.starts_with('#') {
@@ -95,22 +85,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn module_families_go_before_eof_with_constant_labels() {
-        let own = "# HELP x_success ok\n# TYPE x_success gauge\nx_success 1\n# EOF\n";
+    fn module_families_follow_with_constant_labels() {
+        let own = "# HELP x_success ok\n# TYPE x_success counter\nx_success 1\n";
         let module = "# HELP nginx_ingress_controller_requests The total number of client requests\n\
             # TYPE nginx_ingress_controller_requests counter\n\
-            nginx_ingress_controller_requests{canary=\"\",host=\"a\",method=\"GET\",status=\"2xx\"} 3\n\
+            nginx_ingress_controller_requests{canary=\"\",host=\"a\",method=\"GET\",status=\"200\"} 3\n\
             # TYPE nginx_ingress_controller_nginx_process_requests_total counter\n\
             nginx_ingress_controller_nginx_process_requests_total 9\n\
             # TYPE nginx_ingress_controller_bytes_sent histogram\n";
         let labels = ConstLabels::new("k8s.io/ingress-nginx", "ingress-nginx", "pod-\"1\"");
         let merged = merge(own, module, &labels);
-        assert!(merged.starts_with("# HELP x_success ok\n"));
-        assert!(merged.ends_with("# TYPE nginx_ingress_controller_bytes_sent histogram\n# EOF\n"));
-        assert_eq!(merged.matches("# EOF").count(), 1);
-        assert!(merged.contains("# TYPE nginx_ingress_controller_requests gauge\n"));
+        assert!(merged.starts_with(own));
+        assert!(merged.ends_with("# TYPE nginx_ingress_controller_bytes_sent histogram\n"));
+        assert!(merged.contains("# TYPE nginx_ingress_controller_requests counter\n"));
         assert!(merged.contains(
-            "nginx_ingress_controller_requests{controller_class=\"k8s.io/ingress-nginx\",controller_namespace=\"ingress-nginx\",controller_pod=\"pod-\\\"1\\\"\",canary=\"\",host=\"a\",method=\"GET\",status=\"2xx\"} 3\n"
+            "nginx_ingress_controller_requests{controller_class=\"k8s.io/ingress-nginx\",controller_namespace=\"ingress-nginx\",controller_pod=\"pod-\\\"1\\\"\",canary=\"\",host=\"a\",method=\"GET\",status=\"200\"} 3\n"
         ));
         assert!(merged.contains(
             "nginx_ingress_controller_nginx_process_requests_total{controller_class=\"k8s.io/ingress-nginx\",controller_namespace=\"ingress-nginx\",controller_pod=\"pod-\\\"1\\\"\"} 9\n"
@@ -119,7 +108,7 @@ mod tests {
 
     #[test]
     fn without_module_text_our_own_output_is_unchanged() {
-        let own = "# TYPE a gauge\na 1\n# EOF\n";
+        let own = "# TYPE a gauge\na 1\n";
         assert_eq!(merge(own, "", &ConstLabels::new("c", "n", "p")), own);
     }
 }

@@ -24,7 +24,6 @@ use tokio::sync::watch;
 use lua_compat::wire::Backend;
 
 use crate::diff::plan;
-use crate::metrics::QueueLabels;
 use crate::model::{Model, Report};
 use crate::nginx::PushError;
 use crate::state::{Running, Shared};
@@ -158,11 +157,7 @@ impl Pusher {
             self.pushed = Some(have);
             return Ok(());
         }
-        let depth = shared
-            .metrics
-            .queue_depth
-            .get_or_create(&QueueLabels { path: "dynamic" })
-            .clone();
+        let depth = shared.metrics.queue("dynamic");
         depth.set((plan.puts.len() + plan.deletes.len()) as i64);
         let started = Instant::now();
         let mut now = have;

@@ -157,6 +157,7 @@ async fn held(shared: &Shared, desired: &BTreeMap<&String, &Pair>) -> anyhow::Re
                 key: String::new(),
                 sha256: held.sha256,
                 chain_len: 0,
+                leaf: Default::default(),
             },
         };
         out.insert(held.id, pair);

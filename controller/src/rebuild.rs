@@ -64,6 +64,7 @@ pub async fn task(
         reported = now;
         shared.metrics.invalid_values.set(model.problems.len() as i64);
         shared.metrics.model_built(kind, started.elapsed().as_secs_f64());
+        shared.metrics.observe_model(&model);
         tracing::debug!(
             kind,
             elapsed_us = started.elapsed().as_micros() as u64,

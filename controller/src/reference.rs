@@ -212,18 +212,53 @@ fn subcommands(out: &mut String, cmd: &clap::Command, path: &str) {
 pub fn metrics() -> String {
     use lua_compat::metrics::exposition::{render, Connections, EndpointTableStats, ZoneStats};
     // A family is served once it has a series: give each one.
-    let m = Metrics::new();
+    let m = Metrics::default();
     m.push("post", true);
     m.model_built("full", 0.0);
-    m.queue_depth
-        .get_or_create(&crate::metrics::QueueLabels { path: "dynamic" })
+    m.queue("dynamic").set(0);
+    m.admission_reviews.with_label_values(&["allowed"]).inc();
+    m.checked("shop", "web", true);
+    m.checked("shop", "web", false);
+    m.set_leading("ingress-controller-leader", true);
+    m.orphan_ingress
+        .with_label_values(&["shop", "web", "no-endpoint"])
         .set(0);
-    m.admission_reviews
-        .get_or_create(&crate::metrics::AdmissionLabels { result: "allowed" })
-        .inc();
+    m.ssl_expire_time
+        .with_label_values(&["shop", "k8s.io/ingress-nginx", "a.example", "web-tls", "-1"])
+        .set(0.0);
+    m.ssl_certificate_info
+        .with_label_values(&[
+            "shop",
+            "k8s.io/ingress-nginx",
+            "a.example",
+            "web-tls",
+            "-1",
+            "Example",
+            "Example CA",
+            "1",
+            "ECDSA",
+        ])
+        .set(1);
     let own = m.encode();
+    let location = lua_compat::metrics::LocationLabels::parse([
+        "namespace=shop",
+        "ingress=web",
+        "service=api",
+        "host=a.example",
+        "path=/",
+    ])
+    .expect("valid labels")
+    .render();
+    let series = lua_compat::metrics::labels::series_text("", &location);
+    let entry = lua_compat::metrics::exposition::Entry {
+        labels: &series,
+        method: 1,
+        status: 200,
+        counters: Default::default(),
+    };
     let module = render(
-        &[],
+        &[entry],
+        lua_compat::metrics::StatusLabel::Code,
         Some(&Connections::default()),
         Some(&ZoneStats::default()),
         Some(&EndpointTableStats::default()),
@@ -239,20 +274,21 @@ pub fn metrics() -> String {
     generated_from(
         &mut out,
         "Metrics",
-        "`controller/src/metrics.rs` or `lua-compat/src/metrics/exposition.rs`",
+        "`controller/src/metrics/` or `lua-compat/src/metrics/exposition.rs`",
     );
     let _ = writeln!(
         out,
-        "What the controller's `/metrics` (`--metrics-address`) serves, in OpenMetrics text. \
-         Names shared with ingress-nginx keep its names, so its dashboards and alerts read them \
-         unchanged; counters without the `_total` suffix ingress-nginx uses are served as gauges \
-         that only go up (`rate()` and `increase()` work on them). The module's request metrics \
-         carry the labels `namespace`, `ingress`, `service`, `host`, `path`, `canary`, `method` \
-         and `status`, plus ingress-nginx's constant labels `controller_class`, \
-         `controller_namespace` and `controller_pod`; see [Request \
-         metrics](../operating/metrics.md).\n"
+        "What the controller's `/metrics` (`--metrics-address`) serves, in Prometheus text \
+         format 0.0.4, as ingress-nginx serves it. Names, types, labels and buckets shared with \
+         ingress-nginx are its own, so its dashboards and alerts read them unchanged. *const* \
+         marks ingress-nginx's constant labels `controller_class`, `controller_namespace` and \
+         `controller_pod`; the request families' `status` is the code (`503`), or its class \
+         with `--report-status-classes`. See [Metrics](../operating/metrics.md).\n"
     );
-    let _ = writeln!(out, "| metric | type | from | meaning |\n|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| metric | type | labels | from | meaning |\n|---|---|---|---|---|"
+    );
     let mut help = std::collections::BTreeMap::new();
     for line in merged.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -274,9 +310,47 @@ pub fn metrics() -> String {
             "controller"
         };
         let text = help.get(name).map(String::as_str).unwrap_or("");
-        let _ = writeln!(out, "| `{name}` | {kind} | {from} | {} |", cell(text));
+        let labels = family_labels(&merged, name);
+        let _ = writeln!(
+            out,
+            "| `{name}` | {kind} | {} | {from} | {} |",
+            cell(&labels),
+            cell(text)
+        );
     }
     out
+}
+
+/// The label names of family `name`'s first sample, `le` and the constant
+/// labels left out (these are written as *const*).
+fn family_labels(text: &str, name: &str) -> String {
+    let sample = text.lines().find(|l| {
+        !l.starts_with('#')
+            && l.strip_prefix(name).is_some_and(|rest| {
+                rest.starts_with(['{', ' ']) || rest.starts_with("_bucket{") || rest.starts_with("_sum")
+            })
+    });
+    let Some(sample) = sample else {
+        return String::new();
+    };
+    let inner = sample
+        .split_once('{')
+        .and_then(|(_, r)| r.rsplit_once('}'))
+        .map_or("", |(l, _)| l);
+    let mut constant = false;
+    let mut names = Vec::new();
+    for pair in inner.split("\",").filter(|p| !p.is_empty()) {
+        let label = pair.split('=').next().unwrap_or("").trim_start_matches(',');
+        match label {
+            "controller_class" | "controller_namespace" | "controller_pod" => constant = true,
+            "le" | "" => {}
+            l => names.push(format!("`{l}`")),
+        }
+    }
+    if constant {
+        names.insert(0, "*const*".into());
+    }
+    names.join(", ")
 }
 
 #[cfg(test)]
@@ -296,7 +370,15 @@ mod tests {
         assert!(page.contains("| `nginx_ingress_controller_requests` |"), "{page}");
         assert!(page.contains("| module |"));
         assert!(
-            page.contains("| `nginx_ingress_controller_config_hash` | gauge | controller |"),
+            page.contains("| `nginx_ingress_controller_config_hash` | gauge | *const* | controller |"),
+            "{page}"
+        );
+        assert!(
+            page.contains("| `nginx_ingress_controller_success` | counter | *const* | controller |"),
+            "{page}"
+        );
+        assert!(
+            page.contains("| `nginx_ingress_controller_ssl_expire_time_seconds` | gauge | `class`, `host`, `identifier`, `namespace`, `secret_name` | controller |"),
             "{page}"
         );
     }

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
-use crate::metrics::{unix_now, QueueLabels};
+use crate::metrics::unix_now;
 use crate::model::{self, Model, Quarantine, Quarantined, Structure};
 use crate::nginx::ApiClient;
 use crate::render::Renderer;
@@ -415,11 +415,7 @@ pub async fn task(
     let mut applied: Option<Arc<Structure>> = None;
     let mut applied_prints: Arc<BTreeMap<String, String>> = Arc::default();
     let mut failed: Option<Arc<Structure>> = None;
-    let depth = shared
-        .metrics
-        .queue_depth
-        .get_or_create(&QueueLabels { path: "structural" })
-        .clone();
+    let depth = shared.metrics.queue("structural");
     let mut retry = false;
     loop {
         if retry {
@@ -512,8 +508,7 @@ pub async fn task(
             Err(e) => {
                 let rejected = keep_rejected(&settings);
                 let message = format!("{e:#}");
-                shared.metrics.reload_errors.inc();
-                shared.metrics.last_reload_successful.set(0);
+                shared.metrics.reload_failed();
                 // Not retried until the structure changes: no hot loop.
                 failed = Some(structure);
                 let found = match model.snapshot.clone() {

@@ -32,7 +32,7 @@ pub struct Settings {
 
 /// State shared with the HTTP endpoints.
 pub struct Shared {
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     pub ready: AtomicBool,
     pub nginx: Arc<Nginx>,
     pub api: ApiClient,
@@ -47,6 +47,8 @@ pub struct Shared {
     /// The module's request metrics are re-exported in `/metrics`
     /// (`--enable-metrics`), with these constant labels.
     pub module_metrics: Option<crate::metrics_relay::ConstLabels>,
+    /// `--report-status-classes`: the module writes `status` as `2xx`.
+    pub report_status_classes: bool,
 }
 
 /// What the running nginx was last loaded with.

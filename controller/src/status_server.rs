@@ -28,24 +28,24 @@ const MODULE_METRICS_TIMEOUT: Duration = Duration::from_secs(2);
 /// The controller's metrics and, with `--enable-metrics`, the module's
 /// request metrics under ingress-nginx's names.
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    s.metrics.nginx_processes.set_master(s.nginx.master_pid());
     let own = s.metrics.encode();
     let body = match &s.module_metrics {
-        Some(labels) if s.nginx.master_pid().is_some() => match s.api.metrics(MODULE_METRICS_TIMEOUT).await {
-            Ok(text) => metrics_relay::merge(&own, &text, labels),
-            Err(e) => {
-                tracing::debug!("module metrics unavailable: {e:#}");
-                s.metrics.module_scrape_errors.inc();
-                // Encoded again, so that this scrape shows its own failure.
-                s.metrics.encode()
+        Some(labels) if s.nginx.master_pid().is_some() => {
+            match s.api.metrics(MODULE_METRICS_TIMEOUT, s.report_status_classes).await {
+                Ok(text) => metrics_relay::merge(&own, &text, labels),
+                Err(e) => {
+                    tracing::debug!("module metrics unavailable: {e:#}");
+                    s.metrics.module_scrape_errors.inc();
+                    // Encoded again, so that this scrape shows its own failure.
+                    s.metrics.encode()
+                }
             }
-        },
+        }
         _ => own,
     };
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,
     )
 }

@@ -107,8 +107,12 @@ fn demo(
     println!("  curl -H 'Host: unknown.local' {base}/    -> {status} (the default server)");
 
     let reloads = |m: &str| {
-        get(&format!("http://127.0.0.1:{metrics}/metrics"))
-            .and_then(|(_, t)| t.lines().find_map(|l| l.strip_prefix(m).map(|v| v.trim().to_string())))
+        get(&format!("http://127.0.0.1:{metrics}/metrics")).and_then(|(_, t)| {
+            // `name{constant labels} value`
+            t.lines()
+                .filter(|l| l.strip_prefix(m).is_some_and(|r| r.starts_with(['{', ' '])))
+                .find_map(|l| l.rsplit(' ').next().map(str::to_string))
+        })
     };
     // The module's API wants the controller's bearer token.
     let token = fs::read_to_string(token_file).unwrap_or_default().trim().to_string();
@@ -120,7 +124,7 @@ fn demo(
             .ok()?;
         r.body_mut().read_to_string().ok()
     };
-    let before = (reloads("nginx_ingress_controller_success "), workers());
+    let before = (reloads("nginx_ingress_controller_success"), workers());
 
     println!("\nA live endpoint change: adding web-2 (127.0.0.1:18082) to the web Service's EndpointSlice ...");
     let slices = manifests.join("10-services.yaml");
@@ -136,7 +140,7 @@ fn demo(
         let (status, body) = get_host(&format!("{base}/"), "demo.local").unwrap_or_default();
         println!("  curl -H 'Host: demo.local' {base}/    -> {status} {}", body.trim());
     }
-    let after = (reloads("nginx_ingress_controller_success "), workers());
+    let after = (reloads("nginx_ingress_controller_success"), workers());
     println!(
         "  nginx reloads: {} before, {} after; workers unchanged: {}",
         before.0.unwrap_or_default(),

@@ -193,13 +193,10 @@ impl Controller {
         (0..n).map(|_| self.get(host, path).1).collect()
     }
 
-    /// The value of an unlabelled metric.
+    /// The value of a metric with no labels but the constant ones.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, text) = get_url(&format!("http://127.0.0.1:{}/metrics", self.metrics_port)).unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(f64::NAN)
+        sample_value(&text, name).unwrap_or(f64::NAN)
     }
 
     /// Successful reloads so far, by the controller's own count (the first
@@ -508,4 +505,50 @@ pub fn custom_template(dir: &std::path::Path, edit: impl FnOnce(&str) -> String)
     let path = dir.join("nginx.conf.j2");
     std::fs::write(&path, edited).unwrap();
     path
+}
+
+/// The value of the first sample that `spec` names in Prometheus text:
+/// `name` or `name{a="x",b="y"}`, a sample of `name` with at least those
+/// labels (the controller's families also carry the constant labels
+/// `controller_class`, `controller_namespace` and `controller_pod`).
+pub fn sample_value(text: &str, spec: &str) -> Option<f64> {
+    let (name, wanted) = match spec.split_once('{') {
+        Some((n, rest)) => (n, rest.strip_suffix('}').unwrap_or(rest)),
+        None => (spec, ""),
+    };
+    let wanted: Vec<&str> = split_label_set(wanted);
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let rest = l.strip_prefix(name)?;
+        let (set, value) = match rest.strip_prefix('{') {
+            Some(r) => r.rsplit_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        let have = split_label_set(set);
+        if !wanted.iter().all(|w| have.contains(w)) {
+            return None;
+        }
+        value.trim().parse().ok()
+    })
+}
+
+/// `a="x",b="y,z"` into `a="x"`, `b="y,z"` (commas inside quotes kept).
+fn split_label_set(set: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in set.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                out.push(&set[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < set.len() {
+        out.push(&set[start..]);
+    }
+    out
 }

@@ -73,11 +73,7 @@ fn reloads(c: &Cluster) -> BTreeMap<String, u64> {
             .ok()
             .and_then(|mut r| r.body_mut().read_to_string().ok())
             .unwrap_or_default();
-        let n = text
-            .lines()
-            .find_map(|l| l.strip_prefix("nginx_ingress_controller_success "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
+        let n = tests::controller::sample_value(&text, "nginx_ingress_controller_success").unwrap_or(0.0);
         out.insert(name.to_string(), n as u64);
     }
     out

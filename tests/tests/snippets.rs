@@ -423,7 +423,7 @@ fn the_webhook_judges_payloads_without_nginx() {
         .1;
     let denied = metrics
         .lines()
-        .find(|l| l.starts_with("nginx_ingress_controller_admission_reviews_total{result=\"denied\"}"))
+        .find(|l| l.starts_with("nginx_ingress_controller_admission_reviews_total{") && l.contains("result=\"denied\""))
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
     assert_eq!(denied, Some(payloads(&bait).len() as f64), "{metrics}");
 }

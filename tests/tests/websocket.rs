@@ -81,13 +81,13 @@ fn websocket_frames_flow_through_the_rendered_location() {
     while ws.read().is_ok() {}
     drop(ws);
 
-    // Counted when the upgraded connection ends, as a 1xx.
+    // Counted when the upgraded connection ends, as a 101.
     let counted = wait_until(Duration::from_secs(10), || {
         let (_, m) = c.api_get("/configuration/metrics").unwrap_or_default();
         m.lines().any(|l| {
             l.starts_with("nginx_ingress_controller_requests{")
                 && l.contains(r#"ingress="ws""#)
-                && l.contains(r#"status="1xx""#)
+                && l.contains(r#"status="101""#)
                 && l.ends_with(" 1")
         })
     });

@@ -47,12 +47,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::core::DynamicObject;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::{watch, Semaphore};
 
-use crate::metrics::AdmissionLabels;
+use crate::metrics::Metrics;
 use crate::model::{self, BuildOptions};
 use crate::snapshot::{key, Snapshot};
 
@@ -67,19 +64,13 @@ pub enum Unanswered {
     Busy,
 }
 
-/// Where the webhook's counts go (`nginx_ingress_controller_admission_*`).
-#[derive(Clone, Default)]
-pub struct AdmissionMetrics {
-    pub reviews: Family<AdmissionLabels, Counter>,
-    pub duration: Option<Histogram>,
-}
-
 pub struct Validator {
     pub build: BuildOptions,
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     /// The whole review must end within this.
     pub budget: Duration,
-    metrics: AdmissionMetrics,
+    /// `admission_*`, `check_success` and `check_errors`.
+    metrics: Arc<Metrics>,
     /// One model build at a time.
     builder: Arc<Semaphore>,
     /// Reviews waiting or building, at most `MAX_WAITING + 1`.
@@ -91,7 +82,7 @@ impl Validator {
         build: BuildOptions,
         snapshots: watch::Receiver<Arc<Snapshot>>,
         budget: Duration,
-        metrics: AdmissionMetrics,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Validator {
             build,
@@ -104,10 +95,10 @@ impl Validator {
     }
 
     fn count(&self, result: &'static str, started: Instant) {
-        self.metrics.reviews.get_or_create(&AdmissionLabels { result }).inc();
-        if let Some(h) = &self.metrics.duration {
-            h.observe(started.elapsed().as_secs_f64());
-        }
+        self.metrics.admission_reviews.with_label_values(&[result]).inc();
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.admission_duration.observe(seconds);
+        self.metrics.admission_roundtrip_duration.set(seconds);
     }
 
     /// Answers one AdmissionReview, or says why it cannot now.
@@ -185,6 +176,7 @@ impl Validator {
             return Ok(());
         }
         let me = key(&ingress.metadata);
+        let (ns, name) = (ns.to_string(), name.to_string());
 
         // The permit moves into the build: a review that times out stops
         // waiting, but the next build starts only when this one is done.
@@ -196,13 +188,14 @@ impl Validator {
             .map_err(|_| "the webhook is stopping".to_string())?;
         let opts = self.build.clone();
         let candidate = me.clone();
-        let model = tokio::task::spawn_blocking(move || {
+        let building = Instant::now();
+        let (model, tested) = tokio::task::spawn_blocking(move || {
             let _one_at_a_time = permit;
             // Only what can change this Ingress's verdict ([`scope`]).
             let mut snap = scope::related(&current, &ingress, &opts);
             snap.ingresses.retain(|i| key(&i.metadata) != candidate);
             snap.ingresses.push(Arc::new(ingress));
-            model::build(&snap, &opts)
+            (model::build(&snap, &opts), snap.ingresses.len())
         })
         .await
         .map_err(|_| "the model builder failed on this Ingress".to_string())?;
@@ -213,6 +206,13 @@ impl Validator {
             .filter(|p| p.object == object && refuses(p))
             .map(|p| format!("{}: {}", p.what, p.reason))
             .collect();
+        // ingress-nginx's figures of its test: the Ingresses it took in
+        // and how long it took; here the model build is the test.
+        self.metrics.admission_tested_ingresses.set(tested as i64);
+        self.metrics
+            .admission_tested_duration
+            .set(building.elapsed().as_secs_f64());
+        self.metrics.checked(&ns, &name, refused.is_empty());
         if refused.is_empty() {
             Ok(())
         } else {
@@ -317,7 +317,7 @@ mod tests {
 
     fn validator(opts: BuildOptions) -> Validator {
         let (_tx, rx) = watch::channel(Arc::new(Snapshot::default()));
-        Validator::new(opts, rx, Duration::from_secs(5), AdmissionMetrics::default())
+        Validator::new(opts, rx, Duration::from_secs(5), Arc::default())
     }
 
     fn ingress(ns: &str, name: &str, annotations: &[(&str, &str)]) -> Ingress {
@@ -437,11 +437,7 @@ mod tests {
             let review = w.await.unwrap().expect("answered once the builder is free");
             assert!(review.response.unwrap().allowed);
         }
-        let busy = v
-            .metrics
-            .reviews
-            .get_or_create(&AdmissionLabels { result: "busy" })
-            .get();
+        let busy = v.metrics.admission_reviews.with_label_values(&["busy"]).get();
         assert_eq!(busy, 1);
     }
 }

@@ -34,6 +34,64 @@ pub struct Pair {
     pub sha256: String,
     /// Certificates in the chain.
     pub chain_len: usize,
+    /// What the certificate metrics report of the leaf.
+    pub leaf: LeafInfo,
+}
+
+/// The leaf's fields that ingress-nginx's certificate metrics
+/// (`ssl_expire_time_seconds`, `ssl_certificate_info`) carry, spelled as
+/// Go's `crypto/x509` spells them there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct LeafInfo {
+    /// `notAfter`, in seconds since 1970.
+    pub not_after: i64,
+    /// The serial number in decimal.
+    pub serial_number: String,
+    /// ingress-nginx's `identifier`: the issuer's `serialNumber` attribute
+    /// (usually empty), `-`, the serial number.
+    pub identifier: String,
+    /// The issuer's first `O`, or empty.
+    pub issuer_organization: String,
+    /// The issuer's `CN`, or empty.
+    pub issuer_common_name: String,
+    /// `RSA`, `ECDSA`, `Ed25519`, `DSA` (or `Unknown`).
+    pub public_key_algorithm: String,
+}
+
+impl LeafInfo {
+    fn of(leaf: &openssl::x509::X509Ref) -> Result<Self, String> {
+        use openssl::nid::Nid;
+        let epoch = Asn1Time::from_unix(0).map_err(|e| e.to_string())?;
+        let d = epoch.diff(leaf.not_after()).map_err(|e| e.to_string())?;
+        let not_after = i64::from(d.days) * 86_400 + i64::from(d.secs);
+        let serial_number = leaf
+            .serial_number()
+            .to_bn()
+            .and_then(|b| b.to_dec_str().map(|s| s.to_string()))
+            .map_err(|e| e.to_string())?;
+        let first = |nid: Nid| {
+            leaf.issuer_name()
+                .entries_by_nid(nid)
+                .next()
+                .and_then(|e| e.data().to_string().ok())
+                .unwrap_or_default()
+        };
+        let public_key_algorithm = match leaf.public_key().map(|k| k.id()) {
+            Ok(openssl::pkey::Id::RSA | openssl::pkey::Id::RSA_PSS) => "RSA",
+            Ok(openssl::pkey::Id::EC) => "ECDSA",
+            Ok(openssl::pkey::Id::ED25519) => "Ed25519",
+            Ok(openssl::pkey::Id::DSA) => "DSA",
+            _ => "Unknown",
+        };
+        Ok(LeafInfo {
+            not_after,
+            identifier: format!("{}-{serial_number}", first(Nid::SERIALNUMBER)),
+            serial_number,
+            issuer_organization: first(Nid::ORGANIZATIONNAME),
+            issuer_common_name: first(Nid::COMMONNAME),
+            public_key_algorithm: public_key_algorithm.to_string(),
+        })
+    }
 }
 
 /// Finds Secret `ns/name` among `secrets` and checks it (see [`check`]).
@@ -139,6 +197,7 @@ pub fn check(crt: &[u8], key: &[u8]) -> Result<Checked, String> {
             key: text(key)?,
             sha256: sha256.iter().map(|b| format!("{b:02x}")).collect(),
             chain_len: chain.len(),
+            leaf: LeafInfo::of(leaf)?,
         },
         warnings,
     })

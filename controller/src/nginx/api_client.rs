@@ -194,10 +194,13 @@ impl ApiClient {
 
     /// The module's request metrics (Prometheus text), within `timeout`:
     /// a scrape must not hang on a busy nginx.
-    pub async fn metrics(&self, timeout: Duration) -> anyhow::Result<String> {
+    /// The module's request metrics, with `status` as classes (`2xx`) when
+    /// `classes`.
+    pub async fn metrics(&self, timeout: Duration, classes: bool) -> anyhow::Result<String> {
+        let query = if classes { "?status=class" } else { "" };
         let resp = self
             .http
-            .get(format!("{}/configuration/metrics", self.base))
+            .get(format!("{}/configuration/metrics{query}", self.base))
             .timeout(timeout)
             .send()
             .await?;

@@ -110,6 +110,12 @@ pub struct Sample {
     /// response, in ms; `None` when no attempt did (ingress-nginx observes
     /// nothing then either).
     pub upstream_ms: Option<u64>,
+    /// The sum of `$upstream_connect_time` over the attempts that
+    /// connected, in ms; `None` when none did.
+    pub connect_ms: Option<u64>,
+    /// The sum of `$upstream_header_time` over the attempts that got a
+    /// response header, in ms; `None` when none did.
+    pub header_ms: Option<u64>,
     /// `$request_length`.
     pub request_length: u64,
     /// `$bytes_sent`.
@@ -123,6 +129,8 @@ pub struct Sample {
 pub struct Counters {
     request_time: Histogram<11>,
     upstream_time: Histogram<11>,
+    connect_time: Histogram<11>,
+    header_time: Histogram<11>,
     request_size: Histogram<10>,
     response_size: Histogram<10>,
     bytes_sent: Histogram<7>,
@@ -136,6 +144,12 @@ impl Counters {
         if let Some(ms) = s.upstream_ms {
             self.upstream_time.observe(&TIME_BUCKETS_MS, ms);
         }
+        if let Some(ms) = s.connect_ms {
+            self.connect_time.observe(&TIME_BUCKETS_MS, ms);
+        }
+        if let Some(ms) = s.header_ms {
+            self.header_time.observe(&TIME_BUCKETS_MS, ms);
+        }
         self.request_size.add(length_bucket(s.request_length), s.request_length);
         self.response_size.add(length_bucket(s.bytes_sent), s.bytes_sent);
         self.bytes_sent.observe(&SIZE_BUCKETS, s.bytes_sent);
@@ -148,6 +162,8 @@ impl Counters {
         CountersSnapshot {
             request_time: self.request_time.snapshot(),
             upstream_time: self.upstream_time.snapshot(),
+            connect_time: self.connect_time.snapshot(),
+            header_time: self.header_time.snapshot(),
             request_size: self.request_size.snapshot(),
             response_size: self.response_size.snapshot(),
             bytes_sent: self.bytes_sent.snapshot(),
@@ -169,6 +185,8 @@ impl Default for Counters {
 pub struct CountersSnapshot {
     pub request_time: HistogramSnapshot<11>,
     pub upstream_time: HistogramSnapshot<11>,
+    pub connect_time: HistogramSnapshot<11>,
+    pub header_time: HistogramSnapshot<11>,
     pub request_size: HistogramSnapshot<10>,
     pub response_size: HistogramSnapshot<10>,
     pub bytes_sent: HistogramSnapshot<7>,
@@ -184,6 +202,8 @@ impl CountersSnapshot {
     pub fn add(&mut self, other: &Self) {
         self.request_time.add(&other.request_time);
         self.upstream_time.add(&other.upstream_time);
+        self.connect_time.add(&other.connect_time);
+        self.header_time.add(&other.header_time);
         self.request_size.add(&other.request_size);
         self.response_size.add(&other.response_size);
         self.bytes_sent.add(&other.bytes_sent);
@@ -228,6 +248,8 @@ mod tests {
         c.record(&Sample {
             request_ms: 12,
             upstream_ms: Some(7),
+            connect_ms: Some(1),
+            header_ms: Some(6),
             request_length: 55,
             bytes_sent: 1234,
             connect_errors: 2,
@@ -235,6 +257,8 @@ mod tests {
         let s = c.snapshot();
         assert_eq!(s.requests(), 1);
         assert_eq!(s.upstream_time.sum, 7);
+        assert_eq!((s.connect_time.sum, s.connect_time.cumulative()[0]), (1, 1));
+        assert_eq!((s.header_time.sum, s.header_time.cumulative()[1]), (6, 1));
         assert_eq!(s.request_size.cumulative()[5], 1); // le=60
         assert_eq!(s.request_size.cumulative()[4], 0);
         assert_eq!(s.response_size.over, 1); // above 100
@@ -249,13 +273,13 @@ mod tests {
         /// does not depend on how requests spread over workers.
         #[test]
         fn summing_cells_is_counting_in_one(samples in prop::collection::vec(
-            (0u64..20_000, prop::option::of(0u64..20_000), 0u64..500, 0u64..20_000_000, 0u64..3), 0..60),
+            (0u64..20_000, prop::option::of(0u64..20_000), prop::option::of(0u64..200), 0u64..500, 0u64..20_000_000, 0u64..3), 0..60),
             split in 0usize..60)
         {
             let one = Counters::default();
             let (a, b) = (Counters::default(), Counters::default());
-            for (i, (r, u, l, s, e)) in samples.iter().enumerate() {
-                let sample = Sample { request_ms: *r, upstream_ms: *u, request_length: *l, bytes_sent: *s, connect_errors: *e };
+            for (i, (r, u, c, l, s, e)) in samples.iter().enumerate() {
+                let sample = Sample { request_ms: *r, upstream_ms: *u, connect_ms: *c, header_ms: u.map(|u| u / 2), request_length: *l, bytes_sent: *s, connect_errors: *e };
                 one.record(&sample);
                 if i < split { a.record(&sample) } else { b.record(&sample) }
             }

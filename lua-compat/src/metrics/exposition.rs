@@ -4,17 +4,19 @@
 use std::fmt::Write;
 
 use super::counters::{CountersSnapshot, HistogramSnapshot, LENGTH_BUCKETS, SIZE_BUCKETS, TIME_BUCKETS_MS};
-use super::dimension::{METHODS, STATUS_CLASSES};
+use super::dimension::{StatusLabel, METHODS};
 
 const P: &str = "nginx_ingress_controller_";
 
 /// One series: its label text (`canary=…,host=…,…`; see
-/// [`super::labels::series_text`]), method and status class indexes, and
-/// its counters summed over workers.
+/// [`super::labels::series_text`]), method index and status (see
+/// [`super::dimension::status_index`]), and its counters summed over
+/// workers.
+#[derive(Clone, Copy)]
 pub struct Entry<'a> {
     pub labels: &'a str,
     pub method: usize,
-    pub class: usize,
+    pub status: u16,
     pub counters: CountersSnapshot,
 }
 
@@ -53,25 +55,51 @@ pub struct EndpointTableStats {
     pub evicted: u64,
 }
 
-/// Renders every family: request series, then nginx's connections, then the
-/// metrics zone's own state and the endpoint table's.
+/// Entries of the same series, method and status class summed into one,
+/// whose status stands for its class (`200` for `2xx`, `0` for `xxx`).
+fn by_class<'a>(entries: &[Entry<'a>]) -> Vec<Entry<'a>> {
+    let mut merged: std::collections::BTreeMap<(&'a str, usize, u16), Entry<'a>> = std::collections::BTreeMap::new();
+    for e in entries {
+        let class = StatusLabel::Class.key(e.status);
+        merged
+            .entry((e.labels, e.method, class))
+            .and_modify(|m| m.counters.add(&e.counters))
+            .or_insert(Entry {
+                status: class * 100,
+                ..*e
+            });
+    }
+    merged.into_values().collect()
+}
+
+/// Renders every family: request series (with `status` written as
+/// `status` asks), then nginx's connections, then the metrics zone's own
+/// state and the endpoint table's.
 pub fn render(
     entries: &[Entry<'_>],
+    status: StatusLabel,
     connections: Option<&Connections>,
     zone: Option<&ZoneStats>,
     table: Option<&EndpointTableStats>,
 ) -> String {
-    let mut out = String::with_capacity(256 + entries.len() * 3000);
-    let requests: Vec<(&Entry<'_>, u64)> = entries.iter().map(|e| (e, e.counters.requests())).collect();
-    family(&mut out, "requests", "counter", "The total number of client requests");
-    for (e, n) in &requests {
-        sample(&mut out, "requests", e, None, *n);
+    let merged;
+    let entries = match status {
+        StatusLabel::Code => entries,
+        StatusLabel::Class => {
+            merged = by_class(entries);
+            &merged[..]
+        }
+    };
+    let mut out = String::with_capacity(256 + entries.len() * 4000);
+    let w = &mut Writer { out: &mut out, status };
+    w.family("requests", "counter", "The total number of client requests");
+    for e in entries {
+        w.sample("requests", e, None, e.counters.requests());
     }
-    histogram(&mut out, entries, "request_duration_seconds",
+    w.histogram(entries, "request_duration_seconds",
         "The request processing time in seconds (from the first byte read from the client to the log write after the last byte sent)",
         &TIME_BUCKETS_MS, Unit::Millis, |c| &c.request_time);
-    histogram(
-        &mut out,
+    w.histogram(
         entries,
         "response_duration_seconds",
         "The time spent receiving the response from the upstream, in seconds (all attempts of the request)",
@@ -79,8 +107,23 @@ pub fn render(
         Unit::Millis,
         |c| &c.upstream_time,
     );
-    histogram(
-        &mut out,
+    w.histogram(
+        entries,
+        "connect_duration_seconds",
+        "The time spent establishing a connection with the upstream, in seconds (all attempts of the request)",
+        &TIME_BUCKETS_MS,
+        Unit::Millis,
+        |c| &c.connect_time,
+    );
+    w.histogram(
+        entries,
+        "header_duration_seconds",
+        "The time spent receiving the first header from the upstream, in seconds (all attempts of the request)",
+        &TIME_BUCKETS_MS,
+        Unit::Millis,
+        |c| &c.header_time,
+    );
+    w.histogram(
         entries,
         "request_size",
         "The request length (including request line, headers and body)",
@@ -88,8 +131,7 @@ pub fn render(
         Unit::Bytes,
         |c| &c.request_size,
     );
-    histogram(
-        &mut out,
+    w.histogram(
         entries,
         "response_size",
         "The response length (including request line, headers and body)",
@@ -97,8 +139,7 @@ pub fn render(
         Unit::Bytes,
         |c| &c.response_size,
     );
-    histogram(
-        &mut out,
+    w.histogram(
         entries,
         "bytes_sent",
         "The number of bytes sent to a client",
@@ -106,14 +147,13 @@ pub fn render(
         Unit::Bytes,
         |c| &c.bytes_sent,
     );
-    family(
-        &mut out,
+    w.family(
         "upstream_connect_errors",
         "counter",
         "Attempts whose connection to an endpoint failed",
     );
     for e in entries {
-        sample(&mut out, "upstream_connect_errors", e, None, e.counters.connect_errors);
+        w.sample("upstream_connect_errors", e, None, e.counters.connect_errors);
     }
     if let Some(c) = connections {
         family(
@@ -221,6 +261,14 @@ enum Unit {
 }
 
 impl Unit {
+    /// A bucket bound as an `le` value.
+    fn bound(self, v: u64) -> String {
+        match self {
+            Unit::Millis => go_float(v as f64 / 1000.0),
+            Unit::Bytes => go_float(v as f64),
+        }
+    }
+
     fn write(self, out: &mut String, v: u64) {
         match self {
             Unit::Millis => {
@@ -238,58 +286,84 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {P}{name} {help}\n# TYPE {P}{name} {kind}");
 }
 
-/// `name{labels,method=…,status=…[,le=…]} value`.
-fn sample(out: &mut String, name: &str, e: &Entry<'_>, le: Option<&str>, value: u64) {
-    let _ = write!(
-        out,
-        "{P}{name}{{{},method=\"{}\",status=\"{}\"",
-        e.labels, METHODS[e.method], STATUS_CLASSES[e.class]
-    );
-    if let Some(le) = le {
-        let _ = write!(out, ",le=\"{le}\"");
-    }
-    let _ = writeln!(out, "}} {value}");
+/// Writes request families with the `status` label as asked.
+struct Writer<'o> {
+    out: &'o mut String,
+    status: StatusLabel,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn histogram<const N: usize>(
-    out: &mut String,
-    entries: &[Entry<'_>],
-    name: &str,
-    help: &str,
-    bounds: &[u64; N],
-    unit: Unit,
-    pick: impl Fn(&CountersSnapshot) -> &HistogramSnapshot<N>,
-) {
-    family(out, name, "histogram", help);
-    let les: Vec<String> = bounds
-        .iter()
-        .map(|b| {
-            let mut s = String::new();
-            unit.write(&mut s, *b);
-            // Prometheus' own spelling of the bounds: 0.005, 1, 10.
-            if s.contains('.') {
-                s = s.trim_end_matches('0').trim_end_matches('.').to_string();
-            }
-            s
-        })
-        .collect();
-    let bucket = format!("{name}_bucket");
-    for e in entries {
-        let h = pick(&e.counters);
-        for (le, c) in les.iter().zip(h.cumulative()) {
-            sample(out, &bucket, e, Some(le), c);
-        }
-        sample(out, &bucket, e, Some("+Inf"), h.count());
-        let _ = write!(
-            out,
-            "{P}{name}_sum{{{},method=\"{}\",status=\"{}\"}} ",
-            e.labels, METHODS[e.method], STATUS_CLASSES[e.class]
-        );
-        unit.write(out, h.sum);
-        out.push('\n');
-        sample(out, &format!("{name}_count"), e, None, h.count());
+impl Writer<'_> {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        family(self.out, name, kind, help);
     }
+
+    /// `name{labels,method=…,status=…[,le=…]} value`.
+    fn sample(&mut self, name: &str, e: &Entry<'_>, le: Option<&str>, value: u64) {
+        self.labels(name, e);
+        if let Some(le) = le {
+            let _ = write!(self.out, ",le=\"{le}\"");
+        }
+        let _ = writeln!(self.out, "}} {value}");
+    }
+
+    /// `name{labels,method=…,status=…` (the caller closes the brace).
+    fn labels(&mut self, name: &str, e: &Entry<'_>) {
+        let _ = write!(
+            self.out,
+            "{P}{name}{{{},method=\"{}\",status=\"{}\"",
+            e.labels,
+            METHODS[e.method],
+            self.status.value(e.status)
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn histogram<const N: usize>(
+        &mut self,
+        entries: &[Entry<'_>],
+        name: &str,
+        help: &str,
+        bounds: &[u64; N],
+        unit: Unit,
+        pick: impl Fn(&CountersSnapshot) -> &HistogramSnapshot<N>,
+    ) {
+        self.family(name, "histogram", help);
+        let les: Vec<String> = bounds.iter().map(|b| unit.bound(*b)).collect();
+        let bucket = format!("{name}_bucket");
+        let count = format!("{name}_count");
+        let sum = format!("{name}_sum");
+        for e in entries {
+            let h = pick(&e.counters);
+            for (le, c) in les.iter().zip(h.cumulative()) {
+                self.sample(&bucket, e, Some(le), c);
+            }
+            self.sample(&bucket, e, Some("+Inf"), h.count());
+            self.labels(&sum, e);
+            self.out.push_str("} ");
+            unit.write(self.out, h.sum);
+            self.out.push('\n');
+            self.sample(&count, e, None, h.count());
+        }
+    }
+}
+
+/// A float as Go's `strconv.FormatFloat(v, 'g', -1, 64)` writes it, which
+/// is how ingress-nginx (client_golang) spells `le`: `0.005`, `10`,
+/// `100000`, `1e+06`. On Prometheus 2, `le="1000000"` would be another
+/// series than ingress-nginx's `le="1e+06"`.
+pub fn go_float(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let exp = v.abs().log10().floor() as i32;
+    if !(-4..6).contains(&exp) {
+        let e = format!("{v:e}");
+        let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    format!("{v}")
 }
 
 #[cfg(test)]
@@ -315,6 +389,8 @@ mod tests {
             Sample {
                 request_ms: 3,
                 upstream_ms: Some(2),
+                connect_ms: Some(0),
+                header_ms: Some(2),
                 request_length: 80,
                 bytes_sent: 300,
                 connect_errors: 0,
@@ -322,6 +398,8 @@ mod tests {
             Sample {
                 request_ms: 1_500,
                 upstream_ms: Some(1_499),
+                connect_ms: None,
+                header_ms: Some(700),
                 request_length: 120,
                 bytes_sent: 5,
                 connect_errors: 1,
@@ -331,9 +409,10 @@ mod tests {
             &[Entry {
                 labels: &labels,
                 method: 1,
-                class: 2,
+                status: 200,
                 counters,
             }],
+            StatusLabel::Code,
             Some(&Connections {
                 active: 3,
                 accepted: 9,
@@ -342,7 +421,7 @@ mod tests {
             Some(&ZoneStats::default()),
             None,
         );
-        let l = r#"canary="",host="a.test",ingress="web",namespace="shop",path="/",service="api",method="GET",status="2xx""#;
+        let l = r#"canary="",host="a.test",ingress="web",namespace="shop",path="/",service="api",method="GET",status="200""#;
         for line in [
             format!("nginx_ingress_controller_requests{{{l}}} 2"),
             format!("nginx_ingress_controller_request_duration_seconds_bucket{{{l},le=\"0.005\"}} 1"),
@@ -352,11 +431,16 @@ mod tests {
             format!("nginx_ingress_controller_request_duration_seconds_sum{{{l}}} 1.503"),
             format!("nginx_ingress_controller_request_duration_seconds_count{{{l}}} 2"),
             format!("nginx_ingress_controller_response_duration_seconds_sum{{{l}}} 1.501"),
+            format!("nginx_ingress_controller_connect_duration_seconds_count{{{l}}} 1"),
+            format!("nginx_ingress_controller_header_duration_seconds_bucket{{{l},le=\"0.005\"}} 1"),
+            format!("nginx_ingress_controller_header_duration_seconds_bucket{{{l},le=\"1\"}} 2"),
+            format!("nginx_ingress_controller_header_duration_seconds_sum{{{l}}} 0.702"),
             format!("nginx_ingress_controller_request_size_bucket{{{l},le=\"100\"}} 1"),
             format!("nginx_ingress_controller_request_size_sum{{{l}}} 200"),
             format!("nginx_ingress_controller_response_size_bucket{{{l},le=\"10\"}} 1"),
             format!("nginx_ingress_controller_bytes_sent_bucket{{{l},le=\"1000\"}} 2"),
-            format!("nginx_ingress_controller_bytes_sent_bucket{{{l},le=\"10000000\"}} 2"),
+            format!("nginx_ingress_controller_bytes_sent_bucket{{{l},le=\"100000\"}} 2"),
+            format!("nginx_ingress_controller_bytes_sent_bucket{{{l},le=\"1e+07\"}} 2"),
             format!("nginx_ingress_controller_upstream_connect_errors{{{l}}} 1"),
             "nginx_ingress_controller_nginx_process_connections{state=\"active\"} 3".to_string(),
             "nginx_ingress_controller_nginx_process_connections_total{state=\"accepted\"} 9".to_string(),
@@ -377,9 +461,67 @@ mod tests {
     }
 
     #[test]
+    fn bounds_are_spelled_as_client_golang_spells_them() {
+        let spelled: Vec<String> = SIZE_BUCKETS.iter().map(|b| Unit::Bytes.bound(*b)).collect();
+        assert_eq!(spelled, ["10", "100", "1000", "10000", "100000", "1e+06", "1e+07"]);
+        let spelled: Vec<String> = TIME_BUCKETS_MS.iter().map(|b| Unit::Millis.bound(*b)).collect();
+        assert_eq!(
+            spelled,
+            ["0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10"]
+        );
+        assert_eq!(go_float(2_500_000.0), "2.5e+06");
+        assert_eq!(go_float(0.00001), "1e-05");
+        assert_eq!(go_float(0.0001), "0.0001");
+    }
+
+    #[test]
+    fn classes_sum_the_codes_of_a_series() {
+        let one = |ms| {
+            snapshot(&[Sample {
+                request_ms: ms,
+                ..Sample::default()
+            }])
+        };
+        let entry = |method, status, ms| Entry {
+            labels: "canary=\"\",host=\"a\"",
+            method,
+            status,
+            counters: one(ms),
+        };
+        let entries = [
+            entry(1, 0, 1),
+            entry(1, 200, 1),
+            entry(1, 204, 1),
+            entry(1, 503, 1),
+            entry(1, 504, 1),
+            entry(3, 201, 1),
+        ];
+        let codes = render(&entries, StatusLabel::Code, None, None, None);
+        assert!(codes.contains("requests{canary=\"\",host=\"a\",method=\"GET\",status=\"204\"} 1\n"));
+        assert!(codes.contains("requests{canary=\"\",host=\"a\",method=\"GET\",status=\"000\"} 1\n"));
+        let classes = render(&entries, StatusLabel::Class, None, None, None);
+        for line in [
+            "requests{canary=\"\",host=\"a\",method=\"GET\",status=\"2xx\"} 2\n",
+            "requests{canary=\"\",host=\"a\",method=\"GET\",status=\"5xx\"} 2\n",
+            "requests{canary=\"\",host=\"a\",method=\"GET\",status=\"xxx\"} 1\n",
+            "requests{canary=\"\",host=\"a\",method=\"POST\",status=\"2xx\"} 1\n",
+        ] {
+            assert!(classes.contains(line), "{line} in {classes}");
+        }
+        assert_eq!(
+            classes
+                .lines()
+                .filter(|l| l.starts_with("nginx_ingress_controller_requests{"))
+                .count(),
+            4
+        );
+    }
+
+    #[test]
     fn no_series_still_renders_the_zone_state() {
         let text = render(
             &[],
+            StatusLabel::Code,
             None,
             Some(&ZoneStats {
                 series: 0,

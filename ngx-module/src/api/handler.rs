@@ -31,7 +31,9 @@ use crate::http::metrics;
 use crate::http::request_ctx::{self, BodyBudget, BodyTarget, PendingWrite};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
-use crate::nginx::request::{body_parts, read_body_parts, send_json, send_json_with, send_prometheus_text, BodyPart};
+use crate::nginx::request::{
+    body_parts, read_body_parts, send_json, send_json_with, send_prometheus_text, str_bytes, BodyPart,
+};
 use crate::shm::routes;
 use crate::shm::store::{apply, now_ms, Change, StoreError};
 use crate::shm::zone::Zone;
@@ -210,7 +212,10 @@ fn handle(req: &mut Request) -> Handled {
             send_json(req, OK, &body, None)
         }
         Ok(Action::Health) => send_json(req, OK, &health(&zone), None),
-        Ok(Action::Metrics) => return Handled::Offload(Offloaded::Metrics(metrics::scrape(req))),
+        Ok(Action::Metrics) => match lua_compat::metrics::StatusLabel::from_query(str_bytes(&req.as_ref().args)) {
+            Ok(status) => return Handled::Offload(Offloaded::Metrics(metrics::scrape(req, status))),
+            Err(e) => error(req, BAD_REQUEST, &e, None),
+        },
         Ok(Action::DeleteBackend(name)) => {
             return Handled::Offload(Offloaded::Write(WriteJob {
                 zone,

@@ -211,30 +211,23 @@ pub struct LocMetrics {
 
 /// The cells a worker found for a location, so that counting a request
 /// takes no lock.
+#[derive(Default)]
 pub struct MetricsCache {
     pub primary: Option<NonNull<Series>>,
-    /// By method and status class.
-    pub cells: [Option<&'static Counters>; CELLS],
-    /// (canary backend, method × class index, cell), few per location.
-    pub canaries: Vec<(Box<[u8]>, usize, &'static Counters)>,
+    /// (method × status key, cell): the few a location sees, most often
+    /// a handful; at most [`MAX_CACHED_CELLS`].
+    pub cells: Vec<(u32, &'static Counters)>,
+    /// (canary backend, method × status key, cell), few per location.
+    pub canaries: Vec<(Box<[u8]>, u32, &'static Counters)>,
     /// After the zone was found full, the next attempt (`ngx_current_msec`),
     /// so that a full zone costs a lock once a second, not per request.
     pub retry_at: u64,
 }
 
-/// Method × status class combinations.
-pub const CELLS: usize = lua_compat::metrics::METHODS.len() * lua_compat::metrics::STATUS_CLASSES.len();
+/// Cells a worker keeps per location; a request of another method and
+/// status finds its cell under the zone's mutex each time (still counted).
+pub const MAX_CACHED_CELLS: usize = 64;
 
-impl Default for MetricsCache {
-    fn default() -> Self {
-        MetricsCache {
-            primary: None,
-            cells: [None; CELLS],
-            canaries: Vec::new(),
-            retry_at: 0,
-        }
-    }
-}
 
 /// The zone of the request's `http{}` block.
 pub fn zone_of(req: &Request) -> Option<Zone> {

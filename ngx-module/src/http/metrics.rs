@@ -3,20 +3,20 @@
 //! text of `GET /configuration/metrics`.
 //!
 //! A request's cost is a location-conf lookup, the cached cell for its
-//! method and status class, and the adds of `Counters::record`; the slab
-//! mutex is taken only the first time a worker meets a series/method/class
-//! (see [`crate::shm::metrics_zone`]).
+//! method and status, and the adds of `Counters::record`; the slab mutex is
+//! taken only the first time a worker meets a series/method/status (see
+//! [`crate::shm::metrics_zone`]).
 
 use std::ptr;
 use std::rc::Rc;
 
 use lua_compat::metrics::exposition::{self, Connections, EndpointTableStats, Entry, ZoneStats};
 use lua_compat::metrics::labels::series_text;
-use lua_compat::metrics::{method_index, status_class, Counters, Sample, STATUS_CLASSES};
+use lua_compat::metrics::{method_index, status_index, Counters, Sample, StatusLabel};
 use ngx::ffi::{ngx_http_request_t, ngx_http_upstream_state_t, ngx_int_t, NGX_OK};
 use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, Request};
 
-use crate::conf::{own_variable, LocMetrics, MainConf};
+use crate::conf::{own_variable, LocMetrics, MainConf, MAX_CACHED_CELLS};
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::module::Module;
 use crate::nginx::variables::{self, Own};
@@ -99,13 +99,13 @@ fn count(req: &Request) {
     } else {
         r.headers_out.status
     };
-    let class = status_class(status);
+    let status = status_index(status);
     // The peer hook sets it when a canary takes the request; like
     // ingress-nginx's label, it survives an `error_page` redirect.
     let canary = own_variable(req, Own::AlternativeUpstream)
         .and_then(|i| variables::own_value(req, i))
         .filter(|v| !v.is_empty());
-    match cell(req, lm, canary, method, class) {
+    match cell(req, lm, canary, method, status) {
         Some(counters) => counters.record(&sample(r)),
         None => {
             if let Some(zone) = Module::main_conf(req).and_then(MainConf::metrics_zone) {
@@ -122,12 +122,12 @@ fn cell(
     lm: &LocMetrics,
     canary: Option<&[u8]>,
     method: usize,
-    class: usize,
+    status: u16,
 ) -> Option<&'static Counters> {
-    let index = method * STATUS_CLASSES.len() + class;
+    let index = (method as u32) << 16 | u32::from(status);
     let mut cache = lm.cache.borrow_mut();
     let cached = match canary {
-        None => cache.cells[index],
+        None => cache.cells.iter().find(|(i, _)| *i == index).map(|(_, c)| *c),
         Some(name) => cache
             .canaries
             .iter()
@@ -164,14 +164,14 @@ fn cell(
     let worker = unsafe { ngx::ffi::ngx_worker } as u32;
     // SAFETY: `series` came from `zone.series` in this worker, which is
     // registered (checked by `count`), so it stays allocated.
-    let found = series.and_then(|s| unsafe { zone.cell(s, worker, method as u16, class as u16) });
+    let found = series.and_then(|s| unsafe { zone.cell(s, worker, method as u16, status) });
     match (found, canary) {
         (None, _) => cache.retry_at = now + FULL_RETRY_MS,
-        (Some(c), None) => cache.cells[index] = Some(c),
+        (Some(c), None) if cache.cells.len() < MAX_CACHED_CELLS => cache.cells.push((index, c)),
         (Some(c), Some(name)) if cache.canaries.len() < MAX_CANARY_CELLS => {
             cache.canaries.push((name.into(), index, c));
         }
-        (Some(_), Some(_)) => {}
+        (Some(_), _) => {}
     }
     found
 }
@@ -183,45 +183,63 @@ fn sample(r: &ngx_http_request_t) -> Sample {
     let ms = (now.sec - r.start_sec) * 1000 + (now.msec as i64 - r.start_msec as i64);
     // SAFETY: a live request's connection outlives it.
     let sent = unsafe { (*r.connection).sent };
-    let (upstream_ms, connect_errors) = upstream_times(r);
+    let up = upstream_times(r);
     Sample {
         request_ms: ms.max(0) as u64,
-        upstream_ms,
+        upstream_ms: up.response_ms,
+        connect_ms: up.connect_ms,
+        header_ms: up.header_ms,
         request_length: r.request_length.max(0) as u64,
         bytes_sent: sent.max(0) as u64,
-        connect_errors,
+        connect_errors: up.connect_errors,
     }
 }
 
-/// The summed response time of the attempts that got a status (what
-/// `$upstream_response_time` lists), and the attempts whose connection to
-/// an endpoint failed or timed out.
-fn upstream_times(r: &ngx_http_request_t) -> (Option<u64>, u64) {
+/// The upstream times of a request, summed over its attempts.
+#[derive(Default)]
+struct UpstreamTimes {
+    /// `$upstream_response_time` of the attempts that got a status.
+    response_ms: Option<u64>,
+    /// `$upstream_connect_time` of the attempts that connected.
+    connect_ms: Option<u64>,
+    /// `$upstream_header_time` of the attempts that got a header.
+    header_ms: Option<u64>,
+    /// Attempts whose connection to an endpoint failed or timed out.
+    connect_errors: u64,
+}
+
+/// What `$upstream_response_time`, `$upstream_connect_time` and
+/// `$upstream_header_time` list, each summed, and the failed connections.
+fn upstream_times(r: &ngx_http_request_t) -> UpstreamTimes {
+    let mut t = UpstreamTimes::default();
     // SAFETY: `upstream_states` is null or an array of upstream states in
     // the request's pool, live for the request.
     let Some(states) = (unsafe { r.upstream_states.as_ref() }) else {
-        return (None, 0);
+        return t;
     };
     if states.elts.is_null() {
-        return (None, 0);
+        return t;
     }
     // SAFETY: an ngx_array_t of `nelts` ngx_http_upstream_state_t at `elts`.
     let states = unsafe { std::slice::from_raw_parts(states.elts.cast::<ngx_http_upstream_state_t>(), states.nelts) };
     let unset = ngx::ffi::ngx_msec_t::MAX;
-    let mut total = None;
-    let mut connect_errors = 0;
+    let add = |sum: &mut Option<u64>, ms: ngx::ffi::ngx_msec_t| {
+        if ms != unset {
+            *sum = Some(sum.unwrap_or(0) + ms as u64);
+        }
+    };
     for s in states {
         if s.status == 0 {
             continue;
         }
-        if s.response_time != unset {
-            total = Some(total.unwrap_or(0) + s.response_time as u64);
-        }
+        add(&mut t.response_ms, s.response_time);
+        add(&mut t.connect_ms, s.connect_time);
+        add(&mut t.header_ms, s.header_time);
         if s.connect_time == unset && !s.peer.is_null() {
-            connect_errors += 1;
+            t.connect_errors += 1;
         }
     }
-    (total, connect_errors)
+    t
 }
 
 /// What a scrape of `GET /configuration/metrics` copies out of the zone
@@ -229,14 +247,16 @@ fn upstream_times(r: &ngx_http_request_t) -> (Option<u64>, u64) {
 /// per series, happens on the worker's offload thread ([`render`]), so a
 /// large scrape does not hold up the worker's traffic.
 pub struct Scrape {
+    status: StatusLabel,
     collected: Vec<metrics_zone::Collected>,
     connections: Option<Connections>,
     stats: Option<ZoneStats>,
     table: Option<EndpointTableStats>,
 }
 
-/// Copies the request's metrics out of the zone.
-pub fn scrape(req: &Request) -> Scrape {
+/// Copies the request's metrics out of the zone, to be written with the
+/// `status` label as `status` asks.
+pub fn scrape(req: &Request, status: StatusLabel) -> Scrape {
     let zone = Module::main_conf(req).and_then(MainConf::metrics_zone);
     let table = Module::main_conf(req).and_then(MainConf::zone).map(|z| {
         let (h, t) = (z.header(), z.header().table());
@@ -249,6 +269,7 @@ pub fn scrape(req: &Request) -> Scrape {
         }
     });
     Scrape {
+        status,
         table,
         collected: zone.as_ref().map(|z| z.collect()).unwrap_or_default(),
         connections: connections(),
@@ -272,12 +293,13 @@ pub fn render(scrape: Scrape) -> Vec<u8> {
         .map(|c| Entry {
             labels: &c.labels,
             method: c.method,
-            class: c.class,
+            status: c.status,
             counters: c.counters,
         })
         .collect();
     exposition::render(
         &entries,
+        scrape.status,
         scrape.connections.as_ref(),
         scrape.stats.as_ref(),
         scrape.table.as_ref(),

@@ -4,7 +4,7 @@
 //!
 //! Layout: a header with a hash table of series (a location's label text,
 //! plus the canary), each series with a list of cells, one per (worker,
-//! method, status class) that has seen a request. A worker finds its cell
+//! method, status) that has seen a request. A worker finds its cell
 //! under the slab mutex once, then keeps the pointer: counting is a dozen
 //! relaxed atomic adds with no lock, and each worker adds only to its own
 //! cells (its slice), so workers never contend on a cache line.
@@ -33,13 +33,17 @@ use ngx::ngx_log_error;
 use crate::nginx::guard::ffi_guard;
 
 /// Changes with any change of the layout below.
-const MAGIC: u64 = 0x6462_6d65_7472_0003; // "dbmetr" v3
+const MAGIC: u64 = 0x6462_6d65_7472_0004; // "dbmetr" v4: exact statuses, 7 histograms
 /// Hash buckets for series; chains stay short up to tens of thousands.
 const BUCKETS: usize = 4096;
 /// Worker processes (current and still-draining ones) that can register:
 /// 128 workers over 32 configurations still draining. A worker that finds
 /// no slot does not count (and says so in the error log).
 pub const LIVE_SLOTS: usize = 4096;
+/// Cells one series may have, over all workers: the methods and statuses
+/// its clients and backends produce. Beyond, requests of a new method and
+/// status are not counted (`metrics_uncounted_requests`).
+pub const MAX_CELLS_PER_SERIES: usize = 1024;
 
 #[repr(C)]
 struct Header {
@@ -82,7 +86,7 @@ struct Cell {
     next: *mut Cell,
     worker: u32,
     method: u16,
-    class: u16,
+    status: u16,
     counters: Counters,
 }
 
@@ -128,7 +132,7 @@ pub struct MetricsZone {
 pub struct Collected {
     pub labels: String,
     pub method: usize,
-    pub class: usize,
+    pub status: u16,
     pub counters: CountersSnapshot,
 }
 
@@ -254,8 +258,9 @@ impl MetricsZone {
         NonNull::new(new)
     }
 
-    /// Worker `worker`'s counters for `series`, `method` and `class`,
-    /// created if new; `None` when the zone is full.
+    /// Worker `worker`'s counters for `series`, `method` and `status`
+    /// (see `status_index`), created if new; `None` when the zone is full
+    /// or the series has [`MAX_CELLS_PER_SERIES`] cells already.
     ///
     /// # Safety
     /// `series` came from [`MetricsZone::series`] in this process, whose
@@ -265,19 +270,27 @@ impl MetricsZone {
         series: NonNull<Series>,
         worker: u32,
         method: u16,
-        class: u16,
+        status: u16,
     ) -> Option<&'static Counters> {
         let locked = self.slab.lock();
         // SAFETY: the series is live (this function's contract); its cell
         // list changes only under the slab mutex, held here.
         let s = unsafe { &mut *series.as_ptr() };
         let mut p = s.cells;
+        let mut cells = 0;
         // SAFETY: every node is a live Cell written below, under the mutex.
         while let Some(c) = unsafe { p.as_ref() } {
-            if c.worker == worker && c.method == method && c.class == class {
+            if c.worker == worker && c.method == method && c.status == status {
                 return Some(&c.counters);
             }
+            cells += 1;
             p = c.next;
+        }
+        // A backend answering every code from 100 to 599 to every method
+        // would make 8,500 cells per worker of one series: the cap keeps
+        // one tenant's backend from filling the zone that counts everyone.
+        if cells >= MAX_CELLS_PER_SERIES {
+            return None;
         }
         let new = match locked.allocate(std::alloc::Layout::new::<Cell>()) {
             Ok(p) => p.cast::<Cell>().as_ptr(),
@@ -290,7 +303,7 @@ impl MetricsZone {
             (*new).next = s.cells;
             (*new).worker = worker;
             (*new).method = method;
-            (*new).class = class;
+            (*new).status = status;
         }
         s.cells = new;
         // SAFETY: cells are freed only with their series, which this
@@ -322,14 +335,14 @@ impl MetricsZone {
                     let mut c = s.cells;
                     // SAFETY: as above.
                     while let Some(cell) = unsafe { c.as_ref() } {
-                        let (method, class) = (usize::from(cell.method), usize::from(cell.class));
+                        let (method, status) = (usize::from(cell.method), cell.status);
                         let snap = cell.counters.snapshot();
-                        match per.iter_mut().find(|e| e.method == method && e.class == class) {
+                        match per.iter_mut().find(|e| e.method == method && e.status == status) {
                             Some(e) => e.counters.add(&snap),
                             None => per.push(Collected {
                                 labels: labels.clone(),
                                 method,
-                                class,
+                                status,
                                 counters: snap,
                             }),
                         }
@@ -340,7 +353,7 @@ impl MetricsZone {
                 p = s.next;
             }
         }
-        out.sort_by(|a, b| (&a.labels, a.method, a.class).cmp(&(&b.labels, b.method, b.class)));
+        out.sort_by(|a, b| (&a.labels, a.method, a.status).cmp(&(&b.labels, b.method, b.status)));
         out
     }
 
