@@ -228,7 +228,6 @@ pub struct MetricsCache {
 /// status finds its cell under the zone's mutex each time (still counted).
 pub const MAX_CACHED_CELLS: usize = 64;
 
-
 /// The zone of the request's `http{}` block.
 pub fn zone_of(req: &Request) -> Option<Zone> {
     Module::main_conf(req)?.zone()
