@@ -20,6 +20,11 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "patch",
 ];
 
+/// Debian packages README's test command needs on top of the build's:
+/// Prometheus and promtool, which `tests/tests/dashboards.rs` runs against
+/// the controller (ingress-nginx's dashboards and alert rules).
+pub const TEST_PACKAGES: &[&str] = &["prometheus"];
+
 /// Debian packages this target needs on top of the vendored build's: the
 /// distribution's nginx tree and the tools that compute a package's
 /// library dependencies.
@@ -202,7 +207,8 @@ fn nginx_source_conf(objs: &Path) -> Option<PathBuf> {
 }
 
 fn install_debian_packages() -> Result<(), String> {
-    install_packages(DEBIAN_PACKAGES)
+    let all: Vec<&str> = DEBIAN_PACKAGES.iter().chain(TEST_PACKAGES).copied().collect();
+    install_packages(&all)
 }
 
 /// Installs the Debian packages of `packages` that are missing (apt-get,

@@ -71,6 +71,23 @@ impl Controller {
         Self::spawn_in(dir, manifests, &source, extra_args, &[])
     }
 
+    /// As [`Controller::start`], with the downward-API variables a Pod
+    /// would have (`POD_NAME`, `POD_NAMESPACE`): what the metrics' constant
+    /// labels `controller_pod` and `controller_namespace` come from.
+    pub fn start_as_pod(files: &[(&str, String)], extra_args: &[&str], pod: &str, namespace: &str) -> Controller {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir_all(&manifests).unwrap();
+        for (name, text) in files {
+            std::fs::write(manifests.join(name), text).unwrap();
+        }
+        let source = ["--manifests".to_string(), manifests.display().to_string()];
+        let env = [("POD_NAME", pod), ("POD_NAMESPACE", namespace)];
+        let c = Self::spawn_in(dir, manifests, &source, extra_args, &env);
+        c.wait_ready();
+        c
+    }
+
     /// Starts on a cluster (a kubeconfig) and waits until ready.
     pub fn start_on_cluster(kubeconfig: &str, extra_args: &[&str]) -> Controller {
         Self::start_on_cluster_as(kubeconfig, extra_args, "ingress-controller-e2e")

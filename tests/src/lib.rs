@@ -19,6 +19,7 @@ pub mod mixed_upstream;
 pub mod nginx;
 pub mod pod_network;
 pub mod process;
+pub mod prometheus;
 pub mod state_dir;
 pub mod tls;
 pub mod upstream;
