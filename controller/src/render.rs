@@ -341,9 +341,10 @@ fn auth_upstreams(structure: &Structure) -> Vec<AuthUpstream<'_>> {
 }
 
 /// The metrics zone's size for this structure: per location 8 KiB (its
-/// series and a canary's) and 4 KiB per worker (cells of 512 bytes for a few
-/// method/status pairs each), rounded up to a power of two between 16m and
-/// 1g. Rounding keeps the size, and so the zone and its counts, across most
+/// series and a canary's) and 6 KiB per worker (cells of 1 KiB, the slab's
+/// size class for a cell's 7 histograms, for the half dozen method and
+/// status pairs a location typically sees), rounded up to a power of two
+/// between 16m and 1g. Rounding keeps the size, and so the zone and its counts, across most
 /// reloads: nginx makes a new zone when the size changes. `cpus` is what
 /// `worker_processes auto` means here.
 pub fn metrics_zone_size(s: &Structure, cpus: usize) -> String {
@@ -356,9 +357,12 @@ pub fn metrics_zone_size(s: &Structure, cpus: usize) -> String {
     format!("{}m", metrics_zone_mib(locations, workers))
 }
 
+/// Cells of 1 KiB a worker is expected to make per location.
+const CELLS_PER_WORKER: usize = 6;
+
 /// [`metrics_zone_size`] in MiB for `locations` and `workers`.
 fn metrics_zone_mib(locations: usize, workers: usize) -> usize {
-    let kib = locations.saturating_mul(8usize.saturating_add(workers.saturating_mul(4)));
+    let kib = locations.saturating_mul(8usize.saturating_add(workers.saturating_mul(CELLS_PER_WORKER)));
     kib.div_ceil(1024).next_power_of_two().clamp(16, 1024)
 }
 
@@ -426,11 +430,14 @@ mod tests {
 
     #[test]
     fn the_metrics_zone_grows_with_locations_and_workers() {
+        // A cell (a list pointer, worker, method, status, then the
+        // counters) fits the 1 KiB slab class the estimate counts.
+        assert!(std::mem::size_of::<lua_compat::metrics::Counters>() + 16 <= 1024);
         assert_eq!(metrics_zone_mib(0, 2), 16);
-        assert_eq!(metrics_zone_mib(1000, 2), 16);
-        assert_eq!(metrics_zone_mib(1100, 2), 32);
-        // 64 workers: 264 KiB per location.
-        assert_eq!(metrics_zone_mib(100, 64), 32);
+        assert_eq!(metrics_zone_mib(800, 2), 16);
+        assert_eq!(metrics_zone_mib(1000, 2), 32);
+        // 64 workers: 392 KiB per location.
+        assert_eq!(metrics_zone_mib(100, 64), 64);
         assert_eq!(metrics_zone_mib(1000, 64), 512);
         assert_eq!(metrics_zone_mib(100_000, 256), 1024);
         assert_eq!(metrics_zone_mib(usize::MAX, usize::MAX), 1024);

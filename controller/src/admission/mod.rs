@@ -98,7 +98,10 @@ impl Validator {
         self.metrics.admission_reviews.with_label_values(&[result]).inc();
         let seconds = started.elapsed().as_secs_f64();
         self.metrics.admission_duration.observe(seconds);
-        self.metrics.admission_roundtrip_duration.set(seconds);
+        // ingress-nginx's gauge is the last admitted review's.
+        if result == "allowed" {
+            self.metrics.admission_roundtrip_duration.set(seconds);
+        }
     }
 
     /// Answers one AdmissionReview, or says why it cannot now.
@@ -208,10 +211,12 @@ impl Validator {
             .collect();
         // ingress-nginx's figures of its test: the Ingresses it took in
         // and how long it took; here the model build is the test.
-        self.metrics.admission_tested_ingresses.set(tested as i64);
-        self.metrics
-            .admission_tested_duration
-            .set(building.elapsed().as_secs_f64());
+        if refused.is_empty() {
+            self.metrics.admission_tested_ingresses.set(tested as i64);
+            self.metrics
+                .admission_tested_duration
+                .set(building.elapsed().as_secs_f64());
+        }
         self.metrics.checked(&ns, &name, refused.is_empty());
         if refused.is_empty() {
             Ok(())

@@ -137,7 +137,9 @@ pub struct Metrics {
 #[derive(Default)]
 struct LastModel {
     orphans: Vec<Orphan>,
-    certificates: Option<(CertificatesById, TlsHosts)>,
+    /// The model's maps the certificate series were computed from.
+    certificate_source: Option<(CertificatesById, TlsHosts)>,
+    certificates: Vec<CertificateSeries>,
 }
 
 type CertificatesById = std::sync::Arc<std::collections::BTreeMap<String, crate::model::tls::Pair>>;
@@ -441,16 +443,31 @@ impl Metrics {
     }
 
     /// Sets the series derived from a model: orphaned Ingresses and the
-    /// certificates served. Series of what the model no longer has go.
-    /// Each set is replaced only when it changed: an endpoint change makes
-    /// a new model every time, with the same certificates.
+    /// certificates served. Series of what the model no longer has are
+    /// removed one by one, never by a reset, so that a scrape never sees
+    /// the families empty (an expiry alert would resolve and fire again).
+    /// Nothing is written when nothing changed: an endpoint change makes a
+    /// new model every time, with the same certificates.
     pub fn observe_model(&self, model: &crate::model::Model) {
         let mut last = self.last_model.lock();
         let orphans = orphans(model);
         if orphans != last.orphans {
-            self.orphan_ingress.reset();
+            let kinds = ["no-service", "no-endpoint"];
+            for gone in last.orphans.iter().filter(|o| {
+                !orphans
+                    .iter()
+                    .any(|n| n.namespace == o.namespace && n.ingress == o.ingress)
+            }) {
+                for kind in kinds {
+                    let _ = self.orphan_ingress.remove_label_values(&[
+                        gone.namespace.as_str(),
+                        gone.ingress.as_str(),
+                        kind,
+                    ]);
+                }
+            }
             for o in &orphans {
-                for (kind, on) in [("no-service", o.no_service), ("no-endpoint", o.no_endpoint)] {
+                for (kind, on) in kinds.into_iter().zip([o.no_service, o.no_endpoint]) {
                     self.orphan_ingress
                         .with_label_values(&[o.namespace.as_str(), o.ingress.as_str(), kind])
                         .set(i64::from(on));
@@ -458,19 +475,22 @@ impl Metrics {
             }
             last.orphans = orphans;
         }
-        let same = last.certificates.as_ref().is_some_and(|(c, h)| {
+        let same = last.certificate_source.as_ref().is_some_and(|(c, h)| {
             std::sync::Arc::ptr_eq(c, &model.certificates) && std::sync::Arc::ptr_eq(h, &model.tls_hosts)
         });
         if same {
             return;
         }
-        last.certificates = Some((model.certificates.clone(), model.tls_hosts.clone()));
-        self.ssl_expire_time.reset();
-        self.ssl_certificate_info.reset();
-        for c in &certificate_series(model, &self.identity.class) {
-            let l = [&c.namespace, &c.class, &c.host, &c.secret_name, &c.identifier].map(String::as_str);
-            self.ssl_expire_time.with_label_values(&l).set(c.not_after as f64);
-            let info = [
+        last.certificate_source = Some((model.certificates.clone(), model.tls_hosts.clone()));
+        let certificates = certificate_series(model, &self.identity.class);
+        if certificates == last.certificates {
+            return;
+        }
+        let expiry = |c: &CertificateSeries| {
+            [&c.namespace, &c.class, &c.host, &c.secret_name, &c.identifier].map(|s| s.as_str().to_owned())
+        };
+        let info = |c: &CertificateSeries| {
+            [
                 &c.namespace,
                 &c.class,
                 &c.host,
@@ -481,9 +501,27 @@ impl Metrics {
                 &c.serial_number,
                 &c.public_key_algorithm,
             ]
-            .map(String::as_str);
-            self.ssl_certificate_info.with_label_values(&info).set(1);
+            .map(|s| s.as_str().to_owned())
+        };
+        for gone in last.certificates.iter().filter(|c| !certificates.contains(c)) {
+            let (e, i) = (expiry(gone), info(gone));
+            let _ = self
+                .ssl_expire_time
+                .remove_label_values(&e.each_ref().map(String::as_str));
+            let _ = self
+                .ssl_certificate_info
+                .remove_label_values(&i.each_ref().map(String::as_str));
         }
+        for c in &certificates {
+            let (e, i) = (expiry(c), info(c));
+            self.ssl_expire_time
+                .with_label_values(&e.each_ref().map(String::as_str))
+                .set(c.not_after as f64);
+            self.ssl_certificate_info
+                .with_label_values(&i.each_ref().map(String::as_str))
+                .set(1);
+        }
+        last.certificates = certificates;
     }
 
     /// Counts a model build of `kind` that took `seconds`.

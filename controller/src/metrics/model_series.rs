@@ -197,5 +197,23 @@ mod tests {
         assert!(c.identifier.starts_with('-') && c.identifier.len() > 1, "{c:?}");
         let in_30_days = super::super::unix_now() as i64 + 30 * 86_400;
         assert!((c.not_after - in_30_days).abs() < 120, "{c:?}");
+
+        // Set on the metrics, then taken away with what the model drops.
+        let m = super::super::Metrics::default();
+        m.observe_model(&model);
+        let text = m.encode();
+        assert!(
+            text.contains("ssl_expire_time_seconds{class=\"k8s.io/ingress-nginx\",host=\"tls.example\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("ingress=\"gone\",namespace=\"shop\",type=\"no-service\"} 1\n"),
+            "{text}"
+        );
+        m.observe_model(&crate::model::Model::default());
+        let text = m.encode();
+        assert!(!text.contains("ssl_expire_time_seconds{"), "{text}");
+        assert!(!text.contains("ssl_certificate_info{"), "{text}");
+        assert!(!text.contains("orphan_ingress{"), "{text}");
     }
 }

@@ -58,6 +58,9 @@ pub struct LeafInfo {
     pub public_key_algorithm: String,
 }
 
+/// Longest issuer name kept in a certificate label.
+const MAX_LABEL: usize = 256;
+
 impl LeafInfo {
     fn of(leaf: &openssl::x509::X509Ref) -> Result<Self, String> {
         use openssl::nid::Nid;
@@ -69,12 +72,23 @@ impl LeafInfo {
             .to_bn()
             .and_then(|b| b.to_dec_str().map(|s| s.to_string()))
             .map_err(|e| e.to_string())?;
+        // The issuer's names are the Secret owner's text, copied into a
+        // label on every scrape: at most MAX_LABEL bytes of each.
         let first = |nid: Nid| {
-            leaf.issuer_name()
+            let mut s = leaf
+                .issuer_name()
                 .entries_by_nid(nid)
                 .next()
                 .and_then(|e| e.data().to_string().ok())
-                .unwrap_or_default()
+                .unwrap_or_default();
+            if s.len() > MAX_LABEL {
+                let mut cut = MAX_LABEL;
+                while !s.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                s.truncate(cut);
+            }
+            s
         };
         let public_key_algorithm = match leaf.public_key().map(|k| k.id()) {
             Ok(openssl::pkey::Id::RSA | openssl::pkey::Id::RSA_PSS) => "RSA",
@@ -197,7 +211,9 @@ pub fn check(crt: &[u8], key: &[u8]) -> Result<Checked, String> {
             key: text(key)?,
             sha256: sha256.iter().map(|b| format!("{b:02x}")).collect(),
             chain_len: chain.len(),
-            leaf: LeafInfo::of(leaf)?,
+            // Metric labels only: a field that cannot be read leaves them
+            // empty rather than refusing a certificate nginx would serve.
+            leaf: LeafInfo::of(leaf).unwrap_or_default(),
         },
         warnings,
     })

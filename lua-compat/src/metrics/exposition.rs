@@ -212,7 +212,7 @@ pub fn render(
         &mut out,
         "metrics_uncounted_requests",
         "counter",
-        "Requests not counted because dynamic_balancer_metrics_zone was full",
+        "Requests not counted: dynamic_balancer_metrics_zone was full, or the worker already had 64 method and status pairs in the request's series",
     );
     let _ = writeln!(out, "{P}metrics_uncounted_requests {}", zone.uncounted);
     out

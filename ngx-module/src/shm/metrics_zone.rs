@@ -40,10 +40,12 @@ const BUCKETS: usize = 4096;
 /// 128 workers over 32 configurations still draining. A worker that finds
 /// no slot does not count (and says so in the error log).
 pub const LIVE_SLOTS: usize = 4096;
-/// Cells one series may have, over all workers: the methods and statuses
-/// its clients and backends produce. Beyond, requests of a new method and
-/// status are not counted (`metrics_uncounted_requests`).
-pub const MAX_CELLS_PER_SERIES: usize = 1024;
+/// Cells one worker may have in one series: the method and status pairs
+/// its clients and backends produce (a busy location sees 10 to 20).
+/// Beyond, requests of a new pair are not counted
+/// (`metrics_uncounted_requests`), so that a backend answering every code
+/// cannot fill the zone that counts everyone else.
+pub const MAX_CELLS_PER_WORKER: usize = 64;
 
 #[repr(C)]
 struct Header {
@@ -260,7 +262,7 @@ impl MetricsZone {
 
     /// Worker `worker`'s counters for `series`, `method` and `status`
     /// (see `status_index`), created if new; `None` when the zone is full
-    /// or the series has [`MAX_CELLS_PER_SERIES`] cells already.
+    /// or the worker has [`MAX_CELLS_PER_WORKER`] cells in the series.
     ///
     /// # Safety
     /// `series` came from [`MetricsZone::series`] in this process, whose
@@ -277,19 +279,21 @@ impl MetricsZone {
         // list changes only under the slab mutex, held here.
         let s = unsafe { &mut *series.as_ptr() };
         let mut p = s.cells;
-        let mut cells = 0;
+        let mut mine = 0;
         // SAFETY: every node is a live Cell written below, under the mutex.
         while let Some(c) = unsafe { p.as_ref() } {
-            if c.worker == worker && c.method == method && c.status == status {
-                return Some(&c.counters);
+            if c.worker == worker {
+                if c.method == method && c.status == status {
+                    return Some(&c.counters);
+                }
+                mine += 1;
             }
-            cells += 1;
             p = c.next;
         }
         // A backend answering every code from 100 to 599 to every method
         // would make 8,500 cells per worker of one series: the cap keeps
         // one tenant's backend from filling the zone that counts everyone.
-        if cells >= MAX_CELLS_PER_SERIES {
+        if mine >= MAX_CELLS_PER_WORKER {
             return None;
         }
         let new = match locked.allocate(std::alloc::Layout::new::<Cell>()) {
