@@ -61,6 +61,11 @@ impl Controller {
 
     /// Starts without waiting for readiness.
     pub fn spawn(files: &[(&str, String)], extra_args: &[&str]) -> Controller {
+        Self::spawn_with_env(files, extra_args, &[])
+    }
+
+    /// [`Controller::spawn`] with `env` set for the controller.
+    fn spawn_with_env(files: &[(&str, String)], extra_args: &[&str], env: &[(&str, &str)]) -> Controller {
         let dir = tempfile::tempdir().unwrap();
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&manifests).unwrap();
@@ -68,22 +73,14 @@ impl Controller {
             std::fs::write(manifests.join(name), text).unwrap();
         }
         let source = ["--manifests".to_string(), manifests.display().to_string()];
-        Self::spawn_in(dir, manifests, &source, extra_args, &[])
+        Self::spawn_in(dir, manifests, &source, extra_args, env)
     }
 
     /// As [`Controller::start`], with the downward-API variables a Pod
     /// would have (`POD_NAME`, `POD_NAMESPACE`): what the metrics' constant
     /// labels `controller_pod` and `controller_namespace` come from.
     pub fn start_as_pod(files: &[(&str, String)], extra_args: &[&str], pod: &str, namespace: &str) -> Controller {
-        let dir = tempfile::tempdir().unwrap();
-        let manifests = dir.path().join("manifests");
-        std::fs::create_dir_all(&manifests).unwrap();
-        for (name, text) in files {
-            std::fs::write(manifests.join(name), text).unwrap();
-        }
-        let source = ["--manifests".to_string(), manifests.display().to_string()];
-        let env = [("POD_NAME", pod), ("POD_NAMESPACE", namespace)];
-        let c = Self::spawn_in(dir, manifests, &source, extra_args, &env);
+        let c = Self::spawn_with_env(files, extra_args, &[("POD_NAME", pod), ("POD_NAMESPACE", namespace)]);
         c.wait_ready();
         c
     }
@@ -549,7 +546,7 @@ pub fn sample_value(text: &str, spec: &str) -> Option<f64> {
 }
 
 /// `a="x",b="y,z"` into `a="x"`, `b="y,z"` (commas inside quotes kept).
-fn split_label_set(set: &str) -> Vec<&str> {
+pub fn split_label_set(set: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut start, mut quoted, mut escaped) = (0, false, false);
     for (i, c) in set.char_indices() {

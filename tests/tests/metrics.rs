@@ -25,7 +25,7 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
                 Some(r) => r.rsplit_once("} ")?,
                 None => ("", rest.strip_prefix(' ')?),
             };
-            let parts: Vec<&str> = split_labels(set);
+            let parts: Vec<&str> = tests::controller::split_label_set(set);
             labels
                 .iter()
                 .all(|want| parts.contains(want))
@@ -33,28 +33,6 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
                 .flatten()
         })
         .sum()
-}
-
-/// `a="x",b="y,z"` → [`a="x"`, `b="y,z"`] (commas inside quotes kept).
-fn split_labels(set: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (i, c) in set.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' => escaped = true,
-            '"' => quoted = !quoted,
-            ',' if !quoted => {
-                out.push(&set[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if start < set.len() {
-        out.push(&set[start..]);
-    }
-    out
 }
 
 fn module_metrics(c: &Controller) -> String {

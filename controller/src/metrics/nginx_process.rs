@@ -110,33 +110,20 @@ impl NginxProcesses {
             IntGauge::with_opts(o("virtual_memory_bytes", "number of bytes of memory in use")).expect("a valid gauge");
         let oldest_start = Gauge::with_opts(o("oldest_start_time_seconds", "start time in seconds since 1970/01/01"))
             .expect("a valid gauge");
-        let mut descs = Vec::new();
-        let collectors: [&dyn Collector; 7] = [
-            &num_procs,
-            &cpu,
-            &read_bytes,
-            &write_bytes,
-            &resident,
-            &virtual_,
-            &oldest_start,
-        ];
-        for c in collectors {
-            descs.extend(c.desc().into_iter().cloned());
-        }
-        NginxProcesses {
-            inner: Arc::new(Inner {
-                master: AtomicI32::new(0),
-                accumulator: Mutex::new(Accumulator::default()),
-                num_procs,
-                cpu,
-                read_bytes,
-                write_bytes,
-                resident,
-                virtual_,
-                oldest_start,
-                descs,
-            }),
-        }
+        let mut inner = Inner {
+            master: AtomicI32::new(0),
+            accumulator: Mutex::new(Accumulator::default()),
+            num_procs,
+            cpu,
+            read_bytes,
+            write_bytes,
+            resident,
+            virtual_,
+            oldest_start,
+            descs: Vec::new(),
+        };
+        inner.descs = inner.collectors().into_iter().flat_map(|c| c.desc()).cloned().collect();
+        NginxProcesses { inner: Arc::new(inner) }
     }
 
     /// The nginx master to read, before a scrape (`None`: nginx is down,
@@ -188,6 +175,21 @@ impl NginxProcesses {
     }
 }
 
+impl Inner {
+    /// The family's metrics, in the order they are written.
+    fn collectors(&self) -> [&dyn Collector; 7] {
+        [
+            &self.num_procs,
+            &self.cpu,
+            &self.read_bytes,
+            &self.write_bytes,
+            &self.resident,
+            &self.virtual_,
+            &self.oldest_start,
+        ]
+    }
+}
+
 /// The master `pid` and its children, as `/proc` has them now (zombies,
 /// whose counts are already final and whose memory is gone, left out);
 /// `None` when `/proc` cannot be listed.
@@ -229,17 +231,7 @@ impl Collector for NginxProcesses {
 
     fn collect(&self) -> Vec<MetricFamily> {
         self.sample();
-        let i = &self.inner;
-        let collectors: [&dyn Collector; 7] = [
-            &i.num_procs,
-            &i.cpu,
-            &i.read_bytes,
-            &i.write_bytes,
-            &i.resident,
-            &i.virtual_,
-            &i.oldest_start,
-        ];
-        collectors.into_iter().flat_map(|c| c.collect()).collect()
+        self.inner.collectors().into_iter().flat_map(|c| c.collect()).collect()
     }
 }
 
