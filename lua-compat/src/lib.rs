@@ -34,6 +34,8 @@
 //! - [`api`]: routing and response bodies of the `/configuration` API.
 //! - [`metrics`]: request counters and histograms laid out for shared
 //!   memory, and their Prometheus text with ingress-nginx's names;
+//! - [`otel`]: OpenTelemetry tracing's pure half: W3C trace context, the
+//!   sampler, span records and OTLP/gRPC's export messages;
 //! - [`request_id`]: `$req_id` as ingress-nginx gives it, from a per-worker
 //!   ChaCha20 stream instead of a `RAND_bytes` call per request;
 //! - [`state_file`]: the state file's format (the backends a restarted
@@ -60,6 +62,7 @@ pub mod hash_key;
 pub mod https_redirect;
 pub mod least_conn;
 pub mod metrics;
+pub mod otel;
 pub mod request_id;
 pub mod round_robin;
 pub mod routes;
