@@ -41,6 +41,9 @@ pub struct ZoneStats {
     pub uncounted: u64,
     pub size: u64,
     pub used: u64,
+    /// Spans of sampled requests: queued, dropped (queue full), exported,
+    /// failed (export failed or refused).
+    pub spans: [u64; 4],
 }
 
 /// The endpoint table of `dynamic_balancer_zone` (see
@@ -215,6 +218,15 @@ pub fn render(
         "Requests not counted: dynamic_balancer_metrics_zone was full, or the worker already had 64 method and status pairs in the request's series",
     );
     let _ = writeln!(out, "{P}metrics_uncounted_requests {}", zone.uncounted);
+    family(
+        &mut out,
+        "otel_spans_total",
+        "counter",
+        "Spans of sampled requests (OpenTelemetry tracing) by outcome: queued for export; dropped, the worker's queue was full; exported; failed, the export failed or the collector refused them",
+    );
+    for (outcome, n) in ["queued", "dropped", "exported", "failed"].iter().zip(zone.spans) {
+        let _ = writeln!(out, "{P}otel_spans_total{{outcome=\"{outcome}\"}} {n}");
+    }
     out
 }
 
@@ -528,6 +540,7 @@ mod tests {
                 uncounted: 4,
                 size: 1 << 20,
                 used: 8192,
+                spans: [5, 1, 3, 1],
             }),
             Some(&EndpointTableStats {
                 tracked: 3,
@@ -541,6 +554,7 @@ mod tests {
         assert!(text.contains("nginx_ingress_controller_endpoint_state_evictions_total 1\n"));
         assert!(text.contains("nginx_ingress_controller_metrics_uncounted_requests 4\n"));
         assert!(text.contains("nginx_ingress_controller_metrics_zone_bytes{state=\"used\"} 8192\n"));
+        assert!(text.contains("nginx_ingress_controller_otel_spans_total{outcome=\"dropped\"} 1\n"));
         assert!(!text.contains("nginx_process_connections"));
     }
 }

@@ -187,9 +187,15 @@ pub fn export_request(resource: &ResourceInfo, spans: Vec<SpanRecord>) -> Export
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource {
                 attributes: vec![
-                    kv("service.name", any_value::Value::StringValue(resource.service_name.clone())),
+                    kv(
+                        "service.name",
+                        any_value::Value::StringValue(resource.service_name.clone()),
+                    ),
                     kv("host.name", any_value::Value::StringValue(resource.host_name.clone())),
-                    kv("telemetry.sdk.name", any_value::Value::StringValue("dynamic-balancer".into())),
+                    kv(
+                        "telemetry.sdk.name",
+                        any_value::Value::StringValue("dynamic-balancer".into()),
+                    ),
                     kv("telemetry.sdk.language", any_value::Value::StringValue("rust".into())),
                 ],
             }),
@@ -309,7 +315,9 @@ mod tests {
         // start_time_unix_nano: field 7, fixed64 (wire type 1): tag 0x39.
         assert!(bytes.windows(9).any(|w| w[0] == 0x39 && w[1..] == 10u64.to_le_bytes()));
         // flags: field 16, fixed32 (wire type 5): tag 0x85 0x01.
-        assert!(bytes.windows(6).any(|w| w[..2] == [0x85, 0x01] && w[2..] == 0x301u32.to_le_bytes()));
+        assert!(bytes
+            .windows(6)
+            .any(|w| w[..2] == [0x85, 0x01] && w[2..] == 0x301u32.to_le_bytes()));
     }
 
     #[test]

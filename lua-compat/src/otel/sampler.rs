@@ -30,6 +30,13 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// The OpenTelemetry SDK's default: parent-based, always on.
+    pub const DEFAULT: Sampler = Sampler {
+        root: Root::AlwaysOn,
+        parent_based: true,
+        threshold: u64::MAX,
+    };
+
     pub fn new(root: Root, parent_based: bool) -> Sampler {
         let threshold = match root {
             Root::AlwaysOn => u64::MAX,
@@ -93,8 +100,14 @@ mod tests {
 
     #[test]
     fn ingress_nginx_names_parse() {
-        assert_eq!(Sampler::from_names("AlwaysOn", 0.5, false).unwrap().root, Root::AlwaysOn);
-        assert_eq!(Sampler::from_names("AlwaysOff", 0.5, true).unwrap().root, Root::AlwaysOff);
+        assert_eq!(
+            Sampler::from_names("AlwaysOn", 0.5, false).unwrap().root,
+            Root::AlwaysOn
+        );
+        assert_eq!(
+            Sampler::from_names("AlwaysOff", 0.5, true).unwrap().root,
+            Root::AlwaysOff
+        );
         assert_eq!(
             Sampler::from_names("TraceIdRatioBased", 0.25, false).unwrap().root,
             Root::Ratio(0.25)
@@ -129,7 +142,10 @@ mod tests {
         assert!(!s.should_sample(&t, Some(&parent(0))));
         assert!(!s.should_sample(&t, None));
         let s = Sampler::new(Root::AlwaysOn, false);
-        assert!(s.should_sample(&t, Some(&parent(0))), "not parent-based: the root decides");
+        assert!(
+            s.should_sample(&t, Some(&parent(0))),
+            "not parent-based: the root decides"
+        );
     }
 
     #[test]
@@ -138,7 +154,10 @@ mod tests {
         let s = Sampler::new(Root::Ratio(0.3), false);
         for _ in 0..1000 {
             let t = g.trace_id();
-            assert_eq!(s.should_sample(&t, None), Sampler::new(Root::Ratio(0.3), false).should_sample(&t, None));
+            assert_eq!(
+                s.should_sample(&t, None),
+                Sampler::new(Root::Ratio(0.3), false).should_sample(&t, None)
+            );
         }
     }
 }

@@ -37,13 +37,7 @@ impl SpanRecord {
         const SAMPLED: u32 = 0x01;
         const HAS_IS_REMOTE: u32 = 0x100;
         const IS_REMOTE: u32 = 0x200;
-        SAMPLED
-            | HAS_IS_REMOTE
-            | if self.parent_span_id.is_some() {
-                IS_REMOTE
-            } else {
-                0
-            }
+        SAMPLED | HAS_IS_REMOTE | if self.parent_span_id.is_some() { IS_REMOTE } else { 0 }
     }
 
     /// Whether the span records a server error.

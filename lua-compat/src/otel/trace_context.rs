@@ -149,7 +149,10 @@ pub fn tracestate_is_valid(value: &[u8]) -> bool {
 
 fn trim_ows(s: &[u8]) -> &[u8] {
     let start = s.iter().position(|&c| c != b' ' && c != b'\t').unwrap_or(s.len());
-    let end = s.iter().rposition(|&c| c != b' ' && c != b'\t').map_or(start, |e| e + 1);
+    let end = s
+        .iter()
+        .rposition(|&c| c != b' ' && c != b'\t')
+        .map_or(start, |e| e + 1);
     &s[start..end]
 }
 
@@ -230,7 +233,10 @@ mod tests {
         assert!(!tracestate_is_valid(b"Upper=1"));
         assert!(!tracestate_is_valid(b"novalue"));
         assert!(!tracestate_is_valid(b"k=a=b"));
-        assert!(tracestate_is_valid(b"k=v , j=w "), "list whitespace is optional whitespace");
+        assert!(
+            tracestate_is_valid(b"k=v , j=w "),
+            "list whitespace is optional whitespace"
+        );
         assert!(!tracestate_is_valid(b"k=a\x7f"));
         assert!(!tracestate_is_valid(b"k=\x01"));
         let many = (0..33).map(|i| format!("k{i}=v")).collect::<Vec<_>>().join(",");
