@@ -9,17 +9,18 @@
 //! 0. [`nginx`]: nginx wrapped once (the module's handles, panics kept
 //!    out, the worker process, requests, variables);
 //! 1. [`shm`]: the shared zones, their blobs and writes, the state file;
-//! 2. [`conf`]: the configuration structs and their request-time readers;
-//! 3. [`backends`]: each worker's decoded backends, canaries,
+//! 2. [`otel`]: tracing's span queue and exporter thread;
+//! 3. [`conf`]: the configuration structs and their request-time readers;
+//! 4. [`backends`]: each worker's decoded backends, canaries,
 //!    `ExternalName` re-resolution;
-//! 4. [`http`]: the request-time hooks (peer, preaccess, redirects,
+//! 5. [`http`]: the request-time hooks (peer, preaccess, redirects,
 //!    variables, metrics counting);
-//! 5. [`tls`]: certificates from the zone, chosen per handshake;
-//! 6. [`api`]: the `/configuration` API;
-//! 7. [`stream`]: the stream half (TCP and UDP upstreams);
-//! 8. [`process`]: `init_module`, worker start and stop, the sync timer;
-//! 9. [`directives`]: setters, checks and merges, run at configuration
-//!    time only;
+//! 6. [`tls`]: certificates from the zone, chosen per handshake;
+//! 7. [`api`]: the `/configuration` API;
+//! 8. [`stream`]: the stream half (TCP and UDP upstreams);
+//! 9. [`process`]: `init_module`, worker start and stop, the sync timer;
+//! 10. [`directives`]: setters, checks and merges, run at configuration
+//!     time only;
 //!
 //! and this file, the composition root: the module objects nginx loads,
 //! the command table and the configuration hooks. Parsing, validation and
@@ -35,6 +36,7 @@ mod conf;
 mod directives;
 mod http;
 mod nginx;
+mod otel;
 mod process;
 mod shm;
 #[cfg(feature = "stream")]
@@ -48,9 +50,9 @@ use ngx::ffi::{
     ngx_array_push, ngx_command_t, ngx_conf_t, ngx_http_handler_pt, ngx_http_module_t,
     ngx_http_phases_NGX_HTTP_LOG_PHASE, ngx_http_phases_NGX_HTTP_PREACCESS_PHASE,
     ngx_http_phases_NGX_HTTP_PRECONTENT_PHASE, ngx_http_phases_NGX_HTTP_REWRITE_PHASE, ngx_int_t, ngx_module_t,
-    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE1234, NGX_ERROR, NGX_HTTP_LOC_CONF,
-    NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE, NGX_HTTP_SRV_CONF,
-    NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_OK,
+    ngx_uint_t, NGX_CONF_1MORE, NGX_CONF_NOARGS, NGX_CONF_TAKE1, NGX_CONF_TAKE12, NGX_CONF_TAKE1234, NGX_ERROR,
+    NGX_HTTP_LOC_CONF, NGX_HTTP_LOC_CONF_OFFSET, NGX_HTTP_MAIN_CONF, NGX_HTTP_MAIN_CONF_OFFSET, NGX_HTTP_MODULE,
+    NGX_HTTP_SRV_CONF, NGX_HTTP_SRV_CONF_OFFSET, NGX_HTTP_UPS_CONF, NGX_OK,
 };
 use ngx::http::{HttpModule, HttpModuleMainConf, NgxHttpCoreModule};
 use ngx::ngx_string;
@@ -93,6 +95,7 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
         let mcf_metrics_zone = mcf.metrics_zone;
         let https_redirect_used = mcf.https_redirect_used;
         let routes_used = mcf.routes_used;
+        let otel_used = mcf.otel_used;
         // SAFETY: postconfiguration runs once per configuration, before
         // any request, on nginx's only thread at that point.
         unsafe { api::body_limit::install() };
@@ -151,6 +154,24 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
             // any request, on nginx's only thread at that point.
             unsafe { http::gateway_headers::install() };
         }
+        if otel_used {
+            for (phase, handler) in [
+                (
+                    ngx_http_phases_NGX_HTTP_REWRITE_PHASE,
+                    http::otel::rewrite_handler as HttpHandler,
+                ),
+                (ngx_http_phases_NGX_HTTP_LOG_PHASE, http::otel::log_handler),
+            ] {
+                let handlers = &mut cmcf.phases[phase as usize].handlers;
+                // SAFETY: as above, for that phase's handler array.
+                let h = unsafe { ngx_array_push(handlers) }.cast::<ngx_http_handler_pt>();
+                if h.is_null() {
+                    return NGX_ERROR as ngx_int_t;
+                }
+                // SAFETY: as above.
+                unsafe { *h = Some(handler) };
+            }
+        }
         if !mcf_metrics_zone.is_null() {
             let handlers = &mut cmcf.phases[ngx_http_phases_NGX_HTTP_LOG_PHASE as usize].handlers;
             // SAFETY: as above, for the log phase's handler array.
@@ -165,6 +186,9 @@ unsafe extern "C" fn postconfiguration(cf: *mut ngx_conf_t) -> ngx_int_t {
     })
 }
 
+/// A phase handler.
+type HttpHandler = unsafe extern "C" fn(*mut ngx::ffi::ngx_http_request_t) -> ngx_int_t;
+
 static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     preconfiguration: Some(preconfiguration),
     postconfiguration: Some(postconfiguration),
@@ -176,7 +200,7 @@ static MODULE_CTX: ngx_http_module_t = ngx_http_module_t {
     merge_loc_conf: Some(directives::merge_loc_conf),
 };
 
-static mut COMMANDS: [ngx_command_t; 16] = [
+static mut COMMANDS: [ngx_command_t; 21] = [
     ngx_command_t {
         name: ngx_string!("dynamic_balancer_routes"),
         type_: (NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1234) as ngx_uint_t,
@@ -287,6 +311,46 @@ static mut COMMANDS: [ngx_command_t; 16] = [
         set: Some(directives::set_loc_flag),
         conf: NGX_HTTP_LOC_CONF_OFFSET,
         offset: std::mem::offset_of!(conf::LocConf, request_id_header),
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_otel"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_otel),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_otel_trust_incoming_spans"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_loc_flag),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: std::mem::offset_of!(conf::LocConf, otel_trust),
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_otel_operation_name"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1) as ngx_uint_t,
+        set: Some(directives::set_otel_operation_name),
+        conf: NGX_HTTP_LOC_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_otel_exporter"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE) as ngx_uint_t,
+        set: Some(directives::set_otel_exporter),
+        conf: NGX_HTTP_MAIN_CONF_OFFSET,
+        offset: 0,
+        post: std::ptr::null_mut(),
+    },
+    ngx_command_t {
+        name: ngx_string!("dynamic_balancer_otel_sampler"),
+        type_: (NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE12) as ngx_uint_t,
+        set: Some(directives::set_otel_sampler),
+        conf: NGX_HTTP_MAIN_CONF_OFFSET,
+        offset: 0,
         post: std::ptr::null_mut(),
     },
     ngx_command_t {

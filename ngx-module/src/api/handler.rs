@@ -137,7 +137,9 @@ enum Offloaded {
     /// A DELETE.
     Write(WriteJob),
     /// `GET /configuration/metrics`: the zone's copy, to format.
-    Metrics(metrics::Scrape),
+    /// Boxed: the copy carries several counter sets, and the variant
+    /// travels by value through the offload queue.
+    Metrics(Box<metrics::Scrape>),
 }
 
 /// Answers one API request, or starts its write. Called in the content
@@ -213,7 +215,7 @@ fn handle(req: &mut Request) -> Handled {
         }
         Ok(Action::Health) => send_json(req, OK, &health(&zone), None),
         Ok(Action::Metrics) => match lua_compat::metrics::StatusLabel::from_query(str_bytes(&req.as_ref().args)) {
-            Ok(status) => return Handled::Offload(Offloaded::Metrics(metrics::scrape(req, status))),
+            Ok(status) => return Handled::Offload(Offloaded::Metrics(Box::new(metrics::scrape(req, status)))),
             Err(e) => error(req, BAD_REQUEST, &e, None),
         },
         Ok(Action::DeleteBackend(name)) => {

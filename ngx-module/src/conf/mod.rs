@@ -19,6 +19,8 @@ use ngx::http::{HttpModuleLocationConf, HttpModuleMainConf, HttpModuleServerConf
 
 use lua_compat::https_redirect::Rule;
 use lua_compat::metrics::Counters;
+use lua_compat::otel::sampler::Sampler;
+use lua_compat::otel::settings::ExporterSettings;
 
 use crate::nginx::module::Module;
 use crate::nginx::variables::{self, Own, Read};
@@ -61,6 +63,16 @@ pub struct MainConf {
     /// `dynamic_balancer_state`: the file the backends are kept in (see
     /// [`crate::shm::state_file`]), prefix-resolved.
     pub state_file: Option<PathBuf>,
+    /// `dynamic_balancer_otel_exporter`: where each worker's exporter
+    /// thread sends spans; without it traced requests still propagate
+    /// their context, and no span leaves the worker.
+    pub otel_exporter: Option<ExporterSettings>,
+    /// `dynamic_balancer_otel_sampler` (parent-based, always on, when not
+    /// set).
+    pub otel_sampler: Option<Sampler>,
+    /// Some block has `dynamic_balancer_otel on`: the tracing handlers are
+    /// installed only then.
+    pub otel_used: bool,
 }
 
 /// An index not found in this configuration.
@@ -79,6 +91,9 @@ impl Default for MainConf {
             https_redirect_used: false,
             routes_used: false,
             state_file: None,
+            otel_exporter: None,
+            otel_sampler: None,
+            otel_used: false,
         }
     }
 }
@@ -192,6 +207,15 @@ pub struct LocConf {
     pub routes_grpcs: Option<ngx_str_t>,
     /// The `routes` listener in this worker's current route table.
     pub routes_memo: ListenerMemo,
+    /// `dynamic_balancer_otel`: trace this block's requests (inherited;
+    /// off when never set).
+    pub otel: Option<bool>,
+    /// `dynamic_balancer_otel_trust_incoming_spans`: continue a client's
+    /// `traceparent` (inherited; on when never set, as ingress-nginx).
+    pub otel_trust: Option<bool>,
+    /// `dynamic_balancer_otel_operation_name`: the span name, compiled
+    /// (inherited; the location's name when never set).
+    pub otel_operation_name: Option<NonNull<ngx::ffi::ngx_http_complex_value_t>>,
 }
 
 /// A location's metrics labels, and each worker's cells for them.

@@ -240,6 +240,15 @@ pub unsafe extern "C" fn merge_loc_conf(cf: *mut ngx_conf_t, prev: *mut c_void, 
         if acf.request_id_header.is_none() {
             acf.request_id_header = parent.request_id_header;
         }
+        if acf.otel.is_none() {
+            acf.otel = parent.otel;
+        }
+        if acf.otel_trust.is_none() {
+            acf.otel_trust = parent.otel_trust;
+        }
+        if acf.otel_operation_name.is_none() {
+            acf.otel_operation_name = parent.otel_operation_name;
+        }
         if acf.enabled && acf.token.is_none() {
             // During a merge cf->ctx->srv_conf is the merged server's.
             // SAFETY: `cf` is the live configuration, and in the http module

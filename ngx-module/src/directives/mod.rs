@@ -7,12 +7,14 @@
 
 mod api;
 mod location;
+mod otel;
 mod upstream;
 mod variables;
 mod zones;
 
 pub use api::{check_api_listeners, set_api, set_token, set_token_file};
 pub use location::{merge_loc_conf, set_backend, set_https_redirect, set_loc_flag, set_metrics, set_routes};
+pub use otel::{set_otel, set_otel_exporter, set_otel_operation_name, set_otel_sampler};
 pub use upstream::{check_upstreams, merge_srv_conf, set_balancer, set_ssl, set_ssl_routes};
 pub use variables::{declare_variables, index_variables};
 pub use zones::{init_main_conf, set_metrics_zone, set_state_file, set_zone};

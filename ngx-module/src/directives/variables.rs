@@ -31,7 +31,7 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         // The metrics location is internal: no configuration may name, read
         // or `set` it; the others are settable, as ingress-nginx's.
         let (flags, handler): (u32, ngx::ffi::ngx_http_get_variable_pt) =
-            if i == Own::MetricsLocation as usize || i == Own::GatewayRoute as usize {
+            if i == Own::MetricsLocation as usize || i == Own::GatewayRoute as usize || i == Own::Trace as usize {
                 (NGX_HTTP_VAR_NOHASH, Some(not_found_value))
             } else {
                 (NGX_HTTP_VAR_CHANGEABLE, Some(empty_value))
@@ -116,6 +116,23 @@ pub unsafe fn declare_variables(cf: *mut ngx_conf_t) -> ngx_int_t {
         // SAFETY: a non-null result is the variable's live entry in the core
         // module's table.
         unsafe { (*v).get_handler = Some(handler) };
+    }
+    // Tracing's, with otel_ngx_module's names; not cacheable, as a trace
+    // starts in the REWRITE phase, after a `set` may have read them.
+    for (i, name) in crate::http::otel::VARIABLES.into_iter().enumerate() {
+        // SAFETY: `cf` and its pool are live (this function's contract).
+        let mut name = unsafe { ngx_str_t::from_str((*cf).pool, name) };
+        // SAFETY: `cf` is live; `name` is in its pool, which nginx keeps.
+        let v = unsafe { ngx_http_add_variable(cf, &mut name, NGX_HTTP_VAR_NOCACHEABLE as ngx_uint_t) };
+        if v.is_null() {
+            return NGX_ERROR as ngx_int_t;
+        }
+        // SAFETY: a non-null result is the variable's live entry in the core
+        // module's table.
+        unsafe {
+            (*v).get_handler = Some(crate::http::otel::variable);
+            (*v).data = i;
+        }
     }
     NGX_OK as ngx_int_t
 }

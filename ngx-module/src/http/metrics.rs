@@ -280,13 +280,14 @@ pub fn scrape(req: &Request, status: StatusLabel) -> Scrape {
                 uncounted,
                 size,
                 used,
+                spans: z.otel_counters().snapshot(),
             }
         }),
     }
 }
 
 /// The body of `GET /configuration/metrics`, in Prometheus' text format.
-pub fn render(scrape: Scrape) -> Vec<u8> {
+pub fn render(scrape: Box<Scrape>) -> Vec<u8> {
     let entries: Vec<Entry<'_>> = scrape
         .collected
         .iter()

@@ -2,10 +2,10 @@
 //! peer hook that replaces `balancer_by_lua`, the preaccess 503, the HTTPS
 //! redirect, the module's variables (forwarded scheme and port, request
 //! id, WebSocket headers, escaped URI, ingress-nginx's log variables) and
-//! the log-phase metrics counter.
+//! the log-phase metrics counter, and tracing's spans.
 //!
-//! May use [`crate::nginx`], [`crate::shm`], [`crate::conf`] and
-//! [`crate::backends`].
+//! May use [`crate::nginx`], [`crate::shm`], [`crate::otel`],
+//! [`crate::conf`] and [`crate::backends`].
 
 pub mod connection_upgrade;
 pub mod escaped_uri;
@@ -20,6 +20,7 @@ pub mod grpc_status;
 pub mod https_redirect;
 pub mod log_variables;
 pub mod metrics;
+pub mod otel;
 pub mod peer;
 pub mod preaccess;
 pub mod request_ctx;

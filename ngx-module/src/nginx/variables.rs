@@ -23,12 +23,16 @@ pub enum Own {
     /// Internal, as `MetricsLocation`: the Gateway API rule a request
     /// matched, for the response header filter.
     GatewayRoute = 2,
+    /// Internal, as `MetricsLocation`: the request's trace (see
+    /// `crate::http::otel`), which must outlive internal redirects.
+    Trace = 3,
 }
 
-pub const OWN_NAMES: [&str; 3] = [
+pub const OWN_NAMES: [&str; 4] = [
     "proxy_alternative_upstream_name",
     "dynamic_balancer_metrics_location",
     "dynamic_balancer_gateway_route",
+    "dynamic_balancer_trace",
 ];
 
 /// Variables the module reads per request by index (a cached read, no

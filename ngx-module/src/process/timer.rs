@@ -18,6 +18,7 @@ use crate::conf::MainConf;
 use crate::http::request_id;
 use crate::nginx::guard::ffi_guard;
 use crate::nginx::worker::{self, WorkerTimer};
+use crate::otel;
 use crate::shm::metrics_zone;
 use crate::shm::state_file;
 
@@ -25,6 +26,8 @@ use crate::shm::state_file;
 const SYNC_INTERVAL_MS: ngx_msec_t = 100;
 /// How long a leaving worker waits for its state file write.
 const STATE_FILE_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a leaving worker waits for its last spans' export.
+const OTEL_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 thread_local! {
     static SYNC_TIMER: std::cell::Cell<Option<WorkerTimer>> = const { std::cell::Cell::new(None) };
@@ -82,7 +85,29 @@ pub unsafe extern "C" fn init_process(cycle: *mut ngx_cycle_t) -> ngx_int_t {
                 );
             }
         }
+        if let Some(settings) = mcf
+            .filter(|_| serves)
+            .and_then(|m| m.otel_exporter.clone().filter(|_| m.otel_used))
+        {
+            let counters = mcf.and_then(MainConf::metrics_zone).map(|m| m.otel_counters());
+            let endpoint = settings.endpoint.clone();
+            if let Err(e) = otel::queue::start(settings, counters) {
+                // SAFETY: as above, for the cycle's log.
+                let log = unsafe { (*cycle).log };
+                ngx_log_error!(
+                    NGX_LOG_ALERT,
+                    log,
+                    "dynamic_balancer_otel_exporter {endpoint}: {e}; this worker exports no spans"
+                );
+            }
+        }
         let Some(zone) = mcf.and_then(MainConf::zone) else {
+            if otel::queue::is_running() {
+                // The timer writes the exporter's log lines.
+                let timer = WorkerTimer::new(Some(on_timer), true);
+                SYNC_TIMER.set(Some(timer));
+                timer.arm(SYNC_INTERVAL_MS);
+            }
             return NGX_OK as ngx_int_t;
         };
         worker_cache::observe(&zone);
@@ -114,6 +139,9 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
         state_file::drain_log(|level, line| {
             ngx_log_error!(level, log, "{line}");
         });
+        otel::exporter::drain_log(|level, line| {
+            ngx_log_error!(level, log, "{line}");
+        });
         if worker::is_leaving() {
             external_names::stop();
             return;
@@ -136,6 +164,15 @@ unsafe extern "C" fn on_timer(ev: *mut ngx_event_t) {
 pub unsafe extern "C" fn exit_process(cycle: *mut ngx_cycle_t) {
     ffi_guard("exit process", (), || {
         external_names::stop();
+        // The spans of the last requests go out, unless the collector does
+        // not answer within the grace.
+        otel::queue::stop(OTEL_FLUSH);
+        // SAFETY: `cycle` is the live cycle nginx passed in; its log lives
+        // as long as it.
+        let cycle_log = unsafe { (*cycle).log };
+        otel::exporter::drain_log(|level, line| {
+            ngx_log_error!(level, cycle_log, "{line}");
+        });
         // The last write's answer went out; its file must not be lost.
         let flushed = state_file::flush(STATE_FILE_FLUSH);
         // SAFETY: `cycle` is the live cycle nginx passed in; its log lives

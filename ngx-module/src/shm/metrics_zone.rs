@@ -33,7 +33,7 @@ use ngx::ngx_log_error;
 use crate::nginx::guard::ffi_guard;
 
 /// Changes with any change of the layout below.
-const MAGIC: u64 = 0x6462_6d65_7472_0004; // "dbmetr" v4: exact statuses, 7 histograms
+const MAGIC: u64 = 0x6462_6d65_7472_0005; // "dbmetr" v5: exact statuses, 7 histograms, span counters
 /// Hash buckets for series; chains stay short up to tens of thousands.
 const BUCKETS: usize = 4096;
 /// Worker processes (current and still-draining ones) that can register:
@@ -55,8 +55,36 @@ struct Header {
     /// Requests not counted because no cell could be allocated.
     uncounted: AtomicU64,
     series: AtomicU64,
+    /// Tracing's span counters, summed over workers.
+    otel: OtelCounters,
     live: [Live; LIVE_SLOTS],
     buckets: [AtomicPtr<Series>; BUCKETS],
+}
+
+/// What happened to the spans of sampled requests (see `crate::otel`):
+/// every worker's request path adds `queued` or `dropped`, its exporter
+/// thread `exported` or `failed`. Plain atomics in shared memory, so the
+/// exporter threads, which call nothing of nginx's, may add to them.
+#[repr(C)]
+#[derive(Default)]
+pub struct OtelCounters {
+    pub queued: AtomicU64,
+    /// The worker's queue was full (the collector is slow or away).
+    pub dropped: AtomicU64,
+    pub exported: AtomicU64,
+    /// The export failed, or the collector refused them.
+    pub failed: AtomicU64,
+}
+
+impl OtelCounters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// (queued, dropped, exported, failed).
+    pub fn snapshot(&self) -> [u64; 4] {
+        [&self.queued, &self.dropped, &self.exported, &self.failed].map(|c| c.load(Ordering::Relaxed))
+    }
 }
 
 /// A registered worker: its pid and the epoch of its configuration.
@@ -157,6 +185,14 @@ impl MetricsZone {
     fn header(&self) -> &Header {
         // SAFETY: initialised by init_zone and never freed.
         unsafe { self.header.as_ref() }
+    }
+
+    /// The span counters, which live as long as the process's mapping of
+    /// the zone, that is, until it exits.
+    pub fn otel_counters(&self) -> &'static OtelCounters {
+        // SAFETY: the header is initialised by init_zone and never freed or
+        // unmapped while the process runs.
+        unsafe { &(*self.header.as_ptr()).otel }
     }
 
     /// Registers this process as a worker of configuration `epoch`; false

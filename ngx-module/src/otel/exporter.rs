@@ -1,0 +1,284 @@
+//! The exporter thread: drains the worker's span queue in batches (when a
+//! batch is full or the schedule delay passed, as the SDK's batch span
+//! processor does) and sends each batch as one OTLP/gRPC `Export` call,
+//! over a cleartext HTTP/2 connection kept between batches (h2 on a
+//! current-thread tokio runtime of its own).
+//!
+//! A batch that fails (no connection, a timeout, a gRPC error) is counted
+//! `failed` and not retried: the queue behind it keeps filling, and a
+//! retry would only make the next batch later. Failures are logged on
+//! the event loop (see [`drain_log`]) when the state changes, not per
+//! batch.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use lua_compat::otel::otlp::{self, ExportOutcome, ResourceInfo};
+use lua_compat::otel::settings::ExporterSettings;
+use lua_compat::otel::span::SpanRecord;
+use ngx::ffi::{ngx_uint_t, NGX_LOG_NOTICE, NGX_LOG_WARN};
+
+use crate::shm::metrics_zone::OtelCounters;
+
+/// Log lines of exporter threads, written by the sync timer.
+static LOG: Mutex<Vec<(ngx_uint_t, String)>> = Mutex::new(Vec::new());
+/// Lines kept at most between two drains.
+const MAX_QUEUED_LOG: usize = 64;
+
+fn log(level: u32, line: String) {
+    let mut queue = LOG.lock().unwrap_or_else(|e| e.into_inner());
+    if queue.len() < MAX_QUEUED_LOG {
+        queue.push((level as ngx_uint_t, line));
+    }
+}
+
+/// Writes the exporter's queued log lines (on the event loop).
+pub fn drain_log(mut write: impl FnMut(ngx_uint_t, &str)) {
+    let lines = std::mem::take(&mut *LOG.lock().unwrap_or_else(|e| e.into_inner()));
+    for (level, line) in lines {
+        write(level, &line);
+    }
+}
+
+/// A running exporter: the queue's sender and the thread's end signal.
+pub struct Exporter {
+    sender: SyncSender<SpanRecord>,
+    done: Receiver<()>,
+}
+
+impl Exporter {
+    pub fn sender(&self) -> &SyncSender<SpanRecord> {
+        &self.sender
+    }
+
+    /// Closes the queue (the thread exports what is left, then ends) and
+    /// waits up to `grace` for it.
+    pub fn stop(self, grace: Duration) {
+        let Exporter { sender, done } = self;
+        drop(sender);
+        let _ = done.recv_timeout(grace);
+    }
+}
+
+/// Starts the thread for `settings`.
+pub fn spawn(settings: ExporterSettings, counters: Option<&'static OtelCounters>) -> Result<Exporter, String> {
+    let (sender, receiver) = std::sync::mpsc::sync_channel(settings.queue);
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot start the exporter's runtime: {e}"))?;
+    std::thread::Builder::new()
+        .name("dynbal-otel".into())
+        .spawn(move || {
+            crate::nginx::worker::block_signals();
+            let mut thread = Thread {
+                resource: ResourceInfo {
+                    service_name: settings.service_name.clone(),
+                    host_name: host_name(),
+                },
+                settings,
+                counters,
+                runtime,
+                connection: None,
+                failing: false,
+            };
+            thread.run(receiver);
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| format!("cannot start the exporter thread: {e}"))?;
+    Ok(Exporter { sender, done })
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname writes at most
+    // that many bytes.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+struct Thread {
+    settings: ExporterSettings,
+    resource: ResourceInfo,
+    counters: Option<&'static OtelCounters>,
+    runtime: tokio::runtime::Runtime,
+    connection: Option<h2::client::SendRequest<Bytes>>,
+    /// The last export failed: the next success is logged.
+    failing: bool,
+}
+
+impl Thread {
+    fn run(&mut self, receiver: Receiver<SpanRecord>) {
+        let mut batch = Vec::with_capacity(self.settings.batch);
+        let mut deadline = Instant::now() + self.settings.delay;
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match receiver.recv_timeout(wait) {
+                Ok(span) => {
+                    batch.push(span);
+                    if batch.len() >= self.settings.batch {
+                        self.export(std::mem::take(&mut batch));
+                        deadline = Instant::now() + self.settings.delay;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if !batch.is_empty() {
+                        self.export(std::mem::take(&mut batch));
+                    }
+                    deadline = Instant::now() + self.settings.delay;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    // The worker is leaving: what is queued goes now.
+                    for chunk in batch.chunks(self.settings.batch.max(1)) {
+                        self.export(chunk.to_vec());
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn export(&mut self, spans: Vec<SpanRecord>) {
+        let n = spans.len() as u64;
+        let frame = Bytes::from(otlp::grpc_frame(&otlp::export_request(&self.resource, spans)));
+        let endpoint = self.settings.endpoint.clone();
+        let timeout = self.settings.timeout;
+        let mut connection = self.connection.take();
+        let result = self.runtime.block_on(async {
+            match tokio::time::timeout(timeout, call(&mut connection, &endpoint, frame)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+            }
+        });
+        let (exported, failed) = match result {
+            Ok(ExportOutcome::Accepted) => {
+                self.connection = connection;
+                (n, 0)
+            }
+            Ok(ExportOutcome::Partial { rejected, message }) => {
+                self.connection = connection;
+                log(
+                    NGX_LOG_WARN,
+                    format!(
+                        "dynamic_balancer_otel_exporter: {} refused {rejected} of {n} spans: {message}",
+                        self.settings.endpoint
+                    ),
+                );
+                let rejected = (rejected as u64).min(n);
+                (n - rejected, rejected)
+            }
+            Ok(ExportOutcome::Failed { status, message }) => {
+                self.connection = connection;
+                self.failed(format!("gRPC status {status} {message}"));
+                (0, n)
+            }
+            Err(e) => {
+                // The connection is dropped: the next batch dials again.
+                self.failed(e);
+                (0, n)
+            }
+        };
+        if failed == 0 && self.failing {
+            self.failing = false;
+            log(
+                NGX_LOG_NOTICE,
+                format!(
+                    "dynamic_balancer_otel_exporter: exporting to {} again",
+                    self.settings.endpoint
+                ),
+            );
+        }
+        if let Some(c) = self.counters {
+            OtelCounters::add(&c.exported, exported);
+            OtelCounters::add(&c.failed, failed);
+        }
+    }
+
+    fn failed(&mut self, why: String) {
+        if !self.failing {
+            self.failing = true;
+            log(
+                NGX_LOG_WARN,
+                format!(
+                    "dynamic_balancer_otel_exporter: exporting to {} failed: {why}; spans are dropped until it answers",
+                    self.settings.endpoint
+                ),
+            );
+        }
+    }
+}
+
+/// One `Export` call, dialling first when there is no connection.
+async fn call(
+    connection: &mut Option<h2::client::SendRequest<Bytes>>,
+    endpoint: &str,
+    frame: Bytes,
+) -> Result<ExportOutcome, String> {
+    if connection.is_none() {
+        let tcp = tokio::net::TcpStream::connect(endpoint)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let (client, conn) = h2::client::handshake(tcp)
+            .await
+            .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+        // Drives the connection while this runtime runs (during exports).
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        *connection = Some(client);
+    }
+    let client = connection.clone().expect("dialled above");
+    let mut client = client.ready().await.map_err(|e| format!("connection: {e}"))?;
+    let request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(format!("http://{endpoint}{}", otlp::EXPORT_PATH))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header(
+            "user-agent",
+            concat!("dynamic-balancer-otlp/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(())
+        .map_err(|e| format!("request: {e}"))?;
+    let (response, mut stream) = client
+        .send_request(request, false)
+        .map_err(|e| format!("request: {e}"))?;
+    stream.send_data(frame, true).map_err(|e| format!("send: {e}"))?;
+    let response = response.await.map_err(|e| format!("response: {e}"))?;
+    let (parts, mut body) = response.into_parts();
+    if parts.status != http::StatusCode::OK {
+        *connection = None;
+        return Err(format!("HTTP status {} (is this an OTLP/gRPC port?)", parts.status));
+    }
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| format!("response body: {e}"))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if data.len() < 64 * 1024 {
+            data.extend_from_slice(&chunk);
+        }
+    }
+    let trailers = body.trailers().await.map_err(|e| format!("trailers: {e}"))?;
+    // A trailers-only answer carries the status in its headers.
+    let field = |name: &str| {
+        trailers
+            .as_ref()
+            .and_then(|t| t.get(name))
+            .or_else(|| parts.headers.get(name))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    Ok(otlp::export_outcome(
+        field("grpc-status").as_deref(),
+        field("grpc-message").as_deref(),
+        &data,
+    ))
+}
