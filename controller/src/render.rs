@@ -265,6 +265,10 @@ impl Renderer {
                 ctx => Value::from_serialize(ctx),
                 limits => Value::from_serialize(limits(structure)),
                 metrics_zone_size => metrics_zone_size(structure, ctx.cpus),
+                otel_used => structure.global.otel.enabled
+                    || structure.servers.iter().any(|srv| srv.locations.iter().any(|l| l.otel.is_some())),
+                otel_exporter => structure.global.otel.exporter_directive(),
+                otel_sampler => structure.global.otel.sampler_directive(),
                 auth_upstreams => Value::from_serialize(auth_upstreams(structure)),
             })
             .map_err(|e| anyhow::anyhow!("rendering nginx.conf: {e:#}"))?;

@@ -16,7 +16,7 @@ metadata: {namespace: ingress-nginx, name: ingress-nginx-controller}
 data:
   proxy-read-timeout: "90"
   hsts: "maybe"
-  enable-opentelemetry: "true"
+  enable-brotli: "true"
 ---
 apiVersion: v1
 kind: Service
@@ -130,7 +130,7 @@ fn check_sorts_every_annotation_and_key_and_fails_when_something_drops() {
     let cm = object("ConfigMap ingress-nginx/ingress-nginx-controller");
     assert_eq!(verdict(&cm, "proxy-read-timeout").0, "honoured");
     assert_eq!(verdict(&cm, "hsts").0, "invalid");
-    assert_eq!(verdict(&cm, "enable-opentelemetry").0, "ignored");
+    assert_eq!(verdict(&cm, "enable-brotli").0, "ignored");
 
     assert!(
         !report["objects"].to_string().contains("other-class"),

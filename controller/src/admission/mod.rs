@@ -302,8 +302,8 @@ mod tests {
         }
         for admitted in [
             report(
-                "nginx.ingress.kubernetes.io/enable-opentelemetry",
-                "not supported (no OpenTelemetry module in this nginx); ignored",
+                "nginx.ingress.kubernetes.io/http2-push-preload",
+                "not supported (nginx 1.25.1 removed HTTP/2 server push); ignored",
             ),
             report(
                 "nginx.ingress.kubernetes.io/no-such-name",

@@ -110,6 +110,12 @@ pub struct Annotations {
     pub x_forwarded_prefix: Option<UrlPath>,
     /// `enable-access-log: "false"` turns the access log off here.
     pub enable_access_log: Option<bool>,
+    /// `enable-opentelemetry`: trace here (over the ConfigMap's key).
+    pub enable_opentelemetry: Option<bool>,
+    /// `opentelemetry-trust-incoming-span`.
+    pub opentelemetry_trust_incoming_span: Option<bool>,
+    /// `opentelemetry-operation-name`.
+    pub opentelemetry_operation_name: Option<super::otel::OperationName>,
     /// `enable-rewrite-log`: nginx logs each rewrite (at notice level).
     pub enable_rewrite_log: bool,
     /// `disable-proxy-intercept-errors`: with `custom-http-errors`, the
@@ -439,6 +445,11 @@ impl Annotations {
             "from-to-www-redirect" => self.from_to_www_redirect = parse_bool(v)?,
             "x-forwarded-prefix" => self.x_forwarded_prefix = Some(UrlPath::parse(v.trim())?),
             "enable-access-log" => self.enable_access_log = Some(parse_bool(v)?),
+            "enable-opentelemetry" => self.enable_opentelemetry = Some(parse_bool(v)?),
+            "opentelemetry-trust-incoming-span" => self.opentelemetry_trust_incoming_span = Some(parse_bool(v)?),
+            "opentelemetry-operation-name" => {
+                self.opentelemetry_operation_name = Some(super::otel::OperationName::parse(v)?)
+            }
             "enable-rewrite-log" => self.enable_rewrite_log = parse_bool(v)?,
             "disable-proxy-intercept-errors" => self.disable_proxy_intercept_errors = parse_bool(v)?,
             "connection-proxy-header" => {
@@ -810,7 +821,7 @@ mod tests {
 
     #[test]
     fn unknown_annotations_are_reported() {
-        let (_, p) = parse(&[("enable-opentelemetry", "true"), ("no-such-thing", "1")], false);
+        let (_, p) = parse(&[("http2-push-preload", "true"), ("no-such-thing", "1")], false);
         assert!(p[0].reason.contains("not supported"), "{p:?}");
         assert!(p[1].reason.contains("not an ingress-nginx name"), "{p:?}");
     }
@@ -826,7 +837,7 @@ mod tests {
                 ("satisfy", "sometimes"),
                 ("enable-modsecurity", "true"),
                 ("enable-global-auth", "false"),
-                ("enable-opentelemetry", "true"),
+                ("http2-push-preload", "true"),
             ],
             false,
         );
@@ -840,7 +851,7 @@ mod tests {
         );
         assert!(p
             .iter()
-            .any(|p| p.annotation.ends_with("enable-opentelemetry") && p.reason.contains("ignored")));
+            .any(|p| p.annotation.ends_with("http2-push-preload") && p.reason.contains("ignored")));
         assert!(!p.iter().any(|p| p.annotation.ends_with("enable-global-auth")));
     }
 

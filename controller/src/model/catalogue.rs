@@ -82,7 +82,8 @@ const SSL_NAME: &str = "with `backend-protocol: HTTPS` or `GRPCS` (for gRPC too)
 const OPERATOR_SNIPPET: &str = "operator snippets of the ConfigMap are not implemented yet";
 const LOG_PATH: &str = "only `/dev/stdout`, `/dev/stderr`, `/dev/null` or a file under `/var/log`: nginx writes no other file a ConfigMap names";
 const MODSECURITY: &str = "no ModSecurity in this nginx";
-const TRACING: &str = "no OpenTelemetry module in this nginx; request ids and metrics come from the module";
+const OPERATION_NAME: &str = "may name the variables a log format may and ingress-nginx's per-location $service_name, $namespace, $ingress_name, $service_port and $location_path (filled in when rendered); any other variable is refused";
+const OTEL_CONFIG: &str = "the module is configured by the otel-* and otlp-* keys; no TOML file is read";
 const PROXY_SSL: &str = "backend TLS settings are not implemented yet; nginx's defaults apply";
 const FASTCGI: &str = "FastCGI backends are not supported";
 const STREAM: &str = "not implemented yet (tcp-services and udp-services are)";
@@ -161,7 +162,7 @@ pub static ANNOTATIONS: &[Entry] = &[
     ok("enable-cors", "true"),
     ok("enable-global-auth", "false"),
     no("enable-modsecurity", MODSECURITY),
-    no("enable-opentelemetry", TRACING),
+    ok("enable-opentelemetry", "true"),
     no("enable-owasp-core-rules", MODSECURITY),
     ok("enable-rewrite-log", "true"),
     no("fastcgi-index", FASTCGI),
@@ -187,8 +188,8 @@ pub static ANNOTATIONS: &[Entry] = &[
     differs("mirror-target", "https://test.example.com$request_uri", "a URL with request variables only; its host obeys the endpoint policy, and a name is resolved per request (`--resolver`)"),
     no("modsecurity-snippet", MODSECURITY),
     no("modsecurity-transaction-id", MODSECURITY),
-    no("opentelemetry-operation-name", TRACING),
-    no("opentelemetry-trust-incoming-span", TRACING),
+    differs("opentelemetry-operation-name", "HTTP $request_method $service_name $uri", OPERATION_NAME),
+    ok("opentelemetry-trust-incoming-span", "false"),
     ok("permanent-redirect", "https://example.com/new"),
     ok("permanent-redirect-code", "308"),
     ok("preserve-trailing-slash", "true"),
@@ -296,7 +297,7 @@ pub static CONFIG_MAP: &[Entry] = &[
     no("enable-modsecurity", MODSECURITY),
     ok("enable-multi-accept", "false"),
     no("enable-ocsp", "not implemented yet"),
-    no("enable-opentelemetry", TRACING),
+    ok("enable-opentelemetry", "true"),
     no("enable-owasp-modsecurity-crs", MODSECURITY),
     ok("enable-real-ip", "true"),
     no("enable-serial-reloads", "reloads are always serial here"),
@@ -389,18 +390,18 @@ pub static CONFIG_MAP: &[Entry] = &[
     ),
     ok("no-auth-locations", "/.well-known/acme-challenge,/healthz"),
     ok("no-tls-redirect-locations", "/.well-known/acme-challenge,/health"),
-    no("opentelemetry-config", TRACING),
-    no("opentelemetry-operation-name", TRACING),
-    no("opentelemetry-trust-incoming-span", TRACING),
-    no("otel-max-export-batch-size", TRACING),
-    no("otel-max-queuesize", TRACING),
-    no("otel-sampler", TRACING),
-    no("otel-sampler-parent-based", TRACING),
-    no("otel-sampler-ratio", TRACING),
-    no("otel-schedule-delay-millis", TRACING),
-    no("otel-service-name", TRACING),
-    no("otlp-collector-host", TRACING),
-    no("otlp-collector-port", TRACING),
+    no("opentelemetry-config", OTEL_CONFIG),
+    differs("opentelemetry-operation-name", "HTTP $request_method $service_name $uri", OPERATION_NAME),
+    ok("opentelemetry-trust-incoming-span", "false"),
+    ok("otel-max-export-batch-size", "256"),
+    ok("otel-max-queuesize", "4096"),
+    ok("otel-sampler", "TraceIdRatioBased"),
+    ok("otel-sampler-parent-based", "true"),
+    ok("otel-sampler-ratio", "0.1"),
+    ok("otel-schedule-delay-millis", "1000"),
+    ok("otel-service-name", "edge-proxy"),
+    ok("otlp-collector-host", "otel-collector.monitoring.svc"),
+    ok("otlp-collector-port", "4317"),
     no("proxy-add-original-uri-header", "not implemented yet"),
     ok("proxy-body-size", "8m"),
     ok("proxy-buffer-size", "16k"),

@@ -93,6 +93,8 @@ pub struct GlobalConfig {
     /// Lower bounds for the computed `server_names_hash_*` sizes.
     pub server_name_hash_bucket_size: usize,
     pub server_name_hash_max_size: usize,
+    /// OpenTelemetry tracing (`enable-opentelemetry`, `otel-*`, …).
+    pub otel: super::otel::OtelGlobal,
 }
 
 impl Default for GlobalConfig {
@@ -142,6 +144,7 @@ impl Default for GlobalConfig {
             log: Default::default(),
             server_name_hash_bucket_size: 64,
             server_name_hash_max_size: 1024,
+            otel: Default::default(),
         }
     }
 }
@@ -295,6 +298,7 @@ impl GlobalConfig {
                     "relative-redirects" => c.relative_redirects = flag(v)?,
                     "allow-snippet-annotations" => c.allow_snippet_annotations = flag(v)?,
                     "generate-request-id" => c.generate_request_id = flag(v)?,
+                    k if super::otel::KEYS.contains(&k) => c.otel.apply(k, v, flag)?,
                     "server-name-hash-bucket-size" => {
                         let n: usize = number_in(v, 32..=65536, "server-name-hash-bucket-size")?;
                         if !n.is_power_of_two() {

@@ -22,6 +22,7 @@ pub mod l4_services;
 pub mod log_format;
 pub mod mirror;
 pub mod names;
+pub mod otel;
 pub mod proxy_settings;
 pub mod real_ip;
 pub mod snippet;
@@ -300,6 +301,8 @@ pub struct Location {
     pub external_auth: Option<external_auth::ExternalAuth>,
     /// `false` turns the access log off in this location.
     pub access_log: bool,
+    /// OpenTelemetry tracing, when this location is traced.
+    pub otel: Option<otel::LocationOtel>,
     pub rewrite_log: bool,
     /// Whether `proxy_intercept_errors` is on (custom-http-errors, unless
     /// `disable-proxy-intercept-errors`).

@@ -860,6 +860,20 @@ impl<'s> Builder<'s> {
             }
         }
         let g = &self.global;
+        let service_port = self.backends.get(&backend).map(|b| b.port.suffix()).unwrap_or_default();
+        let otel = super::otel::for_location(
+            &g.otel,
+            a.enable_opentelemetry,
+            a.opentelemetry_trust_incoming_span,
+            a.opentelemetry_operation_name.as_ref(),
+            &[
+                ("service_name", metrics.service.as_str()),
+                ("namespace", metrics.namespace.as_str()),
+                ("ingress_name", metrics.ingress.as_str()),
+                ("service_port", service_port.as_str()),
+                ("location_path", ingress_path),
+            ],
+        );
         // ingress-nginx's force_no_ssl_redirect: the Ingress path starts
         // with one of `no-tls-redirect-locations` (ACME challenges).
         let no_tls_redirect = g
@@ -908,6 +922,7 @@ impl<'s> Builder<'s> {
             relative_redirects: a.relative_redirects,
             external_auth,
             access_log: a.enable_access_log.unwrap_or(true),
+            otel,
             rewrite_log: a.enable_rewrite_log,
             intercept_errors: !error_pages.is_empty() && !a.disable_proxy_intercept_errors,
             upstream: super::upstream_kind::UpstreamKind {
