@@ -41,16 +41,18 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/provider/envprovider"
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 )
 
 func components() (otelcol.Factories, error) {
 	var err error
-	f := otelcol.Factories{}
+	f := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
 	if f.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](otlpreceiver.NewFactory()); err != nil {
 		return f, err
 	}
@@ -67,7 +69,8 @@ func main() {
 		Factories: components,
 		ConfigProviderSettings: otelcol.ConfigProviderSettings{
 			ResolverSettings: confmap.ResolverSettings{
-				ProviderFactories: []confmap.ProviderFactory{fileprovider.NewFactory()},
+				ProviderFactories: []confmap.ProviderFactory{fileprovider.NewFactory(), envprovider.NewFactory()},
+				DefaultScheme:     "env",
 			},
 		},
 	}
@@ -81,6 +84,10 @@ log "resolving modules (go $(go env GOVERSION))"
 go get "go.opentelemetry.io/collector/otelcol@v$VERSION" \
     "go.opentelemetry.io/collector/receiver/otlpreceiver@v$VERSION" \
     "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter@v$VERSION" >&2
+# The env provider is a 1.x module the three above do not require: pinned to
+# the confmap release they do, so no newer one on the proxy drifts in.
+confmap="$(go list -m -f '{{.Version}}' go.opentelemetry.io/collector/confmap)"
+go get "go.opentelemetry.io/collector/confmap/provider/envprovider@$confmap" >&2
 go mod tidy >&2
 log "building"
 go build -trimpath -ldflags="-s -w" -o "$OUT/otelcol.tmp" . >&2

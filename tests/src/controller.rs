@@ -169,6 +169,11 @@ impl Controller {
         std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default()
     }
 
+    /// nginx's error log (the controller's default, beside nginx.conf).
+    pub fn nginx_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nginx/logs/error.log")).unwrap_or_default()
+    }
+
     pub fn conf(&self) -> String {
         std::fs::read_to_string(self.conf_path()).unwrap_or_default()
     }

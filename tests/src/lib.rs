@@ -17,6 +17,7 @@ pub mod kube_apiserver;
 pub mod load;
 pub mod mixed_upstream;
 pub mod nginx;
+pub mod otel_collector;
 pub mod pod_network;
 pub mod process;
 pub mod prometheus;

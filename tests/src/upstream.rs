@@ -125,6 +125,8 @@ impl Upstream {
                             || lower.starts_with("x-forwarded-")
                             || lower.starts_with("x-auth-")
                             || lower.starts_with("ssl-client-")
+                            || lower == "traceparent"
+                            || lower == "tracestate"
                         {
                             let echoed = format!("X-Echo-{name}");
                             response.add_header(Header::from_bytes(echoed.as_bytes(), h.value.as_bytes()).unwrap());

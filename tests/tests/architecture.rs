@@ -305,9 +305,10 @@ fn floors(g: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, usize> {
 /// path cannot reach the API, nothing but the crate root reaches the
 /// directives (they run at configuration time only), and a new folder has
 /// to be given its place here.
-const MODULE_FOLDERS: [&str; 10] = [
+const MODULE_FOLDERS: [&str; 11] = [
     "nginx",
     "shm",
+    "otel",
     "conf",
     "backends",
     "http",
