@@ -123,12 +123,15 @@ fn traced_requests_reach_a_real_collector_with_their_context() {
     // Not traced: the client's headers go through untouched, no span.
     let (_, h) = get(c.http_port, "quiet.test", "/", &[("traceparent", &parent)]);
     assert_eq!(h.get("traceparent"), Some(&parent));
+    // A client's text is cut to 1 KiB in the span.
+    let long = format!("/{}", "x".repeat(3000));
+    assert_eq!(get(c.http_port, "untrusted.test", &long, &[]).0, 200);
     // A failing request is an error span.
     c.write("svc-down.yaml", &service("down", &[tests::free_port()]));
     c.write("down.yaml", &ingress("down", "down.test", "/", "down", &[]));
     assert!(wait_until(Duration::from_secs(20), || c.get("down.test", "/").0 == 502));
 
-    let spans = collector.wait_spans(27, Duration::from_secs(20));
+    let spans = collector.wait_spans(28, Duration::from_secs(20));
     let web: Vec<&ReceivedSpan> = spans
         .iter()
         .filter(|s| s.attr("http.host").as_deref() == Some("web.test"))
@@ -168,6 +171,12 @@ fn traced_requests_reach_a_real_collector_with_their_context() {
         .find(|s| s.attr("http.host").as_deref() == Some("down.test"))
         .expect("the 502's span");
     assert_eq!(down.status_code, 2, "5xx is an error: {down:?}");
+    let cut = spans
+        .iter()
+        .filter_map(|s| s.attr("http.target"))
+        .find(|t| t.starts_with("/xxx"))
+        .expect("the long request's span");
+    assert_eq!(cut, format!("{}…", &long[..1024]));
 
     // Parent and child through a traced upstream: a second edge, traced
     // too, proxies front.test to this one's web.test (a controller never

@@ -176,8 +176,18 @@ pub unsafe extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     })
 }
 
+/// The most bytes of a client's text (target, host, user agent) a span
+/// keeps: a queue of full spans then stays within a few MiB per worker
+/// whatever the clients send (a request line may be 64 KiB).
+const MAX_TEXT: usize = 1024;
+
 fn text(bytes: &[u8]) -> Value {
-    Value::Str(String::from_utf8_lossy(bytes).into_owned())
+    let mut s = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_TEXT)]).into_owned();
+    if bytes.len() > MAX_TEXT {
+        // A cut through a UTF-8 sequence shows as U+FFFD; mark the cut.
+        s.push('…');
+    }
+    Value::Str(s)
 }
 
 fn finish(req: &Request, t: &Trace) -> SpanRecord {
