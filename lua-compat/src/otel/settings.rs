@@ -13,8 +13,10 @@ pub const DEFAULT_DELAY: Duration = Duration::from_millis(5000);
 /// How long one export may take before it is abandoned (the SDK's
 /// default export timeout).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A queue longer than this is refused: at about 1 KiB a span, 64 Ki spans
-/// is 64 MiB per worker already.
+/// A queue longer than this is refused. Its slots are allocated when the
+/// worker starts, about 500 bytes each (1 MiB for the default 2048), and a
+/// span's texts above 256 bytes add their own: 64 Ki spans is 32 MiB per
+/// worker already.
 pub const MAX_QUEUE: usize = 65_536;
 
 /// Where and how a worker exports its spans.

@@ -1,6 +1,5 @@
-//! A finished server span as the request path hands it to the exporter:
-//! owned, so the request's pool may go, and small, so queueing it costs a
-//! move.
+//! A finished server span with its attributes, as the exporter thread
+//! makes it of a [`super::draft::SpanDraft`] and encodes it.
 
 use super::trace_context::{SpanId, TraceId};
 

@@ -25,8 +25,8 @@ use std::ptr::{self, NonNull};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use lua_compat::otel::draft::{SpanDraft, Text, UpstreamTimes, MAX_TEXT};
 use lua_compat::otel::sampler::Sampler;
-use lua_compat::otel::span::{SpanRecord, Value};
 use lua_compat::otel::trace_context::{self, SpanId, TraceParent, FLAG_SAMPLED, TRACEPARENT_LEN};
 use lua_compat::routes::header::CompiledHeader;
 use ngx::ffi::{
@@ -176,90 +176,82 @@ pub unsafe extern "C" fn log_handler(r: *mut ngx_http_request_t) -> ngx_int_t {
     })
 }
 
-/// The most bytes of a client's text (target, host, user agent) a span
-/// keeps: a queue of full spans then stays within a few MiB per worker
-/// whatever the clients send (a request line may be 64 KiB).
-const MAX_TEXT: usize = 1024;
-
-fn text(bytes: &[u8]) -> Value {
-    let mut s = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_TEXT)]).into_owned();
-    if bytes.len() > MAX_TEXT {
-        // A cut through a UTF-8 sequence shows as U+FFFD; mark the cut.
-        s.push('…');
-    }
-    Value::Str(s)
-}
-
-fn finish(req: &Request, t: &Trace) -> SpanRecord {
+/// The span of a sampled request as the worker leaves it: numbers and
+/// copied bytes (one allocation); the exporter thread builds the
+/// attributes.
+fn finish(req: &Request, t: &Trace) -> SpanDraft {
     let r = req.as_ref();
-    let status = r.headers_out.status as u16;
-    let mut attributes = Vec::with_capacity(20);
-    attributes.push(("http.method", text(str_bytes(&r.method_name))));
-    attributes.push((
-        "http.flavor",
-        Value::Str(
-            match r.http_version {
-                1000 => "1.0",
-                1001 => "1.1",
-                2000 => "2.0",
-                3000 => "3.0",
-                _ => "0.9",
-            }
-            .into(),
-        ),
-    ));
-    attributes.push(("http.target", text(str_bytes(&r.unparsed_uri))));
     // SAFETY: the request's connection is live for the request.
     let c = unsafe { &*r.connection };
-    let https = !c.ssl.is_null();
-    attributes.push(("http.scheme", Value::Str(if https { "https" } else { "http" }.into())));
-    if let Some(cscf) = NgxHttpCoreModule::server_conf(req) {
-        let cscf: &ngx_http_core_srv_conf_t = cscf;
-        let name = str_bytes(&cscf.server_name);
-        if !name.is_empty() {
-            attributes.push(("http.server_name", text(name)));
+    let server_name = NgxHttpCoreModule::server_conf(req)
+        .map(|cscf: &ngx_http_core_srv_conf_t| str_bytes(&cscf.server_name))
+        .unwrap_or_default();
+    // SAFETY: `host` and `user_agent` are null or headers of the live
+    // request.
+    let (host, user_agent) = unsafe {
+        (
+            r.headers_in
+                .host
+                .as_ref()
+                .map(|h| str_bytes(&h.value))
+                .unwrap_or_default(),
+            r.headers_in
+                .user_agent
+                .as_ref()
+                .map(|h| str_bytes(&h.value))
+                .unwrap_or_default(),
+        )
+    };
+    let upstream_name = read_variable(req, Read::UpstreamName).unwrap_or_default();
+    let (upstream, upstream_address) = last_upstream(req).unzip();
+    let upstream_address = upstream_address.unwrap_or_default();
+    // SAFETY: the header's bytes, in the request's pool.
+    let tracestate = t
+        .tracestate
+        .map(|(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+        .unwrap_or_default();
+    let name = operation_name(req);
+    let texts: [(Text, &[u8]); 10] = [
+        (Text::Name, name),
+        (Text::TraceState, tracestate),
+        (Text::Method, str_bytes(&r.method_name)),
+        (Text::Target, str_bytes(&r.unparsed_uri)),
+        (Text::ServerName, server_name),
+        (Text::Host, host),
+        (Text::UserAgent, user_agent),
+        (Text::PeerIp, str_bytes(&c.addr_text)),
+        (Text::UpstreamName, upstream_name),
+        (Text::UpstreamAddress, upstream_address),
+    ];
+    let mut span = SpanDraft::new(
+        t.context.trace_id,
+        t.context.span_id,
+        texts.iter().map(|(_, b)| b.len().min(MAX_TEXT)).sum(),
+    );
+    for (which, bytes) in texts {
+        if !bytes.is_empty() {
+            span.set(which, bytes);
         }
     }
-    // SAFETY: `host` is null or a header of the live request.
-    if let Some(h) = unsafe { r.headers_in.host.as_ref() } {
-        attributes.push(("http.host", text(str_bytes(&h.value))));
-    }
-    // SAFETY: as above.
-    if let Some(h) = unsafe { r.headers_in.user_agent.as_ref() } {
-        attributes.push(("http.user_agent", text(str_bytes(&h.value))));
-    }
-    attributes.push(("http.status_code", Value::Int(i64::from(status))));
-    if let Some(port) = read_variable(req, Read::ServerPort).and_then(|p| std::str::from_utf8(p).ok()?.parse().ok()) {
-        attributes.push(("net.host.port", Value::Int(port)));
-    }
-    attributes.push(("net.peer.ip", text(str_bytes(&c.addr_text))));
-    // SAFETY: a live connection's sockaddr is its peer's address.
-    if let Some(port) = unsafe { peer_port(c.sockaddr) } {
-        attributes.push(("net.peer.port", Value::Int(i64::from(port))));
-    }
-    upstream_attributes(req, &mut attributes);
-    SpanRecord {
-        trace_id: t.context.trace_id,
-        span_id: t.context.span_id,
-        parent_span_id: t.parent,
-        trace_state: t
-            .tracestate
-            // SAFETY: the header's bytes, in the request's pool.
-            .map(|(p, n)| String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p, n) }).into_owned())
-            .unwrap_or_default(),
-        name: operation_name(req),
-        start_unix_nano: t.start_unix_nano,
-        end_unix_nano: now_unix_nano(),
-        http_status: status,
-        attributes,
-    }
+    span.parent_span_id = t.parent;
+    span.start_unix_nano = t.start_unix_nano;
+    span.end_unix_nano = now_unix_nano();
+    span.http_status = r.headers_out.status as u16;
+    span.http_version = r.http_version as u32;
+    span.https = !c.ssl.is_null();
+    // SAFETY: a live connection's addresses: its listener's (whose port
+    // is the local one even on a wildcard address, so no getsockname as
+    // `$server_port` may need) and its peer's.
+    (span.host_port, span.peer_port) = unsafe { (port_of(c.local_sockaddr), port_of(c.sockaddr)) };
+    span.upstream = upstream;
+    span
 }
 
-/// The peer's port, from an IPv4 or IPv6 socket address.
+/// The port of an IPv4 or IPv6 socket address (none for a unix socket).
 ///
 /// # Safety
 /// `sa` is null or a live socket address.
-unsafe fn peer_port(sa: *const ngx::ffi::sockaddr) -> Option<u16> {
+unsafe fn port_of(sa: *const ngx::ffi::sockaddr) -> Option<u16> {
     // SAFETY: per this function's contract; the family says which struct
     // it is.
     unsafe {
@@ -271,60 +263,49 @@ unsafe fn peer_port(sa: *const ngx::ffi::sockaddr) -> Option<u16> {
     }
 }
 
-/// The upstream's last attempt (address, status, timings in seconds), the
-/// number of attempts, and ingress-nginx's upstream name.
-fn upstream_attributes(req: &Request, out: &mut Vec<(&'static str, Value)>) {
-    if let Some(name) = read_variable(req, Read::UpstreamName).filter(|n| !n.is_empty()) {
-        out.push(("nginx.upstream.name", text(name)));
-    }
+/// The upstream's last attempt (status and timings, and the number of
+/// attempts) and its address; none when the request was not proxied.
+fn last_upstream(req: &Request) -> Option<(UpstreamTimes, &[u8])> {
     let r = req.as_ref();
     // SAFETY: `upstream_states` is null or an array in the request's pool.
-    let Some(states) = (unsafe { r.upstream_states.as_ref() }) else {
-        return;
-    };
+    let states = unsafe { r.upstream_states.as_ref() }?;
     if states.elts.is_null() || states.nelts == 0 {
-        return;
+        return None;
     }
     // SAFETY: an ngx_array_t of `nelts` upstream states at `elts`.
     let states = unsafe { std::slice::from_raw_parts(states.elts.cast::<ngx_http_upstream_state_t>(), states.nelts) };
     let attempts = states.iter().filter(|s| !s.peer.is_null()).count();
-    let Some(last) = states.iter().rev().find(|s| !s.peer.is_null()) else {
-        return;
+    let last = states.iter().rev().find(|s| !s.peer.is_null())?;
+    let unset = ngx::ffi::ngx_msec_t::MAX;
+    let ms = |v: ngx::ffi::ngx_msec_t| (v != unset).then_some(v as u64);
+    let times = UpstreamTimes {
+        status: u16::try_from(last.status).unwrap_or(0),
+        connect_ms: ms(last.connect_time),
+        header_ms: ms(last.header_time),
+        response_ms: ms(last.response_time),
+        attempts: attempts as u32,
     };
     // SAFETY: a non-null `peer` is the peer's name, in the configuration's
     // or the balancer's memory, alive for the request.
-    out.push(("upstream.address", text(str_bytes(unsafe { &*last.peer }))));
-    if last.status != 0 {
-        out.push(("upstream.status_code", Value::Int(last.status as i64)));
-    }
-    let unset = ngx::ffi::ngx_msec_t::MAX;
-    for (key, ms) in [
-        ("upstream.connect_time", last.connect_time),
-        ("upstream.header_time", last.header_time),
-        ("upstream.response_time", last.response_time),
-    ] {
-        if ms != unset {
-            out.push((key, Value::Double(ms as f64 / 1000.0)));
-        }
-    }
-    out.push(("upstream.attempts", Value::Int(attempts as i64)));
+    Some((times, str_bytes(unsafe { &*last.peer })))
 }
 
 /// `dynamic_balancer_otel_operation_name`'s value, else the location's
-/// name.
-fn operation_name(req: &Request) -> String {
+/// name: bytes in the request's pool or the configuration's.
+fn operation_name(req: &Request) -> &[u8] {
     if let Some(cv) = Module::location_conf(req).and_then(|l| l.otel_operation_name) {
         let mut value = ngx_str_t::default();
         // SAFETY: a compiled complex value of this request's configuration,
         // evaluated for the live request into its pool.
         let rc = unsafe { ngx_http_complex_value(ptr::from_ref(req.as_ref()).cast_mut(), cv.as_ptr(), &mut value) };
-        if rc == NGX_OK as ngx_int_t {
-            return String::from_utf8_lossy(str_bytes(&value)).into_owned();
+        if rc == NGX_OK as ngx_int_t && !value.data.is_null() {
+            // SAFETY: the value nginx made, `len` bytes in the request's
+            // pool, which outlives the request's borrow.
+            return unsafe { std::slice::from_raw_parts(value.data, value.len) };
         }
     }
     let clcf: Option<&ngx_http_core_loc_conf_t> = NgxHttpCoreModule::location_conf(req);
-    clcf.map(|l| String::from_utf8_lossy(str_bytes(&l.name)).into_owned())
-        .unwrap_or_default()
+    clcf.map(|l| str_bytes(&l.name)).unwrap_or_default()
 }
 
 /// The get handler of the tracing variables (`data` is the

@@ -10,11 +10,14 @@
 //! the event loop (see [`drain_log`]) when the state changes, not per
 //! batch.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use crossbeam_queue::ArrayQueue;
+use lua_compat::otel::draft::SpanDraft;
 use lua_compat::otel::otlp::{self, ExportOutcome, ResourceInfo};
 use lua_compat::otel::settings::ExporterSettings;
 use lua_compat::otel::span::SpanRecord;
@@ -42,36 +45,60 @@ pub fn drain_log(mut write: impl FnMut(ngx_uint_t, &str)) {
     }
 }
 
-/// A running exporter: the queue's sender and the thread's end signal.
+/// What the worker and its exporter thread share: the bounded queue and
+/// the close flag.
+struct Shared {
+    queue: ArrayQueue<SpanDraft>,
+    closed: AtomicBool,
+}
+
+/// A running exporter: the queue, the thread to wake, its end signal.
 pub struct Exporter {
-    sender: SyncSender<SpanRecord>,
+    shared: Arc<Shared>,
+    thread: std::thread::Thread,
+    batch: usize,
     done: Receiver<()>,
 }
 
 impl Exporter {
-    pub fn sender(&self) -> &SyncSender<SpanRecord> {
-        &self.sender
+    /// Queues a finished span without waiting; false when the queue is
+    /// full and the span was dropped. The thread is woken once a batch is
+    /// waiting (no system call per span: the SDK's batch processor does
+    /// the same).
+    pub fn push(&self, span: SpanDraft) -> bool {
+        if self.shared.queue.push(span).is_err() {
+            return false;
+        }
+        if self.shared.queue.len() >= self.batch {
+            self.thread.unpark();
+        }
+        true
     }
 
     /// Closes the queue (the thread exports what is left, then ends) and
     /// waits up to `grace` for it.
     pub fn stop(self, grace: Duration) {
-        let Exporter { sender, done } = self;
-        drop(sender);
-        let _ = done.recv_timeout(grace);
+        self.shared.closed.store(true, Ordering::Release);
+        self.thread.unpark();
+        let _ = self.done.recv_timeout(grace);
     }
 }
 
 /// Starts the thread for `settings`.
 pub fn spawn(settings: ExporterSettings, counters: Option<&'static OtelCounters>) -> Result<Exporter, String> {
-    let (sender, receiver) = std::sync::mpsc::sync_channel(settings.queue);
+    let shared = Arc::new(Shared {
+        queue: ArrayQueue::new(settings.queue.max(1)),
+        closed: AtomicBool::new(false),
+    });
     let (done_tx, done) = std::sync::mpsc::channel();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .map_err(|e| format!("cannot start the exporter's runtime: {e}"))?;
-    std::thread::Builder::new()
+    let batch = settings.batch.max(1);
+    let theirs = Arc::clone(&shared);
+    let handle = std::thread::Builder::new()
         .name("dynbal-otel".into())
         .spawn(move || {
             crate::nginx::worker::block_signals();
@@ -86,11 +113,16 @@ pub fn spawn(settings: ExporterSettings, counters: Option<&'static OtelCounters>
                 connection: None,
                 failing: false,
             };
-            thread.run(receiver);
+            thread.run(&theirs);
             let _ = done_tx.send(());
         })
         .map_err(|e| format!("cannot start the exporter thread: {e}"))?;
-    Ok(Exporter { sender, done })
+    Ok(Exporter {
+        shared,
+        thread: handle.thread().clone(),
+        batch,
+        done,
+    })
 }
 
 fn host_name() -> String {
@@ -115,32 +147,36 @@ struct Thread {
 }
 
 impl Thread {
-    fn run(&mut self, receiver: Receiver<SpanRecord>) {
-        let mut batch = Vec::with_capacity(self.settings.batch);
-        let mut deadline = Instant::now() + self.settings.delay;
+    /// Sleeps until a batch is waiting, the schedule delay has passed or
+    /// the queue is closed; then exports everything queued, a batch per
+    /// call. The attributes are built here, off the event loop.
+    fn run(&mut self, shared: &Shared) {
+        let size = self.settings.batch.max(1);
+        let mut batch = Vec::with_capacity(size);
         loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match receiver.recv_timeout(wait) {
-                Ok(span) => {
-                    batch.push(span);
-                    if batch.len() >= self.settings.batch {
-                        self.export(std::mem::take(&mut batch));
-                        deadline = Instant::now() + self.settings.delay;
-                    }
+            let deadline = Instant::now() + self.settings.delay;
+            loop {
+                let closed = shared.closed.load(Ordering::Acquire);
+                let now = Instant::now();
+                if closed || shared.queue.len() >= size || now >= deadline {
+                    break;
                 }
-                Err(RecvTimeoutError::Timeout) => {
-                    if !batch.is_empty() {
-                        self.export(std::mem::take(&mut batch));
-                    }
-                    deadline = Instant::now() + self.settings.delay;
+                // A wake-up may come early or spuriously: the loop checks.
+                std::thread::park_timeout(deadline - now);
+            }
+            while let Some(span) = shared.queue.pop() {
+                batch.push(span.into_record());
+                if batch.len() == size {
+                    self.export(std::mem::replace(&mut batch, Vec::with_capacity(size)));
                 }
-                Err(RecvTimeoutError::Disconnected) => {
-                    // The worker is leaving: what is queued goes now.
-                    for chunk in batch.chunks(self.settings.batch.max(1)) {
-                        self.export(chunk.to_vec());
-                    }
-                    return;
-                }
+            }
+            if !batch.is_empty() {
+                self.export(std::mem::replace(&mut batch, Vec::with_capacity(size)));
+            }
+            // Closed: the worker pushes no more (it closes the queue from
+            // its own thread), and what was queued went above.
+            if shared.closed.load(Ordering::Acquire) && shared.queue.is_empty() {
+                return;
             }
         }
     }

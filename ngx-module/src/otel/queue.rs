@@ -4,12 +4,11 @@
 //! stream must not be shared between workers), stopped in `exit_process`.
 
 use std::cell::RefCell;
-use std::sync::mpsc::TrySendError;
 use std::time::Duration;
 
+use lua_compat::otel::draft::SpanDraft;
 use lua_compat::otel::ids::IdGenerator;
 use lua_compat::otel::settings::ExporterSettings;
-use lua_compat::otel::span::SpanRecord;
 
 use super::exporter::{self, Exporter};
 use crate::shm::metrics_zone::OtelCounters;
@@ -50,12 +49,13 @@ pub fn is_running() -> bool {
 
 /// Hands a finished span to the exporter without waiting: a full queue
 /// drops it (counted), as the SDK's batch processor does.
-pub fn enqueue(span: SpanRecord) {
+pub fn enqueue(span: SpanDraft) {
     WORKER.with_borrow(|w| {
         let Some(w) = w else { return };
-        let counter = match w.exporter.sender().try_send(span) {
-            Ok(()) => w.counters.map(|c| &c.queued),
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => w.counters.map(|c| &c.dropped),
+        let counter = if w.exporter.push(span) {
+            w.counters.map(|c| &c.queued)
+        } else {
+            w.counters.map(|c| &c.dropped)
         };
         if let Some(c) = counter {
             OtelCounters::add(c, 1);
