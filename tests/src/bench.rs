@@ -8,6 +8,7 @@
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -282,6 +283,39 @@ pub fn callgrind_total_with_routes(
     warm: bool,
     count: usize,
 ) -> u64 {
+    callgrind_run(conf, body, routes, port, api, headers, warm, count, false)
+        .iter()
+        .sum()
+}
+
+/// As [`callgrind_total`], counted per thread (`--separate-threads=yes`):
+/// the event loop's first, then the threads the process started, in the
+/// order they started. A module's background work (the API's offload
+/// thread, tracing's exporter) is then told apart from the request path.
+pub fn callgrind_per_thread(
+    conf: &str,
+    body: &str,
+    port: u16,
+    api: u16,
+    headers: &str,
+    warm: bool,
+    count: usize,
+) -> Vec<u64> {
+    callgrind_run(conf, body, None, port, api, headers, warm, count, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn callgrind_run(
+    conf: &str,
+    body: &str,
+    routes: Option<&str>,
+    port: u16,
+    api: u16,
+    headers: &str,
+    warm: bool,
+    count: usize,
+    per_thread: bool,
+) -> Vec<u64> {
     let (nginx, _) = artifacts();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("logs")).unwrap();
@@ -290,6 +324,7 @@ pub fn callgrind_total_with_routes(
     let mut vg = Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))
+        .args(per_thread.then_some("--separate-threads=yes"))
         // BENCH_CALLGRIND_ARGS adds options, e.g. `--dump-instr=yes` for a
         // per-instruction profile of the kept files.
         .args(
@@ -329,21 +364,49 @@ pub fn callgrind_total_with_routes(
     // SAFETY: signalling the valgrind process we started.
     unsafe { libc::kill(vg.id() as libc::pid_t, libc::SIGQUIT) };
     vg.wait().unwrap();
+    // One profile, or one per thread (`callgrind.out-01`, `-02` …).
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("callgrind.out"))
+        })
+        .collect();
+    profiles.sort();
     // BENCH_KEEP_CALLGRIND=DIR keeps each profile for callgrind_annotate.
     if let Some(keep) = std::env::var_os("BENCH_KEEP_CALLGRIND") {
         // Numbered in the order measured: two runs of one location (metrics
         // on and off) have the same port and headers.
         static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("callgrind.{run:02}.{port}.{}.{count}.out", headers.len());
         std::fs::create_dir_all(&keep).unwrap();
-        std::fs::copy(&out, std::path::Path::new(&keep).join(name)).unwrap();
+        for p in &profiles {
+            let thread = p
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .trim_start_matches("callgrind.out");
+            let name = format!("callgrind.{run:02}.{port}.{}.{count}{thread}.out", headers.len());
+            std::fs::copy(p, std::path::Path::new(&keep).join(name)).unwrap();
+        }
     }
-    let text = std::fs::read_to_string(&out).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("totals: "))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
+    // A per-thread run leaves `callgrind.out` itself empty; each thread's
+    // profile states its count as `summary:`, a whole-process one as
+    // `totals:`.
+    profiles
+        .iter()
+        .filter(|p| fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("totals: ").or_else(|| l.strip_prefix("summary: ")))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no totals in {}", p.display()))
+        })
+        .collect()
 }
 
 /// The `p` quantile (0..=1) of `v`, nearest rank.
