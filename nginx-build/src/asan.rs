@@ -10,7 +10,7 @@ use crate::build::{workspace_root, Artifacts};
 use std::fs;
 
 /// The suites that drive the module: its API, balancing, hostile inputs,
-/// layer 4, and the controller end to end.
+/// layer 4, tracing's exporter thread, and the controller end to end.
 const DEFAULT_TESTS: &[&str] = &[
     "api",
     "balancing",
@@ -31,6 +31,7 @@ const DEFAULT_TESTS: &[&str] = &[
     "gateway_api",
     "gateway_tls",
     "gateway_backend_tls",
+    "tracing",
 ];
 
 pub fn test(artifacts: &Artifacts, args: &[String]) -> Result<(), String> {
