@@ -30,6 +30,8 @@ const VARIABLES: &[&str] = &[
     "http2",
     "http3",
     "https",
+    // The template's `geo` for a literal "$" (always defined).
+    "literal_dollar",
     "msec",
     "pass_access_scheme",
     "pass_server_port",

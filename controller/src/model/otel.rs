@@ -63,10 +63,13 @@ impl OperationName {
     pub fn for_location(&self, values: &[(&str, &str)]) -> String {
         let mut out = self.0.clone();
         for (name, value) in values {
-            // A value never holds `$` (Kubernetes names and paths of
-            // checked characters); `${name}` and `$name` both match.
-            out = out.replace(&format!("${{{name}}}"), value);
-            out = replace_variable(&out, name, value);
+            // A regex path may hold `$` (`/api(/|$)(.*)`): written as the
+            // template's `$literal_dollar`, it is text, never a variable
+            // nginx would read (or refuse). `${name}` and `$name` both
+            // match.
+            let value = value.replace('$', "${literal_dollar}");
+            out = out.replace(&format!("${{{name}}}"), &value);
+            out = replace_variable(&out, name, &value);
         }
         out
     }
@@ -313,6 +316,16 @@ mod tests {
             n.for_location(&[("service_name", "web"), ("namespace", "ns")]),
             "HTTP $request_method web $uri"
         );
+        // A regex path's `$` stays text, whatever follows it.
+        let n = OperationName::parse("HTTP $location_path").unwrap();
+        let named = n.for_location(&[("location_path", "/x$http_authorization(/|$)(.*)")]);
+        assert_eq!(
+            named,
+            "HTTP /x${literal_dollar}http_authorization(/|${literal_dollar})(.*)"
+        );
+        let vars = crate::model::log_format::variables(&named).unwrap();
+        assert_eq!(vars, ["literal_dollar", "literal_dollar"]);
+        assert!(vars.iter().all(|v| crate::model::log_format::variable_allowed(v)));
         let n = OperationName::parse("${namespace}/$service_name_x").unwrap_err();
         assert!(n.0.contains("service_name_x"), "{n}");
         for bad in ["a;b", "x\"y", "$nope", "a{b}", "$", "new\nline", "back\\slash"] {
