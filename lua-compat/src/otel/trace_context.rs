@@ -121,28 +121,32 @@ fn hex_into(text: &[u8], out: &mut [u8]) -> Option<()> {
 
 /// Whether `value` is a `tracestate` worth forwarding: at most
 /// [`MAX_TRACESTATE`] bytes and [`MAX_TRACESTATE_MEMBERS`] members, each
-/// `key=value` with the recommendation's key and value characters (empty
-/// members between commas are allowed). Anything else is dropped whole.
+/// `key=value` with the recommendation's key and value characters, no key
+/// twice (empty members between commas are allowed). Anything else is
+/// dropped whole.
 pub fn tracestate_is_valid(value: &[u8]) -> bool {
     if value.len() > MAX_TRACESTATE {
         return false;
     }
+    let mut keys: [&[u8]; MAX_TRACESTATE_MEMBERS] = [&[]; MAX_TRACESTATE_MEMBERS];
     let mut members = 0;
     for member in value.split(|&c| c == b',') {
         let member = trim_ows(member);
         if member.is_empty() {
             continue;
         }
-        members += 1;
-        if members > MAX_TRACESTATE_MEMBERS {
+        if members == MAX_TRACESTATE_MEMBERS {
             return false;
         }
         let Some(eq) = member.iter().position(|&c| c == b'=') else {
             return false;
         };
-        if !key_is_valid(&member[..eq]) || !value_is_valid(&member[eq + 1..]) {
+        let key = &member[..eq];
+        if !key_is_valid(key) || !value_is_valid(&member[eq + 1..]) || keys[..members].contains(&key) {
             return false;
         }
+        keys[members] = key;
+        members += 1;
     }
     true
 }
@@ -166,7 +170,9 @@ fn key_is_valid(key: &[u8]) -> bool {
             && p.iter().all(|&c| ok_char(c))
     }
     match key.iter().position(|&c| c == b'@') {
-        None => part(key, 256, true),
+        // A simple key starts with a letter; a tenant id may start with
+        // a digit.
+        None => part(key, 256, false),
         Some(at) => part(&key[..at], 241, true) && part(&key[at + 1..], 14, false),
     }
 }
@@ -238,6 +244,11 @@ mod tests {
             "list whitespace is optional whitespace"
         );
         assert!(!tracestate_is_valid(b"k=a\x7f"));
+        // A key only once; a simple key starts with a letter, a tenant id
+        // may start with a digit.
+        assert!(!tracestate_is_valid(b"k=1,j=2,k=3"));
+        assert!(!tracestate_is_valid(b"1k=v"));
+        assert!(tracestate_is_valid(b"1k@sys=v"));
         assert!(!tracestate_is_valid(b"k=\x01"));
         let many = (0..33).map(|i| format!("k{i}=v")).collect::<Vec<_>>().join(",");
         assert!(!tracestate_is_valid(many.as_bytes()));
