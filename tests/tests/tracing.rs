@@ -111,6 +111,27 @@ fn traced_requests_reach_a_real_collector_with_their_context() {
         assert!(!tp.contains(CLIENT_SPAN), "the upstream's parent is nginx's span: {tp}");
         assert_eq!(h.get("tracestate").map(String::as_str), Some("vendor=abc"));
     }
+    // Repeated tracestate headers are one list: passed on as one header
+    // when valid, dropped whole when not (a key twice).
+    let other = "00-11111111111111111111111111111111-2222222222222222-01";
+    let (_, h) = get(
+        c.http_port,
+        "web.test",
+        "/state",
+        &[
+            ("traceparent", other),
+            ("tracestate", "vendor=abc"),
+            ("tracestate", "other=x"),
+        ],
+    );
+    assert_eq!(h.get("tracestate").map(String::as_str), Some("vendor=abc, other=x"));
+    let (_, h) = get(
+        c.http_port,
+        "web.test",
+        "/state",
+        &[("traceparent", other), ("tracestate", "k=1"), ("tracestate", "k=2")],
+    );
+    assert_eq!(h.get("tracestate"), None, "{h:?}");
     // Not trusted: a new trace, and the caller's tracestate is not sent.
     let (_, h) = get(
         c.http_port,
@@ -131,12 +152,12 @@ fn traced_requests_reach_a_real_collector_with_their_context() {
     c.write("down.yaml", &ingress("down", "down.test", "/", "down", &[]));
     assert!(wait_until(Duration::from_secs(20), || c.get("down.test", "/").0 == 502));
 
-    let spans = collector.wait_spans(28, Duration::from_secs(20));
+    let spans = collector.wait_spans(30, Duration::from_secs(20));
     let web: Vec<&ReceivedSpan> = spans
         .iter()
         .filter(|s| s.attr("http.host").as_deref() == Some("web.test"))
         .collect();
-    assert_eq!(web.len(), 25, "{spans:#?}\n{}", collector.log());
+    assert_eq!(web.len(), 27, "{spans:#?}\n{}", collector.log());
     for s in &web {
         assert_eq!(s.service_name, "edge");
         assert_eq!(s.kind, 2, "a server span");

@@ -116,7 +116,9 @@ fn start(req: &Request) -> Option<NonNull<Trace>> {
     let (trace_id, span_id) = queue::with_ids(|g| (parent.map_or_else(|| g.trace_id(), |p| p.trace_id), g.span_id()))?;
     let sampled = sampler.should_sample(&trace_id, parent.as_ref());
     let tracestate = parent
-        .and_then(|_| request::header_in(req, b"tracestate"))
+        // Repeated headers are one list (W3C: combined as HTTP combines
+        // them), checked and passed on whole.
+        .and_then(|_| request::header_in_joined(req, b"tracestate"))
         .filter(|v| !v.is_empty() && trace_context::tracestate_is_valid(v))
         .map(|v| (v.as_ptr(), v.len()));
     let context = TraceParent {
@@ -140,6 +142,7 @@ fn start(req: &Request) -> Option<NonNull<Trace>> {
 /// The request's `traceparent` and `tracestate` header names.
 struct PropagationHeaders {
     traceparent: CompiledHeader,
+    tracestate: CompiledHeader,
 }
 
 static HEADERS: OnceLock<PropagationHeaders> = OnceLock::new();
@@ -148,6 +151,7 @@ static HEADERS: OnceLock<PropagationHeaders> = OnceLock::new();
 fn propagate(req: &mut Request, trace: NonNull<Trace>) {
     let h = HEADERS.get_or_init(|| PropagationHeaders {
         traceparent: CompiledHeader::new("traceparent", ""),
+        tracestate: CompiledHeader::new("tracestate", ""),
     });
     // SAFETY: the trace lives in the request's pool, as long as the
     // request's headers; nothing else borrows it mutably.
@@ -155,8 +159,15 @@ fn propagate(req: &mut Request, trace: NonNull<Trace>) {
     // SAFETY: the header name is static; the value is in the request's
     // pool (the trace), both outliving the request's headers.
     let _ = unsafe { headers::set_with(req, Side::Request, &h.traceparent, &t.traceparent) };
-    if t.tracestate.is_none() {
-        headers::remove(req, Side::Request, "tracestate");
+    match t.tracestate {
+        // The checked list, as one header: a second header the client sent
+        // is never passed on unchecked.
+        Some((p, n)) => {
+            // SAFETY: as above; the list is the client's header or its
+            // joined copy, both in the request's pool.
+            let _ = unsafe { headers::set_with(req, Side::Request, &h.tracestate, std::slice::from_raw_parts(p, n)) };
+        }
+        None => headers::remove(req, Side::Request, "tracestate"),
     }
 }
 

@@ -6,7 +6,10 @@
 //!
 //! A batch that fails (no connection, a timeout, a gRPC error) is counted
 //! `failed` and not retried: the queue behind it keeps filling, and a
-//! retry would only make the next batch later. Failures are logged on
+//! retry would only make the next batch later. Only a kept connection
+//! that fails is tried once more on a new one (a collector closes idle
+//! connections), and an unreachable collector is dialled again after a
+//! backoff, not per batch. Failures are logged on
 //! the event loop (see [`drain_log`]) when the state changes, not per
 //! batch.
 
@@ -112,6 +115,8 @@ pub fn spawn(settings: ExporterSettings, counters: Option<&'static OtelCounters>
                 runtime,
                 connection: None,
                 failing: false,
+                backoff: Duration::ZERO,
+                retry_at: None,
             };
             thread.run(&theirs);
             let _ = done_tx.send(());
@@ -144,12 +149,21 @@ struct Thread {
     connection: Option<h2::client::SendRequest<Bytes>>,
     /// The last export failed: the next success is logged.
     failing: bool,
+    /// The wait after the last unreachable attempt (zero once one
+    /// succeeds), and when the next attempt may dial.
+    backoff: Duration,
+    retry_at: Option<Instant>,
 }
+
+/// The first wait after the collector could not be reached, and the
+/// longest.
+const MIN_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 impl Thread {
     /// Sleeps until a batch is waiting, the schedule delay has passed or
     /// the queue is closed; then exports everything queued, a batch per
-    /// call. The attributes are built here, off the event loop.
+    /// call.
     fn run(&mut self, shared: &Shared) {
         let size = self.settings.batch.max(1);
         let mut batch = Vec::with_capacity(size);
@@ -165,7 +179,7 @@ impl Thread {
                 std::thread::park_timeout(deadline - now);
             }
             while let Some(span) = shared.queue.pop() {
-                batch.push(span.into_record());
+                batch.push(span);
                 if batch.len() == size {
                     self.export(std::mem::replace(&mut batch, Vec::with_capacity(size)));
                 }
@@ -181,18 +195,52 @@ impl Thread {
         }
     }
 
-    fn export(&mut self, spans: Vec<SpanRecord>) {
-        let n = spans.len() as u64;
+    /// Sends one batch. While the collector is unreachable (backing off)
+    /// the batch is counted failed without being built or encoded, and no
+    /// connection or name lookup is tried.
+    fn export(&mut self, drafts: Vec<SpanDraft>) {
+        let n = drafts.len() as u64;
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            if let Some(c) = self.counters {
+                OtelCounters::add(&c.failed, n);
+            }
+            return;
+        }
+        // The attributes are built here, off the event loop.
+        let spans: Vec<SpanRecord> = drafts.into_iter().map(SpanDraft::into_record).collect();
         let frame = Bytes::from(otlp::grpc_frame(&otlp::export_request(&self.resource, spans)));
         let endpoint = self.settings.endpoint.clone();
         let timeout = self.settings.timeout;
         let mut connection = self.connection.take();
-        let result = self.runtime.block_on(async {
-            match tokio::time::timeout(timeout, call(&mut connection, &endpoint, frame)).await {
-                Ok(r) => r,
-                Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+        let reused = connection.is_some();
+        let send = |connection: &mut Option<_>, frame: Bytes| {
+            self.runtime.block_on(async {
+                match tokio::time::timeout(timeout, call(connection, &endpoint, frame)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+                }
+            })
+        };
+        let mut result = send(&mut connection, frame.clone());
+        if result.is_err() && reused {
+            // A kept connection the collector (or a load balancer) closed
+            // while idle: one more try on a new one.
+            connection = None;
+            result = send(&mut connection, frame);
+        }
+        match &result {
+            Err(_) => {
+                // Unreachable: wait before dialling again, doubling up to
+                // MAX_BACKOFF, so a collector that is down costs no
+                // connection attempt per batch.
+                self.backoff = (self.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                self.retry_at = Some(Instant::now() + self.backoff);
             }
-        });
+            Ok(_) => {
+                self.backoff = Duration::ZERO;
+                self.retry_at = None;
+            }
+        }
         let (exported, failed) = match result {
             Ok(ExportOutcome::Accepted) => {
                 self.connection = connection;
