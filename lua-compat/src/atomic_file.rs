@@ -328,7 +328,9 @@ mod tests {
             std::thread::spawn(move || {
                 let mut seen = 0;
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
+                // Until the writers are done, and at least one read: the
+                // reader may not be scheduled before they finish.
+                while (seen == 0 || !done.load(Ordering::Relaxed)) && Instant::now() < deadline {
                     if let Ok(bytes) = fs::read(&*path) {
                         let text = String::from_utf8(bytes).unwrap();
                         let (v, rest) = text.split_once(':').unwrap();

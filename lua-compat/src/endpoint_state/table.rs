@@ -802,9 +802,9 @@ pub(crate) mod tests {
     fn readers_race_the_writer_safely() {
         let t = table();
         let stop = std::sync::atomic::AtomicBool::new(false);
+        let seen = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
-            let reader = s.spawn(|| {
-                let mut seen = 0u64;
+            s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     for i in (0..4096).step_by(97) {
                         if let Some(r) = t.find(&addr(i)) {
@@ -816,25 +816,33 @@ pub(crate) mod tests {
                             if let Some((key, incarnation)) = r.get().and_then(|slot| slot.read_key()) {
                                 if incarnation == r.incarnation {
                                     assert_eq!(decode(key), Some(addr(i)));
-                                    seen += 1;
+                                    seen.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
                         }
                     }
                 }
-                seen
             });
             let heap = Heap::new(usize::MAX);
             // SAFETY: the only writer.
             let mut w = unsafe { t.writer(&heap) };
-            for round in 0..40u32 {
+            // At least 40 rounds, and on until the reader has checked
+            // something: on a loaded two-core machine the reader may not
+            // be scheduled before 40 rounds are over. Bounded in time.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let mut round = 0u32;
+            while round < 40 || (seen.load(Ordering::Relaxed) == 0 && std::time::Instant::now() < deadline) {
                 for i in 0..4096 {
                     w.insert(&addr(i), None, 0.0);
                 }
                 w.retain(|a| a.port() == 80 && u32::from(last_octet(a)) % 2 == round % 2);
+                round += 1;
             }
             stop.store(true, Ordering::Relaxed);
-            assert!(reader.join().unwrap() > 0);
         });
+        assert!(
+            seen.load(Ordering::Relaxed) > 0,
+            "the reader never ran beside the writer"
+        );
     }
 }
