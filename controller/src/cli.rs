@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::model::class::ClassFilter;
+use crate::model::l4_services::ReservedPorts;
+use crate::model::{AddressPolicy, BuildOptions, Listen};
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
-use controller::model::class::ClassFilter;
-use controller::model::l4_services::ReservedPorts;
-use controller::model::{AddressPolicy, BuildOptions, Listen};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -46,8 +46,9 @@ pub struct Args {
     #[arg(long, default_value = "k8s.io/ingress-nginx", global = true)]
     pub controller_class: String,
 
-    /// Also serve Ingresses that name no class at all.
-    #[arg(long, global = true)]
+    /// Also serve Ingresses that name no class at all. Takes `=true`/`=false`
+    /// too, as ingress-nginx's chart passes it.
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub watch_ingress_without_class: bool,
 
     /// Only watch this namespace (default: all).
@@ -125,7 +126,7 @@ pub struct Args {
     /// The `controllerName` of the GatewayClasses this controller serves
     /// (Gateway API): their Gateways get nginx servers, their HTTPRoutes
     /// the module's route table.
-    #[arg(long, global = true, default_value = controller::gateway::translate::CONTROLLER_NAME)]
+    #[arg(long, global = true, default_value = crate::gateway::translate::CONTROLLER_NAME)]
     pub gateway_controller_name: String,
 
     /// 0: nginx listens on each Gateway listener's own port (one Gateway
@@ -153,7 +154,7 @@ pub struct Args {
     /// cluster IP) or `LoadBalancer` (the address is what the load
     /// balancer assigns).
     #[arg(long, global = true, value_enum, default_value = "LoadBalancer")]
-    pub gateway_service_type: controller::gateway::services::ServiceType,
+    pub gateway_service_type: crate::gateway::services::ServiceType,
 
     /// A DNS server nginx asks for names it resolves per request (an
     /// `auth-url` host); repeat for more. Default: the nameservers of
@@ -356,7 +357,7 @@ pub enum Command {
     /// Prints a reference page of the documentation book, generated from
     /// this binary: `annotations`, `configmap`, `flags` or `metrics`.
     Reference {
-        #[arg(value_parser = controller::reference::PAGES)]
+        #[arg(value_parser = crate::reference::PAGES)]
         page: String,
     },
 }
@@ -405,9 +406,9 @@ impl Args {
     }
 
     /// `--configmap` with the layer-4 ConfigMaps.
-    pub fn configmap_refs(&self) -> anyhow::Result<controller::snapshot::ConfigMapRefs> {
+    pub fn configmap_refs(&self) -> anyhow::Result<crate::snapshot::ConfigMapRefs> {
         let optional = |v: &Option<String>, flag| v.as_deref().map(|s| split_ref(s, flag)).transpose();
-        Ok(controller::snapshot::ConfigMapRefs {
+        Ok(crate::snapshot::ConfigMapRefs {
             config_map: self.configmap_ref()?,
             tcp_services: optional(&self.tcp_services_configmap, "--tcp-services-configmap")?,
             udp_services: optional(&self.udp_services_configmap, "--udp-services-configmap")?,
@@ -430,6 +431,37 @@ impl Args {
         Ok(kube::Client::try_from(config)?)
     }
 
+    /// The migration report `check` prints: for `--manifests DIR`, or the
+    /// cluster through `--kubeconfig` (else the usual inference).
+    pub async fn check_report(&self) -> anyhow::Result<crate::check::CheckReport> {
+        match &self.manifests {
+            Some(dir) => {
+                let (snap, problems) =
+                    crate::source::manifests::ManifestDir::new(dir.clone(), self.configmap_refs()?).read();
+                let mut report = crate::check::check(&snap, &self.build_options()?);
+                report.add_source_problems(problems);
+                Ok(report)
+            }
+            None => self.check_cluster(self.kube_client().await?).await,
+        }
+    }
+
+    /// The migration report for the cluster `client` reaches, read as a
+    /// controller with these flags would read it (one list of each kind).
+    pub async fn check_cluster(&self, client: kube::Client) -> anyhow::Result<crate::check::CheckReport> {
+        use crate::source::cluster;
+        let refs = self.configmap_refs()?;
+        let opts = cluster::ClusterOptions {
+            namespace: self.watch_namespace.clone(),
+            config_map: refs.config_map,
+            tcp_services: refs.tcp_services,
+            udp_services: refs.udp_services,
+            gateway_api: self.enable_gateway_api,
+        };
+        let snap = cluster::list_once(client, &opts).await?;
+        Ok(crate::check::check(&snap, &self.build_options()?))
+    }
+
     /// What the model builder is told, from the flags (the controller and
     /// `check` build the same model).
     pub fn build_options(&self) -> anyhow::Result<BuildOptions> {
@@ -440,7 +472,7 @@ impl Args {
                 without_class: self.watch_ingress_without_class,
             },
             allow_snippets: self.allow_snippet_annotations,
-            snippet_policy: controller::model::snippet::Policy::new(self.snippet_allowed_paths.clone())
+            snippet_policy: crate::model::snippet::Policy::new(self.snippet_allowed_paths.clone())
                 .map_err(anyhow::Error::msg)?,
             default_backend_service: self
                 .default_backend_service
@@ -460,7 +492,7 @@ impl Args {
                 api_port: self.api_port,
             },
             resolvers: if self.resolvers.is_empty() {
-                controller::resolv_conf::system()
+                crate::resolv_conf::system()
             } else {
                 self.resolvers.clone()
             },
@@ -494,11 +526,197 @@ impl Args {
 /// Parses `namespace/name`.
 pub fn split_ref(s: &str, flag: &str) -> anyhow::Result<(String, String)> {
     match s.split_once('/') {
-        Some((ns, name))
-            if controller::model::values::is_object_name(ns) && controller::model::values::is_object_name(name) =>
-        {
+        Some((ns, name)) if crate::model::values::is_object_name(ns) && crate::model::values::is_object_name(name) => {
             Ok((ns.to_string(), name.to_string()))
         }
         _ => anyhow::bail!("{flag} must be namespace/name, got {s:?}"),
+    }
+}
+
+/// Flags read from another controller's command line (a running Pod's
+/// `args`, ingress-nginx's included): parsed as this controller would
+/// parse them, with what it does not know left out and reported.
+pub struct ForeignFlags {
+    pub args: Args,
+    /// Each argument left out, with why.
+    pub ignored: Vec<String>,
+}
+
+/// Parses `argv` (no program name) keeping only the flags `Args` knows:
+/// ingress-nginx's Deployments pass many this controller has no use for
+/// (`--enable-metrics`, `--v`), and the program itself as the first
+/// argument. A known flag whose value does not parse is left out too,
+/// with clap's message, rather than failing the whole line.
+pub fn parse_foreign(argv: &[String]) -> ForeignFlags {
+    use clap::CommandFactory as _;
+    let mut command = Args::command();
+    command.build();
+    let arg = |long: &str| command.get_arguments().find(|a| a.get_long() == Some(long)).cloned();
+    let takes_value = |long: &str| {
+        arg(long).map(|a| a.get_action().takes_values() && a.get_num_args().is_none_or(|n| n.min_values() > 0))
+    };
+    let repeatable =
+        |long: &str| arg(long).is_some_and(|a| matches!(a.get_action(), ArgAction::Append | ArgAction::Count));
+    let mut kept = Vec::new();
+    let mut ignored = Vec::new();
+    let mut i = 0;
+    while i < argv.len() {
+        let arg = &argv[i];
+        i += 1;
+        let Some(flag) = arg.strip_prefix("--") else {
+            ignored.push(format!("{arg}: not a flag"));
+            continue;
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (flag, None),
+        };
+        // A following word is this flag's value when it is not a flag.
+        let next_is_value = inline.is_none() && argv.get(i).is_some_and(|n| !n.starts_with('-'));
+        match takes_value(name) {
+            Some(true) if next_is_value => {
+                kept.push(vec![arg.clone(), argv[i].clone()]);
+                i += 1;
+            }
+            Some(_) => kept.push(vec![arg.clone()]),
+            None => {
+                if next_is_value {
+                    i += 1;
+                }
+                ignored.push(format!("--{name}: not a flag of this controller"));
+            }
+        }
+    }
+    // A later occurrence of a single-valued flag replaces an earlier one
+    // (the user's flags come after the Pod's); clap would refuse both.
+    let name_of = |group: &[String]| {
+        group[0]
+            .trim_start_matches("--")
+            .split('=')
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut i = 0;
+    while i < kept.len() {
+        let name = name_of(&kept[i]);
+        if !repeatable(&name) && kept[i + 1..].iter().any(|g| name_of(g) == name) {
+            let replaced = kept.remove(i);
+            ignored.push(format!("{}: given again later", replaced.join(" ")));
+        } else {
+            i += 1;
+        }
+    }
+    loop {
+        let line = std::iter::once("ingress-controller".to_string()).chain(kept.iter().flatten().cloned());
+        match Args::try_parse_from(line) {
+            Ok(args) => return ForeignFlags { args, ignored },
+            Err(e) => {
+                // Leave out the flag clap names (else the last one) and try again.
+                let message = e.to_string();
+                // Nothing left to blame would mean the defaults alone do
+                // not parse, which the flags' own tests rule out.
+                assert!(!kept.is_empty(), "the controller's defaults do not parse: {message}");
+                let at = kept
+                    .iter()
+                    .rposition(|a| {
+                        let name = a[0].split('=').next().unwrap_or_default();
+                        message.contains(&format!("'{name}")) || message.contains(&format!("{name} "))
+                    })
+                    .unwrap_or(kept.len() - 1);
+                let dropped = kept.remove(at);
+                let first = message
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("error: ")
+                    .to_string();
+                ignored.push(format!("{}: {first}", dropped.join(" ")));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn ingress_nginx_controller_args_keep_what_applies() {
+        // A Deployment of ingress-nginx's chart (v4.x), namespace substituted.
+        let f = parse_foreign(&argv(&[
+            "/nginx-ingress-controller",
+            "--publish-service=ingress-nginx/ingress-nginx-controller",
+            "--election-id=ingress-nginx-leader",
+            "--controller-class=k8s.io/ingress-nginx",
+            "--ingress-class=nginx",
+            "--configmap=ingress-nginx/ingress-nginx-controller",
+            "--validating-webhook=:8443",
+            "--validating-webhook-certificate=/usr/local/certificates/cert",
+            "--validating-webhook-key=/usr/local/certificates/key",
+            "--enable-metrics=false",
+            "--enable-topology-aware-routing=true",
+            "--watch-ingress-without-class=true",
+            "--v",
+            "2",
+        ]));
+        assert_eq!(f.args.configmap, "ingress-nginx/ingress-nginx-controller");
+        assert_eq!(f.args.ingress_class, "nginx");
+        assert!(f.args.watch_ingress_without_class);
+        assert!(
+            f.ignored.iter().any(|i| i.starts_with("/nginx-ingress-controller")),
+            "{:?}",
+            f.ignored
+        );
+        assert!(!f.args.enable_metrics);
+        assert!(
+            f.ignored
+                .iter()
+                .any(|i| i.starts_with("--enable-topology-aware-routing")),
+            "{:?}",
+            f.ignored
+        );
+        assert!(f.ignored.iter().any(|i| i.starts_with("--v")), "{:?}", f.ignored);
+        assert_eq!(f.ignored.len(), 3, "{:?}", f.ignored);
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_leaves_out_that_flag_only() {
+        let f = parse_foreign(&argv(&[
+            "--ingress-class",
+            "internal",
+            "--http-port=eighty",
+            "--configmap=infra/proxy",
+        ]));
+        assert_eq!(f.args.ingress_class, "internal");
+        assert_eq!(f.args.configmap, "infra/proxy");
+        assert_eq!(f.args.http_port, 80);
+        assert_eq!(f.ignored.len(), 1, "{:?}", f.ignored);
+        assert!(f.ignored[0].starts_with("--http-port=eighty"), "{:?}", f.ignored);
+    }
+
+    #[test]
+    fn a_later_flag_replaces_an_earlier_one_and_repeatable_ones_add_up() {
+        let f = parse_foreign(&argv(&[
+            "--ingress-class=nginx",
+            "--resolver=10.0.0.10",
+            "--ingress-class=internal",
+            "--resolver",
+            "10.0.0.11",
+        ]));
+        assert_eq!(f.args.ingress_class, "internal");
+        assert_eq!(f.args.resolvers.len(), 2, "{:?}", f.args.resolvers);
+        assert_eq!(f.ignored, ["--ingress-class=nginx: given again later"]);
+    }
+
+    #[test]
+    fn a_subcommand_word_is_not_taken_for_one() {
+        let f = parse_foreign(&argv(&["check", "--ingress-class=a"]));
+        assert!(f.args.command.is_none());
+        assert_eq!(f.args.ingress_class, "a");
     }
 }

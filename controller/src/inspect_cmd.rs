@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use controller::inspect;
 use serde_json::{json, Value};
 
-use crate::cli::{Args, Certgen, Command, Output};
+use controller::cli::{Args, Certgen, Command, Output};
 
 pub async fn run(command: Command, args: &Args) -> anyhow::Result<()> {
     match command {
@@ -23,24 +23,7 @@ pub async fn run(command: Command, args: &Args) -> anyhow::Result<()> {
 
 /// The migration report; an error (exit code 1) if anything is dropped.
 async fn check(args: &Args) -> anyhow::Result<()> {
-    use controller::source::{cluster, manifests};
-    let opts = args.build_options()?;
-    let config_map = args.configmap_refs()?;
-    let (snap, source_problems) = match &args.manifests {
-        Some(dir) => manifests::ManifestDir::new(dir.clone(), config_map).read(),
-        None => {
-            let opts = cluster::ClusterOptions {
-                namespace: args.watch_namespace.clone(),
-                config_map: config_map.config_map,
-                tcp_services: config_map.tcp_services,
-                udp_services: config_map.udp_services,
-                gateway_api: args.enable_gateway_api,
-            };
-            (cluster::list_once(args.kube_client().await?, &opts).await?, Vec::new())
-        }
-    };
-    let mut report = controller::check::check(&snap, &opts);
-    report.add_source_problems(source_problems);
+    let report = args.check_report().await?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Output::Table => print!("{}", controller::check::text(&report)),

@@ -12,6 +12,7 @@ pub mod admission;
 pub mod auth_files;
 pub mod certgen;
 pub mod check;
+pub mod cli;
 pub mod conf_syntax;
 pub mod default_certificate;
 pub mod diff;

@@ -1,6 +1,5 @@
 //! `ingress-controller`: see the crate docs and the book (`docs/`).
 
-mod cli;
 mod inspect_cmd;
 mod status_server;
 
@@ -23,7 +22,7 @@ use controller::{admission, ingress_status, leader};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-use cli::{Args, LogFormat};
+use controller::cli::{self, Args, LogFormat};
 
 /// See `controller::memory`: with it, RSS at 10,000 Ingresses fell from
 /// 273 MB to 175 MB before any other change.
