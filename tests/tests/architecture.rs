@@ -231,6 +231,7 @@ fn no_crate_has_an_import_cycle() {
         "controller",
         "nginx-build",
         "balancer-cli",
+        "kubectl-plugin",
         "tests",
     ] {
         let g = graph(&crate_src(krate));
