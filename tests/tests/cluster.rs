@@ -501,6 +501,150 @@ fn ingress_addresses(c: &Cluster, ns: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// The plugin binary (`cargo test --workspace` builds it with its
+/// package's tests; else `cargo build --release -p kubectl-plugin`).
+fn plugin_binary() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/kubectl-dynamic_balancer");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release -p kubectl-plugin` (or test with --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs the plugin with the admin kubeconfig: exit code, stdout, stderr.
+fn plugin(c: &Cluster, args: &[&str]) -> (i32, String, String) {
+    // Before the subcommand: after a `--`, words are the command's own.
+    let out = Command::new(plugin_binary())
+        .arg("--kubeconfig")
+        .arg(c.layout.kubeconfig("admin"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn plugin_ok(c: &Cluster, args: &[&str]) -> String {
+    let (code, out, err) = plugin(c, args);
+    assert_eq!(code, 0, "kubectl dynamic-balancer {}: {err}\n{out}", args.join(" "));
+    out
+}
+
+/// Every subcommand against the running chart, the tenant's TLS Ingress
+/// served; returns the row's note.
+fn kubectl_plugin_scenario(c: &Cluster) -> String {
+    let t = Instant::now();
+    // general: both Pods found in the release's namespace without -n, each
+    // asked through exec.
+    let general: Value = serde_json::from_str(&plugin_ok(c, &["general", "-o", "json"])).unwrap();
+    assert_eq!(general["namespace"], NS, "{general}");
+    assert_eq!(general["controllerPodsCount"], 2, "{general}");
+    for p in general["pods"].as_array().unwrap() {
+        assert_eq!(p["status"]["ready"], true, "{p}");
+        assert!(p["status"]["module"]["generation"].as_u64().unwrap() > 0, "{p}");
+    }
+    let table = plugin_ok(c, &["general"]);
+    assert!(table.contains("controller Pods in ingress-nginx: 2"), "{table}");
+    // backends: the module's zone, as the controller pushed it.
+    let names = plugin_ok(c, &["backends", "--list"]);
+    assert!(names.lines().any(|l| l == "tenant-tenant-80"), "{names}");
+    assert!(names.lines().any(|l| l == "default-web-80"), "{names}");
+    let one: Value = serde_json::from_str(&plugin_ok(
+        c,
+        &["backends", "--backend", "tenant-tenant-80", "-o", "json"],
+    ))
+    .unwrap();
+    let pod_ip = json(c, &["get", "pods", "-n", "tenant", "-l", "app=tenant"])["items"][0]["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(one[0]["endpoints"][0]["address"], pod_ip.as_str(), "{one}");
+    let (code, _, err) = plugin(c, &["backends", "--backend", "no-such-backend"]);
+    assert_eq!(code, 1, "{err}");
+    // certs: the tenant's certificate, no key.
+    let certs: Value = serde_json::from_str(&plugin_ok(c, &["certs", "--host", "tenant.test", "-o", "json"])).unwrap();
+    assert!(certs[0]["subject"].as_str().unwrap().contains("tenant.test"), "{certs}");
+    assert!(!certs.to_string().contains("PRIVATE KEY"));
+    let (code, _, err) = plugin(c, &["certs", "--host", "nobody.test"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no certificate serves host"), "{err}");
+    // conf: one host's server block of the running nginx.conf.
+    let conf = plugin_ok(c, &["conf", "--host", "tenant.test"]);
+    assert!(conf.contains("server_name tenant.test"), "{conf}");
+    assert!(!conf.contains("server_name web.test"), "{conf}");
+    // info: the controller's Service and its load-balancer address.
+    let info: Value = serde_json::from_str(&plugin_ok(c, &["info", "-o", "json"])).unwrap();
+    let svc = info["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == format!("{FULLNAME}-controller").as_str())
+        .unwrap_or_else(|| panic!("{info}"));
+    assert_eq!(svc["loadBalancer"][0], LB_IP, "{svc}");
+    // ingresses: TLS, the address in status, the ready endpoint.
+    let ings: Value = serde_json::from_str(&plugin_ok(c, &["ingresses", "-n", "tenant", "-o", "json"])).unwrap();
+    assert_eq!(ings[0]["hostPath"], "tenant.test/", "{ings}");
+    assert_eq!(ings[0]["tls"], true, "{ings}");
+    assert_eq!(ings[0]["endpoints"], 1, "{ings}");
+    let all = plugin_ok(c, &["ingresses", "-A"]);
+    assert!(all.contains("web.test/") && all.contains("tenant.test/"), "{all}");
+    // check (and its alias lint): the running controller's flags, then the
+    // user's (another class and controller: none of these Ingresses); the
+    // exit code says whether switching would drop anything.
+    let (code, out, err) = plugin(c, &["check", "-o", "json"]);
+    assert!(err.contains(&format!("the flags of Pod {NS}/")), "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let s = &report["summary"];
+    assert!(s["ingresses"].as_u64().unwrap() >= 3, "{s}");
+    let drops = s["ignored"].as_u64().unwrap() + s["invalid"].as_u64().unwrap() + s["problems"].as_u64().unwrap() > 0;
+    assert_eq!(code, i32::from(drops), "{s}\n{err}");
+    let (code, out, err) = plugin(
+        c,
+        &[
+            "lint",
+            "-o",
+            "json",
+            "--",
+            "--ingress-class=elsewhere",
+            "--controller-class=example.com/elsewhere",
+        ],
+    );
+    let other: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: exit {code}: {out}\n{err}"));
+    assert_eq!(other["summary"]["ingresses"], 0, "{other}");
+    // logs: the controller's own JSON lines.
+    let logs = plugin_ok(c, &["logs", "--tail", "3"]);
+    assert!((1..=3).contains(&logs.lines().count()), "{logs}");
+    // exec: no shell in the image; the command's exit code is the plugin's.
+    let (code, _, err) = plugin(c, &["exec", "--", "nginx", "-v"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("nginx version"), "{err}");
+    let (code, _, _) = plugin(c, &["exec", "--", "nginx", "-t", "-c", "/nonexistent.conf"]);
+    assert_eq!(code, 1);
+    let (code, _, err) = plugin(c, &["exec", "--", "sh", "-c", "true"]);
+    assert_ne!(code, 0, "a shell in the image: {err}");
+    // Through kubectl's plugin mechanism, by its name on PATH.
+    let dir = plugin_binary().parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let out = Command::new(cluster::kubectl_binary())
+        .args(["dynamic-balancer", "backends", "--list"])
+        .env("PATH", path)
+        .env("KUBECONFIG", c.layout.kubeconfig("admin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("tenant-tenant-80"));
+    format!(
+        "general, backends, certs, conf, info, ingresses, check/lint, logs, exec all answered in {:.1}s; check exit {code_check}",
+        t.elapsed().as_secs_f64(),
+        code_check = i32::from(drops)
+    )
+}
+
 #[test]
 fn real_cluster() {
     assert!(
@@ -905,6 +1049,18 @@ fn real_cluster() {
         },
     )
     .unwrap();
+    // --- the kubectl plugin, from this host with the admin kubeconfig,
+    // while a TLS tenant is served.
+    let note = kubectl_plugin_scenario(&c);
+    push(
+        &mut rows,
+        Row {
+            scenario: "kubectl plugin (kubectl dynamic-balancer …)".into(),
+            report: None,
+            reloads: 0,
+            note,
+        },
+    );
     let t = Instant::now();
     c.kubectl(&["delete", "namespace", "tenant", "--wait=false"]).unwrap();
     let mut ingress_gone = None;
